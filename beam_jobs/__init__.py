@@ -1,0 +1,1 @@
+"""tpu-shards Beam jobs and the `tpu-shards` command line."""

@@ -1,0 +1,108 @@
+"""The `tpu-shards` command line: build, verify, inspect. Errors become one line and a non-zero exit."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import traceback
+from typing import Callable, Sequence
+
+from shard_utils.manifest import ManifestError
+from shard_utils.plan import PlanError
+from shard_utils.storage import StorageError
+
+from .errors import UsageError
+
+KNOWN = (UsageError, PlanError, ManifestError, StorageError)
+_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError): (.+)")
+
+
+def user_message(exc: BaseException) -> str | None:
+    """The one-line message of a known error, even when a Beam runner wrapped it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KNOWN):
+            return str(exc).split(" [while running")[0].strip().splitlines()[0]
+        match = _WRAPPED.search(str(exc))
+        if match:
+            return match.group(1).split(" [while running")[0].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None) -> int:
+    """Run a command; known errors print one line and exit 1 (2 for usage), anything else exits 3."""
+    try:
+        fn(argv)
+        return 0
+    except KeyboardInterrupt:
+        print("tpu-shards: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    except Exception as exc:  # noqa: BLE001 - the CLI's job is to turn errors into one line
+        message = user_message(exc)
+        if message is not None:
+            print(f"tpu-shards: error: {message}", file=sys.stderr)
+            return 2 if isinstance(exc, UsageError) else 1
+        if os.environ.get("TPU_SHARDS_DEBUG"):
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"tpu-shards: internal error: {type(exc).__name__}: {first} (set TPU_SHARDS_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 3
+
+
+def verify_command(argv: Sequence[str] | None) -> None:
+    from shard_utils.verify import verify
+
+    ap = argparse.ArgumentParser(prog="tpu-shards verify",
+                                 description="Check a dataset against its manifest; exit 0 when intact, 1 otherwise.")
+    ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
+    ap.add_argument("--deep", action="store_true",
+                    help="also parse every record, decode its JPEG and check its label (downloads gs:// shards)")
+    args = ap.parse_args(argv)
+    problems = verify(args.dataset, deep=args.deep)
+    for line in problems:
+        print(f"tpu-shards: {line}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
+    print(f"tpu-shards: {args.dataset} is intact")
+
+
+def inspect_command(argv: Sequence[str] | None) -> None:
+    from shard_utils.manifest import load
+
+    ap = argparse.ArgumentParser(prog="tpu-shards inspect", description="Summarise a dataset from its manifest.")
+    ap.add_argument("dataset")
+    args = ap.parse_args(argv)
+    m = load(args.dataset)
+    print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
+          f"{m.num_cores} cores x {m.num_hosts} hosts")
+    for name, split in m.splits.items():
+        print(f"  {name}: {split.num_records} records, {len(split.shards)} shards, {split.num_bytes / 1e6:.1f} MB")
+    print(f"  files seen {m.files_seen}, rejected {m.rejected['count']}, skipped {m.skipped['count']}")
+
+
+def build_command(argv: Sequence[str] | None) -> None:
+    from .build_shards import run
+
+    run(argv)
+
+
+COMMANDS = {"build": build_command, "verify": verify_command, "inspect": inspect_command}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: tpu-shards {build,verify,inspect} ...  (tpu-shards COMMAND --help for options)",
+              file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return guarded(COMMANDS[argv[0]], argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Which input files are media, and where their label and split come from.
+
+Pure functions over paths relative to the input root, '/'-separated.
+"""
+from __future__ import annotations
+
+SPLIT_DIRS = ("train", "validation", "test")
+MEDIA_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff"})
+SYSTEM_NAMES = frozenset({"thumbs.db", "desktop.ini", "ehthumbs.db", "icon\r"})
+SYSTEM_DIRS = frozenset({"__macosx", "$recycle.bin", "system volume information"})
+
+
+def skip_reason(rel_path: str) -> str | None:
+    """Why a file is skipped without being read ('hidden', 'system', 'not_media'), or None for media."""
+    parts = rel_path.split("/")
+    if any(p.startswith(".") for p in parts):
+        return "hidden"
+    if parts[-1].lower() in SYSTEM_NAMES or any(p.lower() in SYSTEM_DIRS for p in parts[:-1]):
+        return "system"
+    name = parts[-1].lower()
+    dot = name.rfind(".")
+    if dot <= 0 or name[dot:] not in MEDIA_EXTENSIONS:
+        return "not_media"
+    return None
+
+
+def has_split_dirs(top_level_dirs: list[str]) -> bool:
+    """True when the input's top-level folders are split folders (train/, validation/, test/)."""
+    visible = [d for d in top_level_dirs if not d.startswith(".") and d.lower() not in SYSTEM_DIRS]
+    return bool(visible) and all(d in SPLIT_DIRS for d in visible)
+
+
+def split_and_label(rel_path: str, split_dirs: bool) -> tuple[str | None, str | None]:
+    """(split from the folder or None, label folder name or None) of a media file."""
+    parts = rel_path.split("/")
+    if split_dirs:
+        return parts[0], (parts[1] if len(parts) >= 3 else None)
+    return None, (parts[0] if len(parts) >= 2 else None)
+
+
+def parse_splits(text: str) -> list[tuple[str, float]]:
+    """Parse `train=0.9,validation=0.1` into [(name, fraction)]; raises ValueError with a usable message."""
+    out: list[tuple[str, float]] = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = -1.0
+        if not sep or not name or not (0 < fraction <= 1) or fraction != fraction:
+            raise ValueError(f"--splits entry {item!r} must look like name=fraction with 0 < fraction <= 1")
+        if not name.replace("_", "").replace("-", "").isalnum() or not name.isascii():
+            raise ValueError(f"split name {name!r} may use only ASCII letters, digits, '_' and '-'")
+        if name in (n for n, _ in out):
+            raise ValueError(f"split {name!r} appears twice in --splits")
+        out.append((name, fraction))
+    if not out:
+        raise ValueError("--splits is empty; expected e.g. train=0.9,validation=0.1")
+    total = sum(f for _, f in out)
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"--splits fractions add up to {total:g}, not 1")
+    return out

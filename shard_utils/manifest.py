@@ -1,0 +1,227 @@
+"""The manifest: the dataset's contract with the loader, `verify` and `inspect`.
+
+Loading validates every field and refuses shard paths that leave the dataset folder.
+Nothing in a manifest is ever evaluated, unpickled or imported: it is plain JSON.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping
+
+from . import schema, storage
+from .plan import SHARD_PATTERN
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+REJECTED_NAME = "rejected.jsonl"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
+
+
+class ManifestError(ValueError):
+    """A manifest is missing, malformed or unsafe; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard file, relative to the manifest's folder."""
+
+    path: str
+    num_records: int
+    num_bytes: int
+    crc32c: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split's totals and shards."""
+
+    num_records: int
+    num_bytes: int
+    class_counts: dict[str, int]
+    shards: list[Shard]
+
+
+@dataclass
+class Manifest:
+    """A loaded, validated manifest. `location` is the folder (local or gs://) it was read from."""
+
+    tool_version: str
+    created: str
+    input: str
+    options: dict[str, Any]
+    features: dict[str, dict[str, Any]]
+    labels: list[str]
+    splits: dict[str, Split]
+    rejected: dict[str, Any]
+    skipped: dict[str, Any]
+    files_seen: int
+    image_size: list[int] | None = None
+    num_cores: int = 8
+    num_hosts: int = 1
+    format_version: int = FORMAT_VERSION
+    location: str = field(default="", compare=False)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    def split(self, name: str) -> Split:
+        """A split by name, or a ManifestError listing the splits there are."""
+        if name not in self.splits:
+            raise ManifestError(f"split {name!r} is not in this dataset; it has {', '.join(sorted(self.splits))}")
+        return self.splits[name]
+
+    def num_records(self, split: str) -> int:
+        return self.split(split).num_records
+
+    def shard_paths(self, split: str) -> list[str]:
+        """Full paths (local or gs://) of a split's shards, in shard order."""
+        return [storage.join(self.location, s.path) for s in self.split(split).shards]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("location")
+        order = ["format_version", "tool_version", "created", "input", "options", "features", "labels",
+                 "image_size", "num_cores", "num_hosts", "files_seen", "splits", "rejected", "skipped"]
+        return {k: out[k] for k in order}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def safe_relative_path(path: Any, what: str = "shard path") -> str:
+    """Accept only plain relative paths that stay inside the dataset folder."""
+    if not isinstance(path, str) or not path:
+        raise ManifestError(f"{what} must be a non-empty string, got {path!r}")
+    if "\\" in path or "\x00" in path or ":" in path or path.startswith("/") or path.startswith("~"):
+        raise ManifestError(f"{what} {path!r} is not a plain relative path inside the dataset folder; refused")
+    if ".." in path.split("/") or posixpath.normpath(path) != path:
+        raise ManifestError(f"{what} {path!r} leaves or is not normal within the dataset folder; refused")
+    return path
+
+
+def _get(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
+    if key not in obj:
+        raise ManifestError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = "/".join(k.__name__ for k in kinds)
+        raise ManifestError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    value = _get(obj, key, int, where)
+    if value < minimum:
+        raise ManifestError(f"{where}: field {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _shard(obj: Any, where: str) -> Shard:
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    path = safe_relative_path(_get(obj, "path", str, where))
+    if not re.match(SHARD_PATTERN, posixpath.basename(path)):
+        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.tfrecord")
+    crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
+    if not _CRC32C.match(crc):
+        raise ManifestError(f"{where}: crc32c {crc!r} is not a base64 CRC32C")
+    if not _SHA256.match(sha):
+        raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
+    return Shard(path, _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1), crc, sha)
+
+
+def _split(name: str, obj: Any) -> Split:
+    where = f"split {name!r}"
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    shards_raw = _get(obj, "shards", list, where)
+    if not shards_raw:
+        raise ManifestError(f"{where}: has no shards")
+    shards = [_shard(s, f"{where} shard {i}") for i, s in enumerate(shards_raw)]
+    num_records, num_bytes = _count(obj, "num_records", where), _count(obj, "num_bytes", where)
+    if sum(s.num_records for s in shards) != num_records:
+        raise ManifestError(f"{where}: num_records {num_records} is not the sum of its shards' records")
+    if sum(s.num_bytes for s in shards) != num_bytes:
+        raise ManifestError(f"{where}: num_bytes {num_bytes} is not the sum of its shards' bytes")
+    counts = _get(obj, "class_counts", dict, where)
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counts.items()):
+        raise ManifestError(f"{where}: class_counts must map label names to integers")
+    return Split(num_records, num_bytes, dict(counts), shards)
+
+
+def from_dict(obj: Any, location: str = "") -> Manifest:
+    """Validate a parsed manifest and build the Manifest; raises ManifestError naming the first problem."""
+    if not isinstance(obj, Mapping):
+        raise ManifestError("manifest must be a JSON object")
+    version = _get(obj, "format_version", int, "manifest")
+    if version != FORMAT_VERSION:
+        raise ManifestError(f"manifest format_version {version} is not supported; this tpu-shards reads {FORMAT_VERSION}")
+    try:
+        schema.check_features(_get(obj, "features", dict, "manifest"))
+    except ValueError as exc:
+        raise ManifestError(f"manifest features: {exc}") from None
+    labels = _get(obj, "labels", list, "manifest")
+    if not all(isinstance(x, str) for x in labels) or len(set(labels)) != len(labels):
+        raise ManifestError("manifest: labels must be distinct strings")
+    splits_raw = _get(obj, "splits", dict, "manifest")
+    if not splits_raw:
+        raise ManifestError("manifest: has no splits")
+    splits = {name: _split(name, s) for name, s in splits_raw.items()}
+    image_size = obj.get("image_size")
+    if image_size is not None and not (isinstance(image_size, list) and len(image_size) == 2 and all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in image_size)):
+        raise ManifestError(f"manifest: image_size must be null or [height, width], got {image_size!r}")
+    rejected, skipped = _get(obj, "rejected", dict, "manifest"), _get(obj, "skipped", dict, "manifest")
+    n_rejected, n_skipped = _count(rejected, "count", "rejected"), _count(skipped, "count", "skipped")
+    if "path" in rejected:
+        safe_relative_path(rejected["path"], "rejected path")
+    seen = _count(obj, "files_seen", "manifest")
+    written = sum(s.num_records for s in splits.values())
+    if seen != written + n_rejected + n_skipped:
+        raise ManifestError(f"manifest accounting does not close: files_seen {seen} != records {written} "
+                            f"+ rejected {n_rejected} + skipped {n_skipped}")
+    return Manifest(
+        tool_version=str(obj.get("tool_version", "")), created=str(obj.get("created", "")),
+        input=str(obj.get("input", "")), options=dict(_get(obj, "options", dict, "manifest")),
+        features={k: dict(v) for k, v in obj["features"].items()}, labels=list(labels), splits=splits,
+        rejected=dict(rejected), skipped=dict(skipped), files_seen=seen, image_size=image_size,
+        num_cores=_count(obj, "num_cores", "manifest", 1) if "num_cores" in obj else 8,
+        num_hosts=_count(obj, "num_hosts", "manifest", 1) if "num_hosts" in obj else 1,
+        format_version=version, location=location)
+
+
+def parse(text: bytes | str, location: str = "") -> Manifest:
+    """Parse manifest JSON text; any malformation is a ManifestError."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"manifest is not valid JSON: {str(exc)[:200]}") from None
+    return from_dict(obj, location)
+
+
+def manifest_path(dataset: str) -> tuple[str, str]:
+    """(manifest file, dataset folder) from either a folder or a path to manifest.json."""
+    if dataset.rstrip("/").endswith(".json"):
+        path = dataset
+        folder = posixpath.dirname(path) if storage.is_gcs(path) else (__import__("os").path.dirname(path) or ".")
+        return path, folder
+    return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") if storage.is_gcs(dataset) else dataset
+
+
+def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest:
+    """Load and validate the manifest of a dataset folder (local or gs://) or of a manifest.json path."""
+    path, folder = manifest_path(dataset)
+    read = reader or storage.read_bytes
+    try:
+        data = read(path)
+    except Exception as exc:
+        raise ManifestError(f"no readable manifest at {path}: {str(exc).splitlines()[0] if str(exc) else exc}. "
+                            "Is this a tpu-shards dataset whose build finished?") from None
+    return parse(data, folder)
