@@ -235,8 +235,11 @@ def summary(m: manifest.Manifest, seconds: float, runner: str) -> str:
         sizes = sorted({s.num_records for s in split.shards})
         lines.append(f"  {name}: {split.num_records} records in {len(split.shards)} shards "
                      f"of {'/'.join(map(str, sizes))} records, {split.num_bytes / 1e6:.1f} MB")
-    lines.append(f"  files seen {m.files_seen}: rejected {m.rejected['count']} {m.rejected['by_reason'] or ''}, "
-                 f"skipped {m.skipped['count']} {m.skipped.get('by_reason') or ''}".rstrip())
+    def reasons(part: dict) -> str:
+        return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""
+
+    lines.append(f"  files seen {m.files_seen}: rejected {m.rejected['count']}{reasons(m.rejected)}, "
+                 f"skipped {m.skipped['count']}{reasons(m.skipped)}")
     if m.rejected["count"]:
         lines.append(f"  see {storage.join(m.location, m.rejected['path'])} for why each file was rejected")
     return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Shared fixtures: small generated image folders and a way to run the real job on them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def photo(width: int, height: int, seed: int) -> Image.Image:
+    """A smooth, photo-like RGB image (gradients plus noise), distinct per seed."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([(x * (seed % 7 + 1) + y) % 256, (y * 2 + seed * 13) % 256, (x + y * 3 + seed * 29) % 256], -1)
+    noisy = base + rng.normal(0, 8, base.shape)
+    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8), "RGB")
+
+
+def write_images(root: Path, counts: dict[str, int], size=(64, 48), fmt="JPEG", ext="jpg", seed=0) -> list[Path]:
+    """<root>/<label>/<i>.<ext> for each label and count; returns the paths."""
+    paths = []
+    for li, (label, n) in enumerate(sorted(counts.items())):
+        folder = root / label
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            path = folder / f"img{i:04d}.{ext}"
+            photo(*size, seed=seed + li * 1000 + i).save(path, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+            paths.append(path)
+    return paths
+
+
+def run_job(input_dir, output_dir, *extra: str):
+    """Run the build in this process on Beam's in-process runner; returns the manifest."""
+    from beam_jobs.build_shards import run
+
+    return run(["--input", str(input_dir), "--output", str(output_dir), *map(str, extra)])
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run `python -m beam_jobs.cli ARGS` in a subprocess; returns the completed process (text output)."""
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "beam_jobs.cli", *map(str, args)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture
+def images(tmp_path):
+    """A folder of 3 labels x 12 small JPEGs."""
+    root = tmp_path / "images"
+    write_images(root, {"cat": 12, "dog": 12, "fish": 12})
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """A built dataset (train 0.75 / validation 0.25, 224x224 fill) shared by read-only tests."""
+    base = tmp_path_factory.mktemp("small_dataset")
+    write_images(base / "images", {"cat": 30, "dog": 25, "fish": 25}, size=(80, 60))
+    out = base / "out"
+    run_job(base / "images", out, "--splits", "train=0.75,validation=0.25", "--image-size", "32",
+            "--resize", "fill")
+    return out
