@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -34,6 +35,10 @@ def user_message(exc: BaseException) -> str | None:
 
 def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None) -> int:
     """Run a command; known errors print one line and exit 1 (2 for usage), anything else exits 3."""
+    if not os.environ.get("TPU_SHARDS_DEBUG"):
+        # Beam's local runner logs a failing step's whole traceback; the one line printed below says it better.
+        for name in ("apache_beam.runners.common", "apache_beam.runners.worker", "apache_beam.runners.portability"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         fn(argv)
         return 0

@@ -1,0 +1,99 @@
+"""The command line: one-line errors, exit codes, nothing half-written."""
+import shutil
+
+import pytest
+from conftest import run_cli, write_images
+
+
+def assert_one_line_error(done, *fragments):
+    assert done.returncode != 0
+    lines = [l for l in done.stderr.splitlines() if l.strip()]
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
+    assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: "), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_missing_input(tmp_path):
+    done = run_cli("build", "--input", tmp_path / "nope", "--output", tmp_path / "out")
+    assert_one_line_error(done, "does not exist")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
+def test_empty_input(tmp_path):
+    (tmp_path / "in").mkdir()
+    assert_one_line_error(run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out"), "is empty")
+    assert not (tmp_path / "out").exists()
+
+
+def test_input_that_is_a_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert_one_line_error(run_cli("build", "--input", tmp_path / "f", "--output", tmp_path / "out"), "not a folder")
+
+
+def test_non_empty_output_needs_overwrite_and_is_left_alone(images, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert_one_line_error(run_cli("build", "--input", images, "--output", out), "--overwrite")
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_unwritable_output(images, tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(run_cli("build", "--input", images, "--output", tmp_path / "file" / "out"),
+                          "cannot create output folder")
+
+
+def test_output_inside_input_is_refused(images):
+    assert_one_line_error(run_cli("build", "--input", images, "--output", images / "out"), "inside the input")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--splits", "train=0.9,val=0.2"], "add up to"),
+    (["--splits", "train"], "name=fraction"),
+    (["--image-size", "0"], "--image-size"),
+    (["--image-size", "a,b"], "--image-size"),
+    (["--num-shards", "12"], "multiple"),
+    (["--jpeg-quality", "0"], "--jpeg-quality"),
+    (["--background", "1,2"], "--background"),
+])
+def test_bad_options(images, tmp_path, args, fragment):
+    done = run_cli("build", "--input", images, "--output", tmp_path / "out", *args)
+    assert_one_line_error(done, fragment)
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
+def test_too_few_records_for_the_cores_fails_cleanly_and_writes_nothing(tmp_path):
+    write_images(tmp_path / "in", {"a": 3})
+    done = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out")
+    assert_one_line_error(done, "3 records cannot fill 8 shards")
+    assert done.returncode == 1 and not (tmp_path / "out").exists()
+
+
+def test_all_files_rejected_fails_cleanly(tmp_path):
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    (tmp_path / "in" / "a" / "x.jpg").write_text("not an image")
+    done = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out")
+    assert_one_line_error(done, "0 records")
+
+
+def test_failed_rerun_keeps_the_previous_dataset(images, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("build", "--input", images, "--output", out).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    small = tmp_path / "small"
+    write_images(small, {"a": 2})
+    assert_one_line_error(run_cli("build", "--input", small, "--output", out, "--overwrite"), "cannot fill")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_console_entry_point_and_help(tmp_path):
+    exe = shutil.which("tpu-shards")
+    assert run_cli("build", "--help").returncode == 0
+    done = run_cli()
+    assert done.returncode == 2 and "usage: tpu-shards" in done.stderr
+    if exe:  # installed with pip: the console script is the same entry point
+        import subprocess
+
+        assert subprocess.run([exe, "build", "--help"], capture_output=True).returncode == 0
