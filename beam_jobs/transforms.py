@@ -154,8 +154,7 @@ class _EncodeFn(beam.DoFn):
             self._label_ids = {name: i for i, name in enumerate(sorted(labels))}
         cfg = self.config
         try:
-            with FileSystems.open(storage.join(cfg.input, media.rel_path), compression_type="uncompressed") as f:
-                data = f.read()
+            data = read_source(storage.join(cfg.input, media.rel_path))
         except Exception as exc:
             yield reject(media.rel_path, "unreadable", _first_line(exc))
             return
@@ -193,6 +192,16 @@ class _EncodeFn(beam.DoFn):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def read_source(path: str) -> bytes:
+    """A source file's bytes: gs:// through Beam's FileSystems (gcsio, with retries), local files directly
+    (FileSystems costs about a millisecond per local open, more than validating the image)."""
+    if storage.is_gcs(path):
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _sha256(data: bytes) -> str:
