@@ -416,7 +416,9 @@ def publish(results: list[ShardResult], config: BuildConfig, plans, rejected, sk
             storage.delete(storage.join(out, name))
     crash_point("publish-old-removed")
     for i, r in enumerate(sorted(results, key=lambda r: r.name)):
-        FileSystems.rename([r.temp_path], [storage.join(out, r.name)])
+        final = storage.join(out, r.name)
+        if FileSystems.exists(r.temp_path) or not FileSystems.exists(final):  # a retried publish skips moved ones
+            FileSystems.rename([r.temp_path], [final])
         if i == 0:
             crash_point("publish-renaming")
     lines = sorted(rejected, key=lambda r: (r["source"], r["reason"]))
@@ -425,7 +427,7 @@ def publish(results: list[ShardResult], config: BuildConfig, plans, rejected, sk
     crash_point("publish-before-manifest")
     storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
     try:
-        FileSystems.delete([config.temp_dir])
+        FileSystems.delete([config.temp_dir + "/" if storage.is_gcs(config.temp_dir) else config.temp_dir])
         if not storage.is_gcs(config.temp_dir):
             os.rmdir(os.path.dirname(config.temp_dir))  # only if no other run's temp is there
     except Exception as exc:  # leftovers are hidden and removed by the next --overwrite; not worth failing for
