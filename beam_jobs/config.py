@@ -34,6 +34,7 @@ class BuildConfig:
             "jpeg_quality": self.image.quality,
             "max_pixels": self.image.max_pixels,
             "background": list(self.image.background),
+            "validate": self.image.validate,
             "num_cores": self.num_cores,
             "num_hosts": self.num_hosts,
             "target_shard_mb": self.target_shard_mb,

@@ -15,6 +15,7 @@ from PIL import Image, UnidentifiedImageError
 # Formats we accept, by what Pillow detects in the bytes (not the file name).
 FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF"}
 RESIZE_MODES = ("fit", "fill", "stretch")
+VALIDATE_MODES = ("decode", "structure")
 DEFAULT_MAX_PIXELS = 100_000_000
 DEFAULT_BACKGROUND = (255, 255, 255)
 _ORIENT = {
@@ -43,6 +44,7 @@ class ImageOptions:
     quality: int = 95
     max_pixels: int = DEFAULT_MAX_PIXELS
     background: tuple[int, int, int] = DEFAULT_BACKGROUND
+    validate: str = "decode"  # how pass-through JPEGs are checked: full decode, or header + end marker
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,9 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
     width, height = image.size
     orientation = _orientation(image)
     if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
-        # Decode at 1/8 scale: the entropy-coded data is still read in full, so truncation is caught.
-        _load(image, draft=(max(1, width // 8), max(1, height // 8)))
+        _check_jpeg_end(data)
+        if options.validate == "decode":  # at 1/8 scale: all the entropy-coded data is still read
+            _load(image, draft=(max(1, width // 8), max(1, height // 8)))
         return PreparedImage(data, height, width, 1 if image.mode == "L" else 3, True)
     draft = None
     if options.size is not None and image.format in ("JPEG", "MPO"):
@@ -117,6 +120,13 @@ def _load(image: Image.Image, draft: tuple[int, int] | None) -> None:
         raise Rejected("too_large", "not enough memory to decode this image") from None
     except Exception as exc:
         raise Rejected("corrupt", f"cannot decode {image.format} data: {exc}") from None
+
+
+def _check_jpeg_end(data: bytes) -> None:
+    """The fast pass-through check: Pillow has parsed the header; the scan must end with an EOI marker."""
+    end = data.rstrip(b"\x00")
+    if not end.endswith(b"\xff\xd9"):
+        raise Rejected("corrupt", "JPEG is truncated: no end-of-image marker after the scan data")
 
 
 def _orientation(image: Image.Image) -> int | None:

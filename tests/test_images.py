@@ -158,11 +158,14 @@ def test_bad_inputs_are_rejected_with_a_reason(data, reason):
     assert info.value.reason == reason and info.value.message
 
 
-def test_truncated_jpeg_is_rejected_even_on_the_pass_through_path():
+@pytest.mark.parametrize("validate", ["decode", "structure"])
+def test_truncated_jpeg_is_rejected_even_on_the_pass_through_path(validate):
     data = encode(photo(64, 64, 9), "JPEG")
-    with pytest.raises(Rejected) as info:
-        prepare_image(data[: len(data) // 2], ImageOptions())
-    assert info.value.reason == "corrupt"
+    assert prepare_image(data, ImageOptions(validate=validate)).passed_through
+    for cut in (len(data) // 2, len(data) - 1):
+        with pytest.raises(Rejected) as info:
+            prepare_image(data[:cut], ImageOptions(validate=validate))
+        assert info.value.reason == "corrupt"
 
 
 def test_job_handles_every_format_and_records_decoded_pixels(tmp_path):
