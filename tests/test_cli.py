@@ -1,5 +1,7 @@
 """The command line: one-line errors, exit codes, nothing half-written."""
-import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import run_cli, write_images
@@ -89,11 +91,9 @@ def test_failed_rerun_keeps_the_previous_dataset(images, tmp_path):
 
 
 def test_console_entry_point_and_help(tmp_path):
-    exe = shutil.which("tpu-shards")
     assert run_cli("build", "--help").returncode == 0
     done = run_cli()
     assert done.returncode == 2 and "usage: tpu-shards" in done.stderr
-    if exe:  # installed with pip: the console script is the same entry point
-        import subprocess
-
-        assert subprocess.run([exe, "build", "--help"], capture_output=True).returncode == 0
+    exe = Path(sys.executable).parent / "tpu-shards"  # the console script pip installed beside this Python
+    done = subprocess.run([str(exe), "verify", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and "no readable manifest" in done.stderr
