@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 import shard_utils
 from shard_utils import inputs, manifest, storage
-from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, ImageOptions
+from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
 from .config import BuildConfig
 from .errors import UsageError
@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="seed of the split assignment and record order")
     ap.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                     help=f"reject images with more pixels, without decoding them (default {DEFAULT_MAX_PIXELS})")
+    ap.add_argument("--validate", choices=VALIDATE_MODES, default="decode",
+                    help="how JPEGs kept byte for byte are checked: decode (every byte decoded, default) or "
+                         "structure (header and end marker only: about 3x faster, misses damage inside the data)")
     ap.add_argument("--background", default="255,255,255", help="R,G,B behind transparent pixels (default white)")
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in --output")
     return ap
@@ -112,7 +115,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool) -> BuildConfig:
         input=args.input, output=args.output, temp_dir=storage.join(args.output, TEMP_ROOT, run_id),
         splits=splits, split_dirs=split_dirs,
         image=ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
-                           background=background),
+                           background=background, validate=args.validate),
         num_cores=args.num_cores, num_hosts=args.num_hosts, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
         created=now.isoformat(timespec="seconds"))
@@ -121,13 +124,15 @@ def make_config(args: argparse.Namespace, split_dirs: bool) -> BuildConfig:
 def check_input(path: str) -> bool:
     """Refuse a missing or empty input; return whether it is laid out in split folders."""
     if storage.is_gcs(path):
-        storage.split_gcs(path)
+        _gcs_uri(path, "input")
         try:
-            first = next(iter(storage.walk(path)), None)
+            first = next(iter(storage.walk(path)), None)  # one page of the listing, not the whole bucket
+            split_dirs = inputs.has_split_dirs(storage.top_level_dirs(path)) if first is not None else False
         except Exception as exc:
-            raise UsageError(f"cannot list input {path}: {storage._short(exc)}") from None
+            raise UsageError(f"cannot list input {path}: {storage.gcs_problem(exc, path)}") from None
         if first is None:
             raise UsageError(f"input {path} holds no objects")
+        return split_dirs
     else:
         if not os.path.exists(path):
             raise UsageError(f"input folder {path} does not exist")
@@ -145,8 +150,13 @@ def check_input(path: str) -> bool:
 def prepare_output(path: str, input_path: str, overwrite: bool) -> bool:
     """Refuse an unusable output before any work; return whether this run created the folder."""
     if storage.is_gcs(path):
-        storage.split_gcs(path)
-        names = storage.list_names(path)
+        _gcs_uri(path, "output")
+        if storage.is_gcs(input_path) and _inside(path, input_path):
+            raise UsageError(f"output {path} is inside the input {input_path}; choose another place")
+        try:
+            names = storage.list_names(path)
+        except Exception as exc:
+            raise UsageError(f"cannot list output {path}: {storage.gcs_problem(exc, path)}") from None
         created = False
     else:
         if not storage.is_gcs(input_path):
@@ -170,7 +180,9 @@ def prepare_output(path: str, input_path: str, overwrite: bool) -> bool:
     except Exception as exc:
         if created:
             shutil.rmtree(path, ignore_errors=True)
-        raise UsageError(f"output {path} is not writable: {storage._short(exc)}") from None
+        cause = exc.__cause__ if isinstance(exc, storage.StorageError) and exc.__cause__ else exc
+        why = storage.gcs_problem(cause, path) if storage.is_gcs(path) else storage._short(exc)
+        raise UsageError(f"output {path} is not writable: {why}") from None
     remove_temp(storage.join(path, TEMP_ROOT))
     return created
 
@@ -180,13 +192,27 @@ def remove_temp(folder: str) -> None:
     if storage.is_gcs(folder):
         from apache_beam.io.filesystems import FileSystems
 
-        if FileSystems.exists(folder + "/"):
-            try:
-                FileSystems.delete([folder + "/"])
-            except Exception:
-                pass
+        # Buckets have no folders: a trailing "/" makes Beam remove every object under the prefix
+        # (fragments, unpublished shards), in retried batches; nothing there is not an error.
+        try:
+            FileSystems.delete([folder.rstrip("/") + "/"])
+        except Exception as exc:  # leftovers are hidden and removed by the next run; not worth failing for
+            print(f"tpu-shards: warning: temporary objects under {folder} not removed: "
+                  f"{storage.gcs_problem(exc, folder)}", file=sys.stderr)
     else:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _gcs_uri(path: str, what: str) -> None:
+    try:
+        storage.split_gcs(path)
+    except storage.StorageError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether gs:// path is folder or lies under it."""
+    return (path.rstrip("/") + "/").startswith(folder.rstrip("/") + "/")
 
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
@@ -210,6 +236,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     template = options.view_as(GoogleCloudOptions).template_location
     runner = options.view_as(StandardOptions).runner or ""
     started = time.monotonic()
+    result = None
     try:
         pipeline = beam.Pipeline(options=options)
         build_pipeline(pipeline, config)
@@ -219,13 +246,62 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
             return None
         result.wait_until_finish()
     except BaseException:
+        if still_running(result):
+            # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects.
+            job = getattr(result, "job_id", lambda: "")()
+            print(f"tpu-shards: stopped waiting; the job keeps running (gcloud dataflow jobs cancel {job} "
+                  "to stop it)", file=sys.stderr)
+            raise
         remove_temp(storage.join(args.output, TEMP_ROOT))
         if created and not storage.is_gcs(args.output) and not os.listdir(args.output):
             os.rmdir(args.output)
         raise
     built = manifest.load(args.output)
     print(summary(built, time.monotonic() - started, runner))
+    counters = metrics_summary(result)
+    if counters:
+        print(counters)
     return built
+
+
+def still_running(result) -> bool:
+    """Whether a job may still be running after the driver stopped waiting (a remote runner, interrupted)."""
+    if result is None:  # the in-process runner returns only when the job is over
+        return False
+    from apache_beam.runners.runner import PipelineState
+
+    try:
+        return not PipelineState.is_terminal(result.state)
+    except Exception:  # state unknown: do not delete what a running job may need
+        return True
+
+
+COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
+                 "images_passed_through", "images_reencoded")
+
+
+def counter_totals(result) -> dict[str, int]:
+    """The job's Beam counters (namespace tpu_shards), summed over steps; empty if the runner has none."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from .transforms import NAMESPACE
+
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # a runner without metrics support must not fail a finished build
+        return {}
+    totals: dict[str, int] = {}
+    for c in found:
+        value = c.committed if c.committed is not None else c.attempted
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
+    return totals
+
+
+def metrics_summary(result) -> str:
+    """One line of the job's Beam counters: files matched, images and bytes written, rejects by reason."""
+    totals = counter_totals(result)
+    names = [n for n in COUNTER_ORDER if n in totals] + sorted(n for n in totals if n not in COUNTER_ORDER)
+    return ("  counters: " + ", ".join(f"{n} {totals[n]}" for n in names)) if names else ""
 
 
 def summary(m: manifest.Manifest, seconds: float, runner: str) -> str:

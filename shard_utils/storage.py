@@ -9,6 +9,7 @@ import base64
 import hashlib
 import os
 import posixpath
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Iterator
@@ -78,22 +79,32 @@ def digest_of(stream, chunk: int = 1 << 22) -> Digest:
     return digest
 
 
-_client = None
+_client = None  # (STORAGE_EMULATOR_HOST it was made for, client)
 
 
 def gcs_client():
-    """One google-cloud-storage client per process."""
+    """One google-cloud-storage client per process (a new one if STORAGE_EMULATOR_HOST changes).
+
+    Credentials are Application Default Credentials; with STORAGE_EMULATOR_HOST set (a local
+    emulator) the client is anonymous, as the emulator needs no credentials.
+    """
     global _client
-    if _client is None:
+    host = os.environ.get("STORAGE_EMULATOR_HOST") or None
+    if _client is None or _client[0] != host:
         from google.cloud import storage
 
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
+        if host:
             from google.auth.credentials import AnonymousCredentials
 
-            _client = storage.Client(project="local-emulator", credentials=AnonymousCredentials())
+            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or "local-emulator",
+                                    credentials=AnonymousCredentials())
         else:
-            _client = storage.Client()
-    return _client
+            try:
+                client = storage.Client()
+            except OSError:  # ADC that names no project: reading and writing objects needs none
+                client = storage.Client(project=None)
+        _client = (host, client)
+    return _client[1]
 
 
 def _blob(uri: str):
@@ -156,22 +167,33 @@ def _symlink_entry(rel: str, path: str, real_root: str) -> Entry:
     return Entry(rel, os.path.getsize(target))
 
 
+LIST_PAGE_SIZE = 1000  # objects per listing request; the listing streams page by page
+
+
+def _gcs_prefix(uri: str) -> tuple[str, str]:
+    """gs://bucket/some/folder -> ('bucket', 'some/folder/'); the bucket root gives ('bucket', '')."""
+    bucket, prefix = split_gcs(uri.rstrip("/") + "/")
+    return bucket, prefix.lstrip("/")
+
+
 def _walk_gcs(root: str) -> Iterator[Entry]:
-    bucket, prefix = split_gcs(root.rstrip("/") + "/")
-    prefix = "" if prefix == "/" else prefix
-    for blob in gcs_client().list_blobs(bucket, prefix=prefix, page_size=1000):
+    bucket, prefix = _gcs_prefix(root)
+    # One page at a time: the caller sees the first objects before the rest are listed, and
+    # nothing here holds more than a page, however many objects the bucket has.
+    for blob in gcs_client().list_blobs(bucket, prefix=prefix, page_size=LIST_PAGE_SIZE,
+                                        fields="items(name,size),nextPageToken"):
         rel = blob.name[len(prefix):]
         if not rel or rel.endswith("/"):
             continue  # folder placeholder objects hold no data
-        yield Entry(rel, blob.size or 0)
+        yield Entry(rel, int(blob.size or 0))
 
 
 def top_level_dirs(root: str) -> list[str]:
     """Names of the folders directly under root."""
     if is_gcs(root):
-        bucket, prefix = split_gcs(root.rstrip("/") + "/")
-        prefix = "" if prefix == "/" else prefix
-        pages = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/")
+        bucket, prefix = _gcs_prefix(root)
+        pages = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/", page_size=LIST_PAGE_SIZE,
+                                        fields="items(name),prefixes,nextPageToken")
         for _ in pages:
             pass
         return sorted(p[len(prefix):].rstrip("/") for p in pages.prefixes)
@@ -193,9 +215,8 @@ def is_dir(uri: str) -> bool:
 def list_names(folder: str) -> list[str]:
     """File names directly inside a folder (not recursive)."""
     if is_gcs(folder):
-        bucket, prefix = split_gcs(folder.rstrip("/") + "/")
-        prefix = "" if prefix == "/" else prefix
-        blobs = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/")
+        bucket, prefix = _gcs_prefix(folder)
+        blobs = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/", page_size=LIST_PAGE_SIZE)
         names = [b.name[len(prefix):] for b in blobs]
         return sorted(n for n in names if n) + sorted(p[len(prefix):] for p in blobs.prefixes)
     if not os.path.isdir(folder):
@@ -220,7 +241,10 @@ def write_bytes(uri: str, data: bytes) -> None:
         if is_gcs(uri):
             from google.cloud.storage.retry import DEFAULT_RETRY
 
-            _blob(uri).upload_from_string(data, retry=DEFAULT_RETRY)
+            try:  # one request, retried with backoff on 429/5xx and dropped connections
+                _blob(uri).upload_from_string(data, retry=DEFAULT_RETRY)
+            except Exception as exc:
+                raise StorageError(f"cannot write {uri}: {gcs_problem(exc, uri)}") from exc
             return
         folder = os.path.dirname(os.path.abspath(uri))
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
@@ -240,20 +264,52 @@ def delete(uri: str) -> None:
     """Remove a file if it is there."""
     if is_gcs(uri):
         from google.api_core.exceptions import NotFound
+        from google.cloud.storage.retry import DEFAULT_RETRY
 
         try:
-            _blob(uri).delete()
+            _blob(uri).delete(retry=DEFAULT_RETRY)
         except NotFound:
             pass
     elif os.path.lexists(uri):
         os.remove(uri)
 
 
+def gcs_problem(exc: BaseException, uri: str) -> str:
+    """One line saying why a gs:// call failed, naming the bucket and what to check; never a credential."""
+    from google.api_core import exceptions as api
+    from google.auth.exceptions import DefaultCredentialsError, RefreshError
+
+    bucket = split_gcs(uri)[0]
+    if isinstance(exc, DefaultCredentialsError):
+        return ("no Application Default Credentials: run `gcloud auth application-default login`, "
+                "or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file")
+    if isinstance(exc, RefreshError):
+        return "the Application Default Credentials could not be refreshed; log in again"
+    if isinstance(exc, api.NotFound):
+        return f"bucket gs://{bucket} does not exist"
+    if isinstance(exc, (api.Forbidden, api.Unauthorized)):
+        return f"permission denied on gs://{bucket} ({exc.code}): {_api_detail(exc)}"
+    if isinstance(exc, api.GoogleAPICallError):
+        return f"{exc.code} {_api_detail(exc)}"
+    return _short(exc)
+
+
+def _api_detail(exc) -> str:
+    """The server's own words from a GCS error, without the request URL."""
+    errors = getattr(exc, "errors", None) or []
+    detail = errors[0].get("message") if errors and isinstance(errors[0], dict) else None
+    text = str(getattr(exc, "message", "") or exc)
+    if not detail:  # uploads carry the JSON error body in the message text
+        found = re.search(r'"message":\s*"((?:[^"\\]|\\.)*)"', text)
+        detail = found.group(1) if found else text.split(": ", 1)[-1]
+    return (detail.splitlines() or [""])[0][:300]
+
+
 def object_crc32c(uri: str) -> tuple[int, str] | None:
     """(size, crc32c) as GCS reports them for an object, without downloading it; None if absent."""
     bucket, name = split_gcs(uri)
-    blob = gcs_client().bucket(bucket).get_blob(name)
-    return None if blob is None else (blob.size, blob.crc32c)
+    blob = gcs_client().bucket(bucket).get_blob(name)  # metadata only; retried like every call here
+    return None if blob is None else (int(blob.size), blob.crc32c)
 
 
 def _short(exc: Exception) -> str:
