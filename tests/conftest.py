@@ -67,3 +67,7 @@ def small_dataset(tmp_path_factory):
     run_job(base / "images", out, "--splits", "train=0.75,validation=0.25", "--image-size", "32",
             "--resize", "fill")
     return out
+
+
+# The gs:// tests' storage emulator (one per session, shared by test_gcs.py and test_dataflow.py).
+from gcs_fixtures import gcs  # noqa: E402,F401

@@ -1,0 +1,340 @@
+"""A real GCS-compatible server on loopback for the gs:// tests, and a proxy that injects storage faults.
+
+`gcp-storage-emulator` runs in its own process (its own GIL, so Beam's in-process runner and the
+server never starve each other) on a free port; `STORAGE_EMULATOR_HOST` points at it for the whole
+session, so the real `google-cloud-storage` client, Beam's gcsio and subprocess workers all use it.
+No storage client is mocked anywhere.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+PROJECT = "local-emulator"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/", timeout=2) as r:
+                if r.read() == b"OK":
+                    return
+        except OSError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"gcp-storage-emulator exited with code {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gcp-storage-emulator did not answer at {url}")
+        time.sleep(0.1)
+
+
+def reset_clients() -> None:
+    """Forget cached storage clients so the next call reads STORAGE_EMULATOR_HOST again."""
+    from shard_utils import storage
+
+    storage._client = None
+
+
+@contextmanager
+def storage_host(url: str) -> Iterator[None]:
+    """Point every storage client created inside the block (ours and Beam's) at url."""
+    old = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = url
+    reset_clients()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = old
+        reset_clients()
+
+
+class Emulator:
+    """A running emulator and a client talking straight to it (not through any proxy)."""
+
+    def __init__(self, url: str, proc: subprocess.Popen):
+        self.url = url
+        self.proc = proc
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        self.client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(),
+                                     client_options={"api_endpoint": url})
+        self._n = 0
+
+    def new_bucket(self, stem: str = "b") -> str:
+        """A fresh, empty bucket; returns its name."""
+        self._n += 1
+        name = f"{stem}-{self._n}-{os.getpid()}"
+        self.client.create_bucket(name)
+        return name
+
+    def upload_tree(self, local: Path, bucket: str, prefix: str = "") -> int:
+        """Copy every file under a local folder to gs://bucket/prefix/...; returns how many."""
+        n = 0
+        b = self.client.bucket(bucket)
+        for path in sorted(p for p in Path(local).rglob("*") if p.is_file()):
+            rel = path.relative_to(local).as_posix()
+            b.blob(f"{prefix.rstrip('/')}/{rel}" if prefix else rel).upload_from_filename(str(path))
+            n += 1
+        return n
+
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
+        """Every object under a prefix, name relative to the prefix -> content."""
+        b = self.client.bucket(bucket)
+        return {blob.name[len(prefix):]: b.blob(blob.name).download_as_bytes()
+                for blob in self.client.list_blobs(bucket, prefix=prefix)}
+
+    def names(self, bucket: str, prefix: str = "") -> list[str]:
+        return sorted(blob.name[len(prefix):] for blob in self.client.list_blobs(bucket, prefix=prefix))
+
+    def blob(self, bucket: str, name: str):
+        return self.client.bucket(bucket).get_blob(name)
+
+
+# Application Default Credentials for the tests: a service-account key (generated per session) whose
+# token endpoint is a tiny server on loopback. Beam and the client libraries find it the way they find
+# real ADC (GOOGLE_APPLICATION_CREDENTIALS); the emulator ignores the bearer token. Neither the key nor
+# the access token may ever appear in any output.
+ACCESS_TOKEN = "test-access-token-77e1deaf"
+
+
+class TokenServer:
+    """Answers OAuth token refreshes with a fixed access token; counts them."""
+
+    def __init__(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server.refreshes += 1
+                body = json.dumps({"access_token": ACCESS_TOKEN, "expires_in": 3600,
+                                   "token_type": "Bearer"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.refreshes = 0
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def write_adc(self, path: Path) -> Path:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.private_key = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()).decode()
+        self.key_id = os.urandom(8).hex()
+        path.write_text(json.dumps({
+            "type": "service_account", "project_id": PROJECT, "private_key_id": self.key_id,
+            "private_key": self.private_key, "client_email": f"builder@{PROJECT}.iam.gserviceaccount.com",
+            "client_id": "1234567890", "token_uri": self.url}))
+        return path
+
+    def secrets(self) -> list[str]:
+        """Strings that must never be printed or logged."""
+        body = self.private_key.splitlines()[1]  # a line of the key itself
+        return [ACCESS_TOKEN, self.key_id, body]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory) -> Iterator[Emulator]:
+    """gcp-storage-emulator on a free loopback port, with STORAGE_EMULATOR_HOST set for the session."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from gcp_storage_emulator.__main__ import main; main()",
+         "start", "--host=127.0.0.1", f"--port={port}", "--in-memory", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # No metadata-server probe when Application Default Credentials are looked up offline.
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "NO_GCE_CHECK", "GOOGLE_CLOUD_PROJECT",
+                                            "GOOGLE_APPLICATION_CREDENTIALS")}
+    tokens = TokenServer()
+    try:
+        _wait_healthy(url, proc)
+        os.environ["NO_GCE_CHECK"] = "True"
+        os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
+        adc = tokens.write_adc(tmp_path_factory.mktemp("adc") / "application_default_credentials.json")
+        os.environ["GOOGLE_APPLICATION_CREDENTIALS"] = str(adc)
+        with storage_host(url):
+            em = Emulator(url, proc)
+            em.tokens = tokens
+            yield em
+    finally:
+        tokens.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_clients()
+
+
+DENIED = f"builder@{PROJECT}.iam.gserviceaccount.com does not have storage.objects.create access"
+
+
+class FaultProxy:
+    """An HTTP proxy in front of the emulator that fails a seeded fraction of requests.
+
+    A failed request never reaches the emulator: it gets either an HTTP 503 (or 429) or a
+    TCP reset with no response at all. Everything else is forwarded unchanged, except that with
+    paginate=True object listings are answered in pages of maxResults with a nextPageToken, as GCS
+    does (the emulator itself ignores maxResults). deny_writes_to=<bucket> answers every write to
+    that bucket with 403, like a bucket the credentials may only read.
+    """
+
+    def __init__(self, upstream: str, rate: float = 0.0, seed: int = 1, deny_writes_to: str | None = None,
+                 paginate: bool = False):
+        self.upstream = upstream.removeprefix("http://")
+        self.paginate = paginate
+        self.rate = rate
+        self.random = random.Random(seed)
+        self.deny_writes_to = deny_writes_to
+        self.lock = threading.Lock()
+        self.counts = {"forwarded": 0, "503": 0, "429": 0, "reset": 0, "403": 0}
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request received
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                fault = proxy._fault(self.command, self.path)
+                if fault == "reset":
+                    # Drop the connection without a response: the client sees a reset.
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if fault in ("503", "429", "403"):
+                    message = DENIED if fault == "403" else "injected fault"
+                    payload = json.dumps({"error": {"code": int(fault), "message": message,
+                                                    "errors": [{"message": message, "reason": "injected"}]}}).encode()
+                    self.send_response(int(fault))
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                page = proxy._page_request(self.command, self.path)
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    conn.request(self.command, page[0] if page else self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                if page and resp.status == 200:
+                    data = proxy._page_of(data, *page[1:])
+                self.send_response(resp.status, resp.reason)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _fault(self, method: str, path: str) -> str | None:
+        with self.lock:
+            self.requests.append((method, path))
+            if self.deny_writes_to and method != "GET" and f"/b/{self.deny_writes_to}/" in path:
+                self.counts["403"] += 1
+                return "403"
+            if path.rstrip("/") == "" or self.random.random() >= self.rate:
+                self.counts["forwarded"] += 1
+                return None
+            kind = self.random.choice(("503", "429", "reset"))
+            self.counts[kind] += 1
+            return kind
+
+    def _page_request(self, method: str, path: str):
+        """For a paged object listing (the emulator returns everything at once): the upstream path
+        without paging, and which page to answer with, as GCS would."""
+        if not self.paginate or method != "GET":
+            return None
+        url = urllib.parse.urlsplit(path)
+        query = urllib.parse.parse_qs(url.query)
+        if not re.fullmatch(r"/storage/v1/b/[^/]+/o", url.path) or "maxResults" not in query or "delimiter" in query:
+            return None
+        size, start = int(query.pop("maxResults")[0]), int(query.pop("pageToken", ["0"])[0])
+        return url.path + "?" + urllib.parse.urlencode(query, doseq=True), start, size
+
+    @staticmethod
+    def _page_of(data: bytes, start: int, size: int) -> bytes:
+        listing = json.loads(data)
+        items = listing.get("items", [])
+        listing["items"] = items[start:start + size]
+        listing.pop("nextPageToken", None)
+        if start + size < len(items):
+            listing["nextPageToken"] = str(start + size)
+        return json.dumps(listing).encode()
+
+    @property
+    def faults(self) -> int:
+        return self.counts["503"] + self.counts["429"] + self.counts["reset"]
+
+    def __enter__(self) -> "FaultProxy":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,107 @@
+"""The Dataflow path without a cloud: a classic template built offline against the storage emulator.
+
+Building a template runs everything the Dataflow runner does before a job is submitted: the
+driver's preflight on the buckets, graph construction, pickling, and staging of the package
+(an sdist of setup.py) and the pipeline to --temp_location, here a bucket on the emulator.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+from conftest import REPO, write_images
+
+from beam_jobs.build_shards import run
+from shard_utils import storage
+
+STEPS = {"ListMedia", "EncodeImages", "PlanShards", "AssignShards", "WriteShards", "FinalizeDataset"}
+
+
+def dataflow_args(tmp_bucket: str, template: str) -> list[str]:
+    return ["--runner", "DataflowRunner", "--project", "local-emulator", "--region", "us-central1",
+            "--temp_location", f"gs://{tmp_bucket}/tmp", "--template_location", template,
+            "--setup_file", str(REPO / "setup.py")]
+
+
+def read_gs(em, uri: str) -> bytes:
+    bucket, name = storage.split_gcs(uri)
+    return em.client.bucket(bucket).blob(name).download_as_bytes()
+
+
+def test_dataflow_template_lists_the_steps_and_stages_the_package(gcs, tmp_path):
+    write_images(tmp_path / "images", {"cat": 3, "dog": 3}, size=(32, 24))
+    raw, out, tmp = gcs.new_bucket("df-raw"), gcs.new_bucket("df-out"), gcs.new_bucket("df-tmp")
+    gcs.upload_tree(tmp_path / "images", raw, "photos")
+    template = tmp_path / "template.json"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_jobs.build_shards", "--input", f"gs://{raw}/photos", "--output", f"gs://{out}/ds",
+         "--num-cores", "2", *dataflow_args(tmp, str(template))],
+        capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"tpu-shards: Dataflow template written to {template}" in done.stdout
+    assert gcs.names(out) == []  # the preflight probed the output and left nothing; no job ran
+
+    spec = json.loads(template.read_text())
+    options = spec["environment"]["sdkPipelineOptions"]["options"]
+    assert options["project"] == "local-emulator" and options["region"] == "us-central1"
+    assert options["setup_file"] == str(REPO / "setup.py")
+
+    # The pipeline's steps, from the pipeline proto the template points at.
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    assert options["pipelineUrl"].startswith(f"gs://{tmp}/tmp/")
+    pipeline = beam_runner_api_pb2.Pipeline.FromString(read_gs(gcs, options["pipelineUrl"]))
+    names = {t.unique_name for t in pipeline.components.transforms.values()}
+    assert STEPS <= names
+    assert {"ListMedia/Walk", "EncodeImages/Encode", "WriteShards/Write", "FinalizeDataset/Publish"} <= names
+
+    # The package staged for the workers: an sdist of this project, built from setup.py.
+    packages = {p["name"]: p["location"] for p in spec["environment"]["workerPools"][0]["packages"]}
+    assert "workflow.tar.gz" in packages
+    staged = packages["workflow.tar.gz"].replace("storage.googleapis.com/", "gs://", 1)
+    assert staged.startswith(f"gs://{tmp}/tmp/")
+    sdist = tmp_path / "workflow.tar.gz"
+    sdist.write_bytes(read_gs(gcs, staged))
+    with tarfile.open(sdist) as tar:
+        members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
+        requires = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("requires.txt"))).read()
+    assert {"setup.py", "beam_jobs/build_shards.py", "beam_jobs/transforms.py", "shard_utils/storage.py",
+            "shard_utils/tfrecord.py"} <= members
+    assert not any(m.startswith("tests/") for m in members)
+    assert b"apache-beam[gcp]" in requires and b"tensorflow" not in requires.split(b"[")[0]
+    assert sdist.stat().st_size < 200_000
+
+    # No credential ends up in the template or the job's output.
+    text = template.read_text() + done.stdout + done.stderr
+    for secret in gcs.tokens.secrets():
+        assert secret not in text
+
+
+def test_template_can_be_written_to_a_bucket_and_run_returns_none(gcs, tmp_path):
+    write_images(tmp_path / "images", {"cat": 2, "dog": 2}, size=(32, 24))
+    raw, out, tmp = gcs.new_bucket("df-raw"), gcs.new_bucket("df-out"), gcs.new_bucket("df-tmp")
+    gcs.upload_tree(tmp_path / "images", raw, "photos")
+    template = f"gs://{tmp}/templates/tpu-shards.json"
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = run(["--input", f"gs://{raw}/photos", "--output", f"gs://{out}/ds", *dataflow_args(tmp, template)])
+    assert result is None
+    assert f"template written to {template}" in printed.getvalue()
+    spec = json.loads(read_gs(gcs, template))
+    assert spec["type"] == "JOB_TYPE_BATCH"
+    assert gcs.names(out) == []
+
+
+def test_interrupted_wait_does_not_delete_a_running_jobs_temporary_objects():
+    from apache_beam.runners.runner import PipelineResult, PipelineState
+
+    from beam_jobs.build_shards import still_running
+
+    assert still_running(PipelineResult(PipelineState.RUNNING))  # Ctrl-C while Dataflow works on
+    assert not still_running(PipelineResult(PipelineState.FAILED))
+    assert not still_running(PipelineResult(PipelineState.DONE))
+    assert not still_running(None)  # the local runner had returned or raised
