@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import re
+import signal
 from types import SimpleNamespace
 
 import google_crc32c
@@ -287,3 +288,22 @@ def test_cli_builds_and_verifies_a_bucket_without_printing_credentials(gcs, sour
     for secret in gcs.tokens.secrets():
         assert secret not in everything
     assert_same_shards(gcs, out, source.local)
+
+
+@pytest.mark.parametrize("stage", ["write", "publish-renaming", "publish-before-manifest"])
+def test_a_killed_build_on_a_bucket_leaves_no_partial_dataset_and_a_rerun_completes(gcs, source, stage):
+    out = f"gs://{gcs.new_bucket('killed')}/ds"
+    first = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--num-cores", "1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    old = dataset_files(gcs, out)
+    killed = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--overwrite",
+                     env={"TPU_SHARDS_KILL_AT": stage})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    after = dataset_files(gcs, out)
+    if "manifest.json" in after:  # then it is the previous dataset, whole and untouched
+        assert {n: b for n, b in after.items() if not n.startswith(".")} == old
+        assert cli_main(["verify", out]) == 0
+    rerun = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--overwrite")
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert_same_shards(gcs, out, source.local)  # -of-00001 shards of the first build are gone too
+    assert cli_main(["verify", out]) == 0
