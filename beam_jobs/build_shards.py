@@ -21,10 +21,12 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 import shard_utils
 from shard_utils import inputs, manifest, storage
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
+from shard_utils.plan import PlanError
 
 from .config import BuildConfig
 from .errors import UsageError
-from .transforms import AssignShards, EncodeImages, FinalizeDataset, ListMedia, PlanShards, WriteShards
+from .transforms import (AssignShards, EncodeImages, FinalizeDataset, ListMedia, PlanShards, WriteShards,
+                         planning_failure)
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 TEMP_ROOT = ".tpu-shards-tmp"
@@ -245,6 +247,9 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
             print(f"tpu-shards: Dataflow template written to {template}")
             return None
         result.wait_until_finish()
+        failure = planning_failure(config.temp_dir)
+        if failure:
+            raise PlanError(failure)
     except BaseException:
         if still_running(result):
             # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects.

@@ -28,6 +28,7 @@ from shard_utils.tfrecord import frame
 from .config import BuildConfig
 
 NAMESPACE = "tpu_shards"
+FAILURE_NAME = "plan-failure.txt"  # in the run's temp folder: why no dataset was published
 LOG = logging.getLogger("tpu_shards")
 
 
@@ -228,8 +229,34 @@ class PlanShards(beam.PTransform):
             | "SizePerSplit" >> beam.Map(lambda r: (r.split, (1, r.length)))
             | "SumPerSplit" >> beam.CombinePerKey(lambda vs: tuple(map(sum, zip(*vs))) if vs else (0, 0))
             | "Together" >> beam.combiners.ToList()
-            | "Plan" >> beam.Map(make_plans, self.config)
+            | "Plan" >> beam.Map(plan_or_failure, self.config)
         )
+
+
+@dataclass(frozen=True)
+class PlanFailure:
+    """Why the dataset cannot be sharded (a PlanError's message), carried through the pipeline as a value.
+
+    Raising in a worker would make Dataflow retry the step and make a local worker process print a
+    traceback; instead no shard is written, Publish leaves the message for the driver, and the
+    driver raises it as one PlanError.
+    """
+
+    message: str
+
+
+def plan_or_failure(totals: list[tuple[str, tuple[int, int]]], config: BuildConfig):
+    """make_plans, with a PlanError turned into a PlanFailure value."""
+    try:
+        return make_plans(totals, config)
+    except plan.PlanError as exc:
+        return PlanFailure(str(exc))
+
+
+def planning_failure(temp_dir: str) -> str | None:
+    """The PlanFailure message a finished run left in its temp folder, if planning failed."""
+    path = storage.join(temp_dir, FAILURE_NAME)
+    return storage.read_bytes(path).decode("utf-8") if storage.exists(path) else None
 
 
 def make_plans(totals: list[tuple[str, tuple[int, int]]], config: BuildConfig) -> dict[str, plan.SplitPlan]:
@@ -262,8 +289,7 @@ class AssignShards(beam.PTransform):
 
     def expand(self, records):
         plans = beam.pvalue.AsSingleton(self.plans)
-        bucketed = records | "Bucket" >> beam.Map(
-            lambda r, plans: ((r.split, plan.bucket_of(r.sort_key, plans[r.split].buckets)), r), plans)
+        bucketed = records | "Bucket" >> beam.FlatMap(_bucket, plans)
         counts = (
             bucketed
             | "One" >> beam.Map(lambda kv: (kv[0], 1))
@@ -275,6 +301,13 @@ class AssignShards(beam.PTransform):
             | "GroupBucket" >> beam.GroupByKey()
             | "Rank" >> beam.FlatMap(_rank_bucket, plans, beam.pvalue.AsSingleton(counts))
         )
+
+
+def _bucket(record: RecordRef, plans):
+    """(split, hash bucket) -> record; nothing when planning failed (no shard will be written)."""
+    if isinstance(plans, PlanFailure):
+        return
+    yield (record.split, plan.bucket_of(record.sort_key, plans[record.split].buckets)), record
 
 
 def _rank_bucket(item, plans: dict[str, plan.SplitPlan], counts: dict[tuple[str, int], int]):
@@ -405,7 +438,13 @@ _OLD_FILE = re.compile(plan.SHARD_PATTERN)
 
 
 def publish(results: list[ShardResult], config: BuildConfig, plans, rejected, skipped, seen, labels) -> str:
-    """Make the new dataset visible: remove the old manifest and shards, rename, write rejects, manifest last."""
+    """Make the new dataset visible: remove the old manifest and shards, rename, write rejects, manifest last.
+
+    When planning failed, nothing is touched: the failure is left in the temp folder for the driver.
+    """
+    if isinstance(plans, PlanFailure):
+        storage.write_bytes(storage.join(config.temp_dir, FAILURE_NAME), plans.message.encode("utf-8"))
+        return ""
     manifest = build_manifest(config, results, plans, rejected, skipped, seen, labels)
     out = config.output
     crash_point("publish-start")

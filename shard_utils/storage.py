@@ -247,6 +247,7 @@ def write_bytes(uri: str, data: bytes) -> None:
                 raise StorageError(f"cannot write {uri}: {gcs_problem(exc, uri)}") from exc
             return
         folder = os.path.dirname(os.path.abspath(uri))
+        os.makedirs(folder, exist_ok=True)  # as on gs://, where a name needs no folder made first
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -66,9 +66,11 @@ def test_bad_options(images, tmp_path, args, fragment):
     assert done.returncode == 2 and not (tmp_path / "out").exists()
 
 
-def test_too_few_records_for_the_cores_fails_cleanly_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize("workers", [(), ("--direct_num_workers=2", "--direct_running_mode=multi_processing")])
+def test_too_few_records_for_the_cores_fails_cleanly_and_writes_nothing(tmp_path, workers):
+    """Also with worker processes: a planning failure is not raised inside a worker (which prints a traceback)."""
     write_images(tmp_path / "in", {"a": 3})
-    done = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out")
+    done = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out", *workers)
     assert_one_line_error(done, "3 records cannot fill 8 shards")
     assert done.returncode == 1 and not (tmp_path / "out").exists()
 

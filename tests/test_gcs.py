@@ -307,3 +307,13 @@ def test_a_killed_build_on_a_bucket_leaves_no_partial_dataset_and_a_rerun_comple
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert_same_shards(gcs, out, source.local)  # -of-00001 shards of the first build are gone too
     assert cli_main(["verify", out]) == 0
+
+
+def test_a_split_too_small_on_a_bucket_is_one_line_and_leaves_nothing(gcs, source, capsys):
+    bucket = gcs.new_bucket("small")
+    capsys.readouterr()
+    code = cli_main(["build", "--input", source.uri, "--output", f"gs://{bucket}/ds", "--num-cores", "32"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("tpu-shards: error: split 'train': 18 records cannot fill 32 shards")
+    assert gcs.names(bucket) == []  # no shard, no manifest, and the run's temporary objects are gone
