@@ -14,9 +14,12 @@ from typing import Any, Callable, Mapping
 from . import schema, storage
 from .plan import SHARD_PATTERN
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.jsonl"
+SKIPPED_NAME = "skipped.jsonl"
+MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 
@@ -37,6 +40,17 @@ class Shard:
 
 
 @dataclass(frozen=True)
+class IndexFile:
+    """A split's per-record index (Avro), relative to the manifest's folder."""
+
+    path: str
+    num_rows: int
+    num_bytes: int
+    crc32c: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Split:
     """One split's totals and shards."""
 
@@ -44,6 +58,7 @@ class Split:
     num_bytes: int
     class_counts: dict[str, int]
     shards: list[Shard]
+    index: IndexFile | None = None
 
 
 @dataclass
@@ -63,6 +78,11 @@ class Manifest:
     image_size: list[int] | None = None
     num_cores: int = 8
     num_hosts: int = 1
+    media: str = "image"
+    label_offset: int = 0  # stored label = label id + label_offset (e.g. 1 for readers that subtract 1)
+    multi_label: bool = False
+    embedding: dict[str, Any] | None = None  # key, dim, shape, model, model_sha256, preprocess, input_size
+    duplicates: dict[str, Any] | None = None  # with --dedup: count, cross_split {"train|test": n}
     format_version: int = FORMAT_VERSION
     location: str = field(default="", compare=False)
 
@@ -83,11 +103,20 @@ class Manifest:
         """Full paths (local or gs://) of a split's shards, in shard order."""
         return [storage.join(self.location, s.path) for s in self.split(split).shards]
 
+    @property
+    def media_key(self) -> str:
+        """The feature holding the encoded media (image/encoded or video/encoded)."""
+        return schema.media_key(self.features)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("location")
-        order = ["format_version", "tool_version", "created", "input", "options", "features", "labels",
-                 "image_size", "num_cores", "num_hosts", "files_seen", "splits", "rejected", "skipped"]
+        for split in out["splits"].values():
+            if split["index"] is None:
+                split.pop("index")
+        order = ["format_version", "tool_version", "created", "input", "options", "media", "features", "labels",
+                 "label_offset", "multi_label", "image_size", "embedding", "num_cores", "num_hosts", "files_seen",
+                 "splits", "rejected", "skipped", "duplicates"]
         return {k: out[k] for k in order}
 
     def to_json(self) -> str:
@@ -128,7 +157,7 @@ def _shard(obj: Any, where: str) -> Shard:
         raise ManifestError(f"{where}: must be an object")
     path = safe_relative_path(_get(obj, "path", str, where))
     if not re.match(SHARD_PATTERN, posixpath.basename(path)):
-        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.tfrecord")
+        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.tfrecord (or .tfrec)")
     crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
     if not _CRC32C.match(crc):
         raise ManifestError(f"{where}: crc32c {crc!r} is not a base64 CRC32C")
@@ -153,7 +182,21 @@ def _split(name: str, obj: Any) -> Split:
     counts = _get(obj, "class_counts", dict, where)
     if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counts.items()):
         raise ManifestError(f"{where}: class_counts must map label names to integers")
-    return Split(num_records, num_bytes, dict(counts), shards)
+    index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
+    return Split(num_records, num_bytes, dict(counts), shards, index)
+
+
+def _index(obj: Any, where: str, num_records: int) -> IndexFile:
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    path = safe_relative_path(_get(obj, "path", str, where), "index path")
+    crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
+    if not _CRC32C.match(crc) or not _SHA256.match(sha):
+        raise ManifestError(f"{where}: crc32c/sha256 are not a base64 CRC32C and 64 lowercase hex digits")
+    rows = _count(obj, "num_rows", where)
+    if rows != num_records:
+        raise ManifestError(f"{where}: {rows} rows for {num_records} records")
+    return IndexFile(path, rows, _count(obj, "num_bytes", where, 1), crc, sha)
 
 
 def from_dict(obj: Any, location: str = "") -> Manifest:
@@ -161,8 +204,9 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     if not isinstance(obj, Mapping):
         raise ManifestError("manifest must be a JSON object")
     version = _get(obj, "format_version", int, "manifest")
-    if version != FORMAT_VERSION:
-        raise ManifestError(f"manifest format_version {version} is not supported; this tpu-shards reads {FORMAT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise ManifestError(f"manifest format_version {version} is not supported; this tpu-shards reads "
+                            f"{', '.join(map(str, READABLE_VERSIONS))} (a newer tpu-shards wrote it?)")
     try:
         schema.check_features(_get(obj, "features", dict, "manifest"))
     except ValueError as exc:
@@ -180,8 +224,23 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         raise ManifestError(f"manifest: image_size must be null or [height, width], got {image_size!r}")
     rejected, skipped = _get(obj, "rejected", dict, "manifest"), _get(obj, "skipped", dict, "manifest")
     n_rejected, n_skipped = _count(rejected, "count", "rejected"), _count(skipped, "count", "skipped")
-    if "path" in rejected:
-        safe_relative_path(rejected["path"], "rejected path")
+    for part, name in ((rejected, "rejected"), (skipped, "skipped")):
+        if "path" in part:
+            safe_relative_path(part["path"], f"{name} path")
+    media = obj.get("media", "image")
+    if media not in MEDIA:
+        raise ManifestError(f"manifest: media must be one of {', '.join(MEDIA)}, got {media!r}")
+    label_offset = _count(obj, "label_offset", "manifest") if "label_offset" in obj else 0
+    multi_label = obj.get("multi_label", False)
+    if not isinstance(multi_label, bool):
+        raise ManifestError("manifest: multi_label must be true or false")
+    embedding = obj.get("embedding")
+    if embedding is not None and not (isinstance(embedding, Mapping) and isinstance(embedding.get("key"), str)
+                                      and embedding["key"] in obj["features"]):
+        raise ManifestError("manifest: embedding must be null or an object whose 'key' is a declared feature")
+    duplicates = obj.get("duplicates")
+    if duplicates is not None and not isinstance(duplicates, Mapping):
+        raise ManifestError("manifest: duplicates must be null or an object")
     seen = _count(obj, "files_seen", "manifest")
     written = sum(s.num_records for s in splits.values())
     if seen != written + n_rejected + n_skipped:
@@ -194,6 +253,9 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         rejected=dict(rejected), skipped=dict(skipped), files_seen=seen, image_size=image_size,
         num_cores=_count(obj, "num_cores", "manifest", 1) if "num_cores" in obj else 8,
         num_hosts=_count(obj, "num_hosts", "manifest", 1) if "num_hosts" in obj else 1,
+        media=media, label_offset=label_offset, multi_label=multi_label,
+        embedding=dict(embedding) if embedding is not None else None,
+        duplicates=dict(duplicates) if duplicates is not None else None,
         format_version=version, location=location)
 
 

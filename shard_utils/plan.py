@@ -10,8 +10,9 @@ import bisect
 import hashlib
 from dataclasses import dataclass
 
-SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.tfrecord"
-SHARD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord$"
+SHARD_EXTENSIONS = ("tfrecord", "tfrec")  # tfrec: what Kaggle's TPU notebooks glob for
+SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.{extension}"
+SHARD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>tfrecord|tfrec)$"
 MB = 1_000_000
 
 
@@ -19,9 +20,9 @@ class PlanError(ValueError):
     """A split cannot be sharded as asked (too few records for the cores, bad --num-shards...)."""
 
 
-def shard_name(split: str, index: int, count: int) -> str:
+def shard_name(split: str, index: int, count: int, extension: str = "tfrecord") -> str:
     """The file name of shard `index` of `count` in `split`."""
-    return SHARD_NAME.format(split=split, index=index, count=count)
+    return SHARD_NAME.format(split=split, index=index, count=count, extension=extension)
 
 
 def sort_key(seed: int, key: str) -> int:

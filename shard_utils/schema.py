@@ -9,7 +9,7 @@ records never import TensorFlow, and the bytes are the same as TF's own
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence, Union
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -22,8 +22,15 @@ LABEL = "image/class/label"
 LABEL_TEXT = "image/class/text"
 SOURCE_ID = "image/source_id"
 SHA256 = "image/key/sha256"
+VIDEO_ENCODED = "video/encoded"  # the clip's sampled frames, each a JPEG
+VIDEO_NUM_FRAMES = "video/num_frames"
+VIDEO_FRAME_RATE = "video/frame_rate"
+EMBEDDING = "image/embedding"  # default key of a model's output per image (video: per frame, flattened)
+EXTRA_PREFIX = "extra/"  # listing columns carried into records: extra/<name>
+VARIABLE = -1  # a list feature's shape [-1]: variable length, with "max_length" in the manifest
 
-# key -> (manifest dtype, shape). The manifest stores this; the loader derives its parse spec from it.
+# key -> (manifest dtype, shape) of a single-label image dataset: what every build wrote before
+# multi-label, extras, video and embeddings. `feature_table` gives the table of any dataset.
 FEATURES: dict[str, dict[str, Any]] = {
     IMAGE_ENCODED: {"dtype": "string", "shape": []},
     IMAGE_FORMAT: {"dtype": "string", "shape": []},
@@ -79,9 +86,29 @@ def _example_classes():
 Example = _example_classes()
 
 
+ExtraValue = Union[int, float, str]
+
+
+@dataclass(frozen=True)
+class ExtraSpec:
+    """A listing column carried into each record as `extra/<name>`: its dtype and whether it holds a list."""
+
+    name: str
+    dtype: str  # "int64", "float32" or "string"
+    is_list: bool = False
+
+    @property
+    def key(self) -> str:
+        return EXTRA_PREFIX + self.name
+
+
 @dataclass(frozen=True)
 class ImageRecord:
-    """One image as it is stored: encoded bytes plus the fields the schema carries."""
+    """One image or video clip as it is stored: encoded bytes plus the fields the schema carries.
+
+    Single-label images use `label`/`label_text`; multi-label records give every label in `labels`/`label_texts`
+    (then `label`/`label_text` are ignored). Video records give `frames` (JPEGs) instead of `encoded`.
+    """
 
     encoded: bytes
     height: int
@@ -92,26 +119,62 @@ class ImageRecord:
     source_id: str
     sha256: str
     image_format: str = "jpeg"
+    labels: tuple[int, ...] | None = None
+    label_texts: tuple[str, ...] | None = None
+    frames: tuple[bytes, ...] | None = None
+    frame_rate: float | None = None
+    extras: tuple[tuple[ExtraSpec, tuple[ExtraValue, ...]], ...] = ()
+    embedding: tuple[float, ...] | None = None
+    embedding_key: str = EMBEDDING
+
+    @property
+    def label_ids(self) -> tuple[int, ...]:
+        return self.labels if self.labels is not None else (self.label,)
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return self.label_texts if self.label_texts is not None else (self.label_text,)
 
 
 def encode_example(record: ImageRecord) -> bytes:
-    """Serialize a record as a tf.train.Example, deterministically (map keys sorted)."""
+    """Serialize a record as a tf.train.Example, deterministically (map keys sorted).
+
+    A single-label image gives exactly the bytes every earlier version wrote.
+    """
     example = Example()
     feature = example.features.feature
-    feature[IMAGE_ENCODED].bytes_list.value.append(record.encoded)
+    if record.frames is None:
+        feature[IMAGE_ENCODED].bytes_list.value.append(record.encoded)
+    else:
+        feature[VIDEO_ENCODED].bytes_list.value.extend(record.frames)
+        feature[VIDEO_NUM_FRAMES].int64_list.value.append(len(record.frames))
+        feature[VIDEO_FRAME_RATE].float_list.value.append(float(record.frame_rate or 0.0))
     feature[IMAGE_FORMAT].bytes_list.value.append(record.image_format.encode())
     feature[IMAGE_HEIGHT].int64_list.value.append(record.height)
     feature[IMAGE_WIDTH].int64_list.value.append(record.width)
     feature[IMAGE_CHANNELS].int64_list.value.append(record.channels)
-    feature[LABEL].int64_list.value.append(record.label)
-    feature[LABEL_TEXT].bytes_list.value.append(record.label_text.encode("utf-8"))
+    feature[LABEL].int64_list.value.extend(record.label_ids)
+    feature[LABEL_TEXT].bytes_list.value.extend(t.encode("utf-8") for t in record.label_names)
     feature[SOURCE_ID].bytes_list.value.append(record.source_id.encode("utf-8"))
     feature[SHA256].bytes_list.value.append(record.sha256.encode())
+    for spec, values in record.extras:
+        target = feature[spec.key]
+        if spec.dtype == "int64":
+            target.int64_list.value.extend(int(v) for v in values)
+        elif spec.dtype == "float32":
+            target.float_list.value.extend(float(v) for v in values)
+        else:
+            target.bytes_list.value.extend(str(v).encode("utf-8") for v in values)
+    if record.embedding is not None:
+        feature[record.embedding_key].float_list.value.extend(record.embedding)
     return example.SerializeToString(deterministic=True)
 
 
 def decode_example(data: bytes) -> dict[str, Any]:
-    """Parse serialized Example bytes into {key: scalar} (bytes or int); raises ValueError if malformed."""
+    """Parse serialized Example bytes into {key: scalar} (bytes, int or float; a list when not exactly one value).
+
+    Raises ValueError if malformed.
+    """
     example = Example()
     try:
         example.ParseFromString(data)
@@ -125,6 +188,62 @@ def decode_example(data: bytes) -> dict[str, Any]:
     return out
 
 
+def decode_lists(data: bytes) -> dict[str, list]:
+    """Parse serialized Example bytes into {key: list of values}, whatever their count."""
+    example = Example()
+    try:
+        example.ParseFromString(data)
+    except Exception as exc:
+        raise ValueError(f"not a tf.train.Example: {exc}") from None
+    out: dict[str, list] = {}
+    for key, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[key] = list(getattr(feature, kind).value) if kind else []
+    return out
+
+
+def feature_table(*, media: str = "image", multi_label: bool = False, num_frames: int | None = None,
+                  extras: Sequence[ExtraSpec] = (), embedding_key: str | None = None,
+                  embedding_shape: Sequence[int] | None = None,
+                  max_lengths: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """The manifest's feature table for a dataset of this shape; the loader derives its parse spec from it.
+
+    List features of variable length have shape [-1] and a "max_length" (the longest list written, from
+    `max_lengths`), so a loader can pad them to a static shape.
+    """
+    max_lengths = max_lengths or {}
+    table = {k: dict(v) for k, v in FEATURES.items()}
+    if media == "video":
+        del table[IMAGE_ENCODED]
+        if not num_frames or num_frames < 1:
+            raise ValueError("a video dataset needs its number of frames per clip")
+        table[VIDEO_ENCODED] = {"dtype": "string", "shape": [num_frames]}
+        table[VIDEO_NUM_FRAMES] = {"dtype": "int64", "shape": []}
+        table[VIDEO_FRAME_RATE] = {"dtype": "float32", "shape": []}
+    elif media != "image":
+        raise ValueError(f"media must be 'image' or 'video', got {media!r}")
+    if multi_label:
+        for key in (LABEL, LABEL_TEXT):
+            table[key] = {**table[key], "shape": [VARIABLE], "max_length": int(max_lengths.get(key, 0))}
+    for spec in extras:
+        if spec.dtype not in DTYPES:
+            raise ValueError(f"extra column {spec.name!r} has dtype {spec.dtype!r}; expected one of {', '.join(DTYPES)}")
+        entry: dict[str, Any] = {"dtype": spec.dtype, "shape": []}
+        if spec.is_list:
+            entry = {"dtype": spec.dtype, "shape": [VARIABLE], "max_length": int(max_lengths.get(spec.key, 0))}
+        table[spec.key] = entry
+    if embedding_key:
+        if not embedding_shape or not all(isinstance(d, int) and d > 0 for d in embedding_shape):
+            raise ValueError(f"embedding shape must be positive integers, got {embedding_shape!r}")
+        table[embedding_key] = {"dtype": "float32", "shape": list(embedding_shape)}
+    return dict(sorted(table.items()))
+
+
+def media_key(features: Mapping[str, Any]) -> str:
+    """The feature holding the encoded media: image/encoded, or video/encoded for a video dataset."""
+    return VIDEO_ENCODED if VIDEO_ENCODED in features and IMAGE_ENCODED not in features else IMAGE_ENCODED
+
+
 def check_features(features: Mapping[str, Any]) -> None:
     """Validate a manifest's feature table; raises ValueError naming the bad entry."""
     if not isinstance(features, Mapping) or not features:
@@ -135,7 +254,16 @@ def check_features(features: Mapping[str, Any]) -> None:
         if spec.get("dtype") not in DTYPES:
             raise ValueError(f"feature {key!r} has dtype {spec.get('dtype')!r}; expected one of {', '.join(DTYPES)}")
         shape = spec.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise ValueError(f"feature {key!r} has shape {shape!r}; expected a list of non-negative integers")
-    if IMAGE_ENCODED not in features or features[IMAGE_ENCODED].get("dtype") != "string":
-        raise ValueError(f"the schema has no image feature: {IMAGE_ENCODED!r} of dtype string is required")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise ValueError(f"feature {key!r} has shape {shape!r}; expected a list of integers")
+        variable = shape == [VARIABLE]
+        if not variable and not all(d >= 0 for d in shape):
+            raise ValueError(f"feature {key!r} has shape {shape!r}; dimensions must be >= 0, or the shape exactly "
+                             f"[{VARIABLE}] for a list of variable length")
+        max_length = spec.get("max_length")
+        if variable and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 0):
+            raise ValueError(f"feature {key!r} is a variable-length list and needs a non-negative 'max_length'")
+    key = media_key(features)
+    if key not in features or features[key].get("dtype") != "string":
+        raise ValueError(f"the schema has no image feature: {IMAGE_ENCODED!r} (or {VIDEO_ENCODED!r}) of dtype "
+                         "string is required")
