@@ -4,11 +4,40 @@ Pure functions over paths relative to the input root, '/'-separated.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Union
+
 SPLIT_DIRS = ("train", "validation", "test")
 MEDIA_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff"})
 SYSTEM_NAMES = frozenset({"thumbs.db", "desktop.ini", "ehthumbs.db", "icon\r"})
 SYSTEM_DIRS = frozenset({"__macosx", "$recycle.bin", "system volume information"})
+
+
+ExtraValues = tuple[Union[int, float, str], ...]
+
+
+@dataclass(frozen=True)
+class MediaItem:
+    """One media file to encode, however it was found (a folder walk or a listing row).
+
+    `source_id` is the record's key (path relative to the input, or the path/URI as a listing gives it):
+    it seeds the split and the order. `uri` is where the bytes are read. `origin` names where the item
+    came from for messages (e.g. "train.csv row 17"); empty for a walked file.
+    """
+
+    source_id: str
+    uri: str
+    size: int
+    labels: tuple[str, ...]
+    split: str | None = None
+    extras: tuple[tuple[str, ExtraValues], ...] = ()
+    origin: str = ""
+
+    @property
+    def label(self) -> str:
+        """The first label (the only one in a single-label dataset)."""
+        return self.labels[0]
 
 
 def skip_reason(rel_path: str) -> str | None:
