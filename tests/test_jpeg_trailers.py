@@ -106,8 +106,9 @@ def test_a_thumbnail_whose_segment_length_is_wrong_is_not_taken_for_the_image(ba
 
 
 @pytest.mark.parametrize("validate", ["decode", "structure"])
-def test_pass_through_keeps_the_image_and_counts_the_dropped_trailer(baseline, validate):
-    video = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 64 + b"\xff\xd9"
+@pytest.mark.parametrize("ends_with_eoi", [False, True])  # was rejected as truncated / was kept whole
+def test_pass_through_keeps_the_image_and_counts_the_dropped_trailer(baseline, validate, ends_with_eoi):
+    video = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 64 + (b"\xff\xd9" if ends_with_eoi else b"")
     out = prepare_image(baseline + video, ImageOptions(validate=validate))
     assert out.passed_through and out.encoded == baseline and out.trailer_bytes == len(video)
     assert (out.width, out.height, out.channels) == (64, 48, 3)
