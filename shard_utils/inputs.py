@@ -10,7 +10,8 @@ from typing import Union
 
 SPLIT_DIRS = ("train", "validation", "test")
 MEDIA_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff"})
+    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
+     ".heic", ".heif", ".avif"})
 SYSTEM_NAMES = frozenset({"thumbs.db", "desktop.ini", "ehthumbs.db", "icon\r"})
 SYSTEM_DIRS = frozenset({"__macosx", "$recycle.bin", "system volume information"})
 
