@@ -45,8 +45,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                     help=f"reject images with more pixels, without decoding them (default {DEFAULT_MAX_PIXELS})")
     ap.add_argument("--validate", choices=VALIDATE_MODES, default="decode",
-                    help="how JPEGs kept byte for byte are checked: decode (every byte decoded, default) or "
-                         "structure (header and end marker only: faster, misses damage inside the data)")
+                    help="how JPEGs kept byte for byte are checked: decode (every byte decoded at 1/8 scale, default) "
+                         "or structure (the marker structure only: faster, misses damage inside the data)")
     ap.add_argument("--background", default="255,255,255", help="R,G,B behind transparent pixels (default white)")
     ap.add_argument("--max-rejected", default=DEFAULT_MAX_REJECTED,
                     help="fail the build (nothing published) when more files than this are rejected: a count "

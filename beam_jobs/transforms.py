@@ -217,8 +217,9 @@ class _EncodeFn(beam.DoFn):
                 yield _rejected(outcome)
                 continue
             count("images_passed_through" if outcome.passed_through else "images_reencoded")
-            if outcome.trailer_bytes:
+            if outcome.trailer_bytes:  # bytes after the JPEG's end (motion photos, maker data): not image data
                 count("jpeg_trailers_dropped")
+                count("jpeg_trailer_bytes_dropped", outcome.trailer_bytes)
             crash_point("encode")
             self._buffer.append(outcome)
             self._buffered += len(outcome.framed)

@@ -106,7 +106,7 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
     split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)
     meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, len(framed), labels, sha256,
                       image.height, image.width, item.extras)
-    return Encoded(split, meta, framed, image.passed_through, getattr(image, "trailer_bytes", 0))
+    return Encoded(split, meta, framed, image.passed_through, image.trailer_bytes)
 
 
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:

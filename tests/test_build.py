@@ -260,3 +260,14 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
     for split in m.splits.values():
         sizes = [s.num_records for s in split.shards]
         assert max(sizes) - min(sizes) <= 1
+
+
+def test_a_jpeg_with_a_trailer_is_kept_without_it_and_counted(images, tmp_path, capsys):
+    photo_bytes = (images / "dog" / "img0002.jpg").read_bytes()
+    (images / "dog" / "motion.jpg").write_bytes(photo_bytes + b"\x00\x00\x00\x18ftypmp42" + bytes(200))
+    out = tmp_path / "out"
+    m = run_job(images, out)
+    assert m.rejected["count"] == 0 and m.splits["train"].num_records == 37
+    rec = by_source(out)["dog/motion.jpg"]
+    assert rec[schema.IMAGE_ENCODED] == photo_bytes
+    assert "jpeg_trailers_dropped 1" in capsys.readouterr().out
