@@ -1,0 +1,8 @@
+"""Flex Template entry point (FLEX_TEMPLATE_PYTHON_PY_FILE): the launcher runs this file with the
+template's parameters as --name=value; beam_jobs.flex_launch rewrites them and runs build_shards.main."""
+import sys
+
+from beam_jobs.flex_launch import main
+
+if __name__ == "__main__":
+    sys.exit(main())
