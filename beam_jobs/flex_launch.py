@@ -9,7 +9,6 @@ Flex-only aliases. Anything else (Beam options) passes through untouched.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import NoReturn, Sequence
 
@@ -99,7 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of dataflow/main.py: rewrite the launcher's arguments, then run build_shards.main."""
     from .build_shards import main as build_main
 
-    logging.basicConfig(level=logging.INFO)  # the launcher's console log then shows Beam's job submission
     try:
         args = launch_argv(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
