@@ -246,7 +246,8 @@ def test_gcloud_builds_the_template_spec_from_the_metadata(tmp_path):
          "--image=europe-west4-docker.pkg.dev/p/r/tpu-shards:test", "--sdk-language=PYTHON",
          f"--metadata-file={METADATA}", "--print-only"],
         capture_output=True, text=True, timeout=120,
-        env={**os.environ, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"})
+        env={**os.environ, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+             "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     spec = json.loads(done.stdout[done.stdout.index("{"):])
     assert spec["sdkInfo"] == {"language": "PYTHON"}
