@@ -22,7 +22,6 @@ from shard_utils import inputs, manifest, runlock, storage
 from . import options, publish
 from .config import BuildConfig
 from .errors import UsageError
-from .options import parser  # noqa: F401 - the job's options, for tools that describe them (flex template)
 from .transforms import (DistinctLabels, EncodeMedia, FinalizeDataset, FindDuplicates, ListMedia, PlanShards,
                          StartRun, WriteShards, new_run_id, without_dropped)
 

@@ -35,14 +35,15 @@ FORMATS = {
 
 def job_parser() -> argparse.ArgumentParser:
     """The build job's option parser; the one place that says where it lives."""
-    from .build_shards import parser
+    from .options import parser
 
     return parser()
 
 
 def job_options(ap: argparse.ArgumentParser) -> list[argparse.Action]:
-    """The job's own options in declaration order (no --help)."""
-    return [a for a in ap._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    """The job's own documented options in declaration order (no --help, no internal test options)."""
+    return [a for a in ap._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
+            and a.help != argparse.SUPPRESS]
 
 
 def is_flag(action: argparse.Action) -> bool:

@@ -19,7 +19,7 @@ from .config import BuildConfig, RejectLimit
 from .errors import OneLineParser, UsageError
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
-DEFAULT_MAX_REJECTED = "50%"
+DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--background", default="255,255,255", help="R,G,B behind transparent pixels (default white)")
     ap.add_argument("--max-rejected", default=DEFAULT_MAX_REJECTED,
                     help="fail the build (nothing published) when more files than this are rejected: a count "
-                         f"(e.g. 0) or a percentage of the files seen (e.g. 5%%); default {DEFAULT_MAX_REJECTED}")
+                         f"(e.g. 0) or a percentage of the files seen (e.g. 5%%); default {DEFAULT_MAX_REJECTED}%")
     ap.add_argument("--label-offset", type=int, default=0,
                     help="store label id + N (e.g. 1 for readers with 1-based labels, such as the tensorflow/tpu "
                          "ResNet parser); recorded in the manifest, and the loader subtracts it back")
