@@ -272,10 +272,8 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
 def manifest_path(dataset: str) -> tuple[str, str]:
     """(manifest file, dataset folder) from either a folder or a path to manifest.json."""
     if dataset.rstrip("/").endswith(".json"):
-        path = dataset
-        folder = posixpath.dirname(path) if storage.is_gcs(path) else (__import__("os").path.dirname(path) or ".")
-        return path, folder
-    return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") if storage.is_gcs(dataset) else dataset
+        return dataset, storage.parent(dataset)
+    return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") or dataset
 
 
 def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest:
@@ -285,7 +283,7 @@ def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest
     try:
         data = read(path)
     except Exception as exc:
-        raise ManifestError(f"no readable manifest at {path}: {str(exc).splitlines()[0] if str(exc) else exc}. "
+        raise ManifestError(f"no readable manifest at {path}: {storage.problem(exc, path)}. "
                             "Is this a tpu-shards dataset whose build finished?") from None
     return parse(data, folder)
 
