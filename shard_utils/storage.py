@@ -102,14 +102,6 @@ def problem(exc: BaseException, uri: str = "") -> str:
     return _one_line(text)
 
 
-gcs_problem = problem  # the name beam_jobs used before the one contract
-
-
-def _short(exc: BaseException) -> str:
-    """Backwards-compatible name for problem(exc) without a path (beam_jobs still calls it)."""
-    return problem(exc)
-
-
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return (lines[0] if lines else "unknown error")[:300]
@@ -201,9 +193,6 @@ def checksum(uri: str) -> tuple[int, str] | None:
 def stores_checksums(uri: str) -> bool:
     """Whether checksum() is metadata (gs://) rather than a full read (local files)."""
     return is_gcs(uri)
-
-
-object_crc32c = checksum  # the name tests/test_gcs.py used before the one contract
 
 
 # ---------------------------------------------------------------------------------------------- client

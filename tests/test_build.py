@@ -127,7 +127,8 @@ def test_hidden_system_and_non_media_files_are_skipped_and_counted(images, tmp_p
     (images / "__MACOSX").mkdir()
     (images / "__MACOSX" / "y.jpg").write_bytes(b"junk")
     m = run_job(images, tmp_path / "out")
-    assert m.skipped == {"count": 6, "by_reason": {"hidden": 3, "not_media": 1, "system": 2}}
+    assert m.skipped == {"count": 6, "by_reason": {"hidden": 3, "not_media": 1, "system": 2},
+                         "by_extension": {".txt": 1}, "path": "skipped.jsonl"}
     assert m.files_seen == 42 and m.splits["train"].num_records == 36 and m.rejected["count"] == 0
 
 

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 import apache_beam
 from beam_jobs import flex_launch
-from beam_jobs.build_shards import make_config
+from beam_jobs.options import make_config
 from beam_jobs.errors import UsageError
 from beam_jobs.flex_metadata import job_options, job_parser, render
 
@@ -232,7 +232,7 @@ def test_format_regexes_accept_what_the_job_accepts(tmp_path):
         assert re.fullmatch(by_name[name]["regexes"][0], value)
         args, _ = job_parser().parse_known_args(
             flex_launch.flex_argv(["--input=gs://b/in", "--output=gs://b/out", f"--{name}={value}"]))
-        config = make_config(args, split_dirs=False)
+        config = make_config(args, split_dirs=False, workers=1, temp_root="gs://b/t", run_id=None, created=None)
         expected = {"224": (224, 224), "224,320": (224, 320), "0,128,255": (0, 128, 255)}[value]
         assert (config.image.size if name == "image_size" else config.image.background) == expected
     assert not re.fullmatch(by_name["image_size"]["regexes"][0], "224x320")

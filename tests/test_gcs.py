@@ -105,7 +105,7 @@ def test_manifest_crc32c_is_what_gcs_reports(gcs, built):
         assert blob.size == shard.num_bytes
         data = blob.download_as_bytes()
         assert storage.crc32c_base64(google_crc32c.value(data)) == shard.crc32c
-        assert storage.object_crc32c(built.uri + "/" + shard.path) == (shard.num_bytes, shard.crc32c)
+        assert storage.checksum(built.uri + "/" + shard.path) == (shard.num_bytes, shard.crc32c)
 
 
 def test_local_run_prints_beam_counters(built):

@@ -15,10 +15,17 @@ from shard_utils import runlock, storage
 
 @pytest.fixture(params=["local", "gcs"])
 def output(request, tmp_path):
+    """An output folder; on gs://, behind a proxy that checks generation preconditions as GCS does
+    (the emulator ignores them)."""
     if request.param == "local":
-        return str(tmp_path / "out")
+        yield str(tmp_path / "out")
+        return
+    from gcs_fixtures import PreconditionProxy, storage_host
+
     gcs = request.getfixturevalue("gcs")
-    return f"gs://{gcs.new_bucket('lock')}/out"
+    bucket = gcs.new_bucket("lock")
+    with PreconditionProxy(gcs.url) as proxy, storage_host(proxy.url):
+        yield f"gs://{bucket}/out"
 
 
 def test_second_run_is_refused_naming_the_first(output):
