@@ -225,7 +225,8 @@ def _reader(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None = None):
         reader = fastavro.reader(fileobj, reader_schema=reader_schema)
     except Exception as exc:
         raise IndexFormatError(f"not an Avro index file: {storage._short(exc)}") from None
-    names = {f["name"] for f in reader.writer_schema.get("fields", [])} if isinstance(reader.writer_schema, dict) else set()
+    written = reader.writer_schema if isinstance(reader.writer_schema, dict) else {}
+    names = {f["name"] for f in written.get("fields", [])}
     missing = [f for f in _REQUIRED if f not in names]
     if missing:
         raise IndexFormatError(f"not a tpu-shards index: fields {', '.join(missing)} are missing")

@@ -45,7 +45,8 @@ def _read_range(uri: str, start: int, length: int) -> bytes:
                 f.seek(start)
                 data = f.read(length)
     except Exception as exc:
-        raise storage.StorageError(f"cannot read {uri} bytes {start}..{start + length}: {storage._short(exc)}") from None
+        raise storage.StorageError(f"cannot read {uri} bytes {start}..{start + length}: "
+                                   f"{storage._short(exc)}") from None
     if len(data) != length:
         raise storage.StorageError(f"short read of {uri}: {len(data)} of {length} bytes from offset {start}")
     return data
@@ -84,9 +85,11 @@ class SplitIndex:
                | (offsets > sizes - lengths))
         if bad.any():
             i = int(np.argmax(bad))
+            why = _why(int(shard[i]), int(expected[i]), int(offsets[i]), int(lengths[i]), int(sizes[i]),
+                       max_record_bytes)
             raise IndexFormatError(f"{where}: row {i} (shard {shard[i]}, offset {offsets[i]}, length {lengths[i]}) "
-                                   f"{_why(int(shard[i]), int(expected[i]), int(offsets[i]), int(lengths[i]), int(sizes[i]), max_record_bytes)}; "
-                                   "the index does not match the dataset: rebuild it or run `tpu-shards verify`")
+                                   f"{why}; the index does not match the dataset: rebuild it or run "
+                                   "`tpu-shards verify`")
         return cls(starts, offsets, lengths)
 
 
@@ -285,6 +288,6 @@ def _jpeg(data: bytes, source_id: str) -> np.ndarray:
 
     try:
         with Image.open(io.BytesIO(data)) as image:
-            return np.asarray(image.convert("RGB"))
+            return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     except Exception as exc:
         raise ValueError(f"record {source_id!r}: image does not decode: {storage._short(exc)}") from None

@@ -252,7 +252,8 @@ class _IndexRows:
         labels = tuple(v - self.m.label_offset for v in f.get(schema.LABEL, []))
         expect = {"source_id": b"".join(f.get(schema.SOURCE_ID, [])).decode("utf-8", "replace"),
                   "sha256": b"".join(f.get(schema.SHA256, [])).decode("utf-8", "replace"),
-                  "height": (f.get(schema.IMAGE_HEIGHT) or [None])[0], "width": (f.get(schema.IMAGE_WIDTH) or [None])[0],
+                  "height": (f.get(schema.IMAGE_HEIGHT) or [None])[0],
+                  "width": (f.get(schema.IMAGE_WIDTH) or [None])[0],
                   "labels": labels, "label": labels[0] if labels else NO_LABEL}
         for name, value in expect.items():
             if getattr(row, name) != value:

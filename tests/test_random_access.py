@@ -244,3 +244,11 @@ def test_grain_over_the_emulator_bucket(dataset, gcs, tmp_path):
     gcs.client.bucket(bucket).blob(f"ds/{shard.path}").upload_from_string(bytes(data))
     with pytest.raises(RecordReadError, match=f"record 0 \\({shard.path}"):
         src[0]
+
+
+def test_grain_worker_processes_read_the_pickled_source(dataset):
+    src = RandomAccessSource(str(dataset), "train")
+    ds = grain.MapDataset.source(src).seed(5).shuffle().map(Decoder.for_source(src)).batch(4).to_iter_dataset()
+    seen = ids(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    assert sorted(seen) == sorted(ids(grain_pipeline(src, seed=5)))
+    assert len(set(seen)) == len(src)
