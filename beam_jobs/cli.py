@@ -13,10 +13,11 @@ from shard_utils.manifest import ManifestError
 from shard_utils.plan import PlanError
 from shard_utils.storage import StorageError
 
-from .errors import UsageError
+from .errors import OneLineParser, UsageError
+
 
 KNOWN = (UsageError, PlanError, ManifestError, StorageError)
-_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError): (.+)")
+_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:
@@ -63,7 +64,7 @@ def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | 
 def verify_command(argv: Sequence[str] | None) -> None:
     from shard_utils.verify import verify
 
-    ap = argparse.ArgumentParser(prog="tpu-shards verify",
+    ap = OneLineParser(prog="tpu-shards verify",
                                  description="Check a dataset against its manifest; exit 0 when intact, 1 otherwise.")
     ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
     ap.add_argument("--deep", action="store_true",
@@ -80,7 +81,7 @@ def verify_command(argv: Sequence[str] | None) -> None:
 def inspect_command(argv: Sequence[str] | None) -> None:
     from shard_utils.manifest import load
 
-    ap = argparse.ArgumentParser(prog="tpu-shards inspect", description="Summarise a dataset from its manifest.")
+    ap = OneLineParser(prog="tpu-shards inspect", description="Summarise a dataset from its manifest.")
     ap.add_argument("dataset")
     args = ap.parse_args(argv)
     m = load(args.dataset)
