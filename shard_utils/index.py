@@ -1,8 +1,9 @@
 """The per-split record index: one Avro row per record, in shard order, written beside the shards.
 
 The shard writer is the only place that knows where each record lands, so it builds the rows
-(`row_from_record`) as it writes and streams them into `write_index`; nothing re-reads shards to make
-an index. Rows are plain Avro (deflate): BigQuery, pandas (`DataFrame.from_records(fastavro.reader(f))`)
+(`row_from_meta`, or `row_from_record` from an ImageRecord) as it writes, into one part per shard
+(`write_index`); publishing merges the parts in shard order (`merge_index_parts`). Nothing re-reads
+shards to make an index. Rows are plain Avro (deflate): BigQuery, pandas (`DataFrame.from_records(fastavro.reader(f))`)
 and Spark read them as they are. Readers must treat rows as untrusted: `check_framed` and the bounds in
 `random_access` refuse a row that does not point at a real record.
 
@@ -26,12 +27,15 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 from . import storage
 from .manifest import IndexFile
 from .schema import ExtraSpec, ImageRecord
 from .tfrecord import FOOTER, HEADER, FramingError, masked_crc
+
+if TYPE_CHECKING:
+    from .encode import RecordMeta
 
 INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 MIN_FRAMED = HEADER + FOOTER  # an empty record
@@ -145,15 +149,37 @@ def row_from_record(shard: int, offset: int, framed_length: int, record: ImageRe
     if any(i < 0 for i in labels):
         raise ValueError(f"record {record.source_id!r}: stored label ids {record.label_ids} are below "
                          f"label_offset {label_offset}")
-    if framed_length < MIN_FRAMED or offset < 0:
-        raise ValueError(f"record {record.source_id!r}: offset {offset} / framed length {framed_length} is not a "
+    return _row(shard, offset, framed_length, record.source_id, labels, record.sha256, record.height, record.width,
+                record.extras)
+
+
+def row_from_meta(shard: int, offset: int, meta: "RecordMeta", extras: Sequence[ExtraSpec] = (), *,
+                  multi_label: bool) -> IndexRow:
+    """The row of a record from the metadata the shard writer holds (`encode.RecordMeta`: 0-based label ids,
+    the framed length, and the item's extra values, which `extras` types as the records do). A single-label
+    record stores only the item's first label, and so does its row."""
+    values = dict(meta.extras)
+    pairs = [(spec, tuple(values.get(spec.name, ()))) for spec in extras]
+    labels = tuple(meta.labels) if multi_label else tuple(meta.labels[:1])
+    return _row(shard, offset, meta.length, meta.source_id, labels, meta.sha256, meta.height, meta.width, pairs)
+
+
+_CASTS = {"int64": int, "float32": float, "string": str}
+
+
+def _row(shard: int, offset: int, length: int, source_id: str, labels: tuple[int, ...], sha256: str, height: int,
+         width: int, extras: Iterable[tuple[ExtraSpec, tuple]]) -> IndexRow:
+    if length < MIN_FRAMED or offset < 0:
+        raise ValueError(f"record {source_id!r}: offset {offset} / framed length {length} is not a "
                          "framed record's place")
     extra = None
-    if record.extras:
-        extra = {field_name(spec.name): (list(values) if spec.is_list else (values[0] if values else None))
-                 for spec, values in record.extras}
-    return IndexRow(record.source_id, shard, offset, framed_length, labels[0] if labels else NO_LABEL, labels,
-                    record.sha256, record.height, record.width, extra)
+    for spec, values in extras:
+        cast = _CASTS[spec.dtype]
+        typed = [cast(v) for v in values]
+        extra = extra if extra is not None else {}
+        extra[field_name(spec.name)] = typed if spec.is_list else (typed[0] if typed else None)
+    return IndexRow(source_id, shard, offset, length, labels[0] if labels else NO_LABEL, labels, sha256, height,
+                    width, extra)
 
 
 @dataclass(frozen=True)
@@ -218,13 +244,37 @@ def write_index(fileobj: BinaryIO, rows: Iterable[IndexRow], schema: Mapping[str
     return IndexWritten(count, out.digest.size, out.digest.crc32c, out.digest.sha256)
 
 
+def merge_index_parts(fileobj: BinaryIO, parts: Iterable[BinaryIO], schema: Mapping[str, Any]) -> IndexWritten:
+    """One split's index from per-shard index files (each written by its shard's writer), in shard order.
+
+    Streams: one part open and one block of rows in memory at a time. Parts must come in shard order,
+    each holding rows of one shard; anything else is an IndexFormatError.
+    """
+    def rows() -> Iterator[IndexRow]:
+        last = -1
+        for number, part in enumerate(parts):
+            shard = None
+            for row in read_index(part):
+                if row.shard <= last:
+                    raise IndexFormatError(f"index part {number} holds shard {row.shard} after shard {last}; "
+                                           "parts must come in shard order")
+                if shard is not None and row.shard != shard:
+                    raise IndexFormatError(f"index part {number} holds rows of shards {shard} and {row.shard}; "
+                                           "one shard per part")
+                shard = row.shard
+                yield row
+            last = last if shard is None else shard
+
+    return write_index(fileobj, rows(), schema)
+
+
 def _reader(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None = None):
     import fastavro
 
     try:
         reader = fastavro.reader(fileobj, reader_schema=reader_schema)
     except Exception as exc:
-        raise IndexFormatError(f"not an Avro index file: {storage._short(exc)}") from None
+        raise IndexFormatError(f"not an Avro index file: {storage.problem(exc)}") from None
     written = reader.writer_schema if isinstance(reader.writer_schema, dict) else {}
     names = {f["name"] for f in written.get("fields", [])}
     missing = [f for f in _REQUIRED if f not in names]
@@ -239,7 +289,7 @@ def _rows(reader) -> Iterator[dict[str, Any]]:
     except IndexFormatError:
         raise
     except Exception as exc:  # a damaged block: fastavro raises many types
-        raise IndexFormatError(f"index file is damaged: {storage._short(exc)}") from None
+        raise IndexFormatError(f"index file is damaged: {storage.problem(exc)}") from None
 
 
 def read_index(fileobj: BinaryIO) -> Iterator[IndexRow]:

@@ -32,26 +32,6 @@ class RecordReadError(IOError):
     """A record could not be read or failed its checksums; the message names the split, index and shard."""
 
 
-def _read_range(uri: str, start: int, length: int) -> bytes:
-    """`length` bytes of a file from `start`: one ranged GET on gs://, seek + read locally; short reads fail.
-
-    TODO(lead): storage.read_range
-    """
-    try:
-        if storage.is_gcs(uri):
-            data = storage._blob(uri).download_as_bytes(start=start, end=start + length - 1)
-        else:
-            with open(uri, "rb") as f:
-                f.seek(start)
-                data = f.read(length)
-    except Exception as exc:
-        raise storage.StorageError(f"cannot read {uri} bytes {start}..{start + length}: "
-                                   f"{storage._short(exc)}") from None
-    if len(data) != length:
-        raise storage.StorageError(f"short read of {uri}: {len(data)} of {length} bytes from offset {start}")
-    return data
-
-
 @dataclass(frozen=True)
 class SplitIndex:
     """A split's record places: row i of the split is in shard `searchsorted(starts, i)` at offsets[i], lengths[i]."""
@@ -138,7 +118,7 @@ class RandomAccessSource:
 
     def __init__(self, dataset: str | Manifest, split: str, *, index: SplitIndex | None = None,
                  max_record_bytes: int = MAX_RECORD_BYTES,
-                 read_range: Callable[[str, int, int], bytes] = _read_range):
+                 read_range: Callable[[str, int, int], bytes] = storage.read_range):
         self._m = dataset if isinstance(dataset, Manifest) else load(dataset)
         self._split = split
         entry = self._m.split(split)
@@ -204,7 +184,7 @@ class RandomAccessSource:
             block = self._read_range(self._paths[shard], start, end - start)
         except Exception as exc:
             raise RecordReadError(f"split {self._split!r} record {int(rows[run[0]])} ({self._names[shard]} bytes "
-                                  f"{start}..{end}): {storage._short(exc)}") from None
+                                  f"{start}..{end}): {storage.problem(exc)}") from None
         for k in run:
             at = int(offsets[k]) - start
             try:
@@ -290,4 +270,4 @@ def _jpeg(data: bytes, source_id: str) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as image:
             return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     except Exception as exc:
-        raise ValueError(f"record {source_id!r}: image does not decode: {storage._short(exc)}") from None
+        raise ValueError(f"record {source_id!r}: image does not decode: {storage.problem(exc)}") from None

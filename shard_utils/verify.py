@@ -129,11 +129,11 @@ def check_index(m: Manifest, split_name: str, deep: bool = False) -> list[str]:
         return []
     path = storage.join(m.location, entry.path)
     try:
-        data = _read(path)
-    except FileNotFoundError:
+        data = storage.read_bytes(path)
+    except storage.NotFoundError:
         return [f"{entry.path}: missing"]
-    except Exception as exc:
-        return [f"{entry.path}: cannot read: {storage._short(exc)}"]
+    except storage.StorageError as exc:
+        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
     problems = []
     digest = storage.Digest()
     digest.update(data)
@@ -143,7 +143,7 @@ def check_index(m: Manifest, split_name: str, deep: bool = False) -> list[str]:
         problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
     if digest.sha256 != entry.sha256:
         problems.append(f"{entry.path}: sha256 differs from the manifest")
-    rows = _IndexRows(m, split_name, read_shards=deep or not storage.is_gcs(m.location), deep=deep)
+    rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep)
     try:
         for row in read_index(io.BytesIO(data)):
             rows.check(row)
@@ -213,10 +213,10 @@ class _IndexRows:
         self.data = None
         if self.read_shards:
             try:
-                self.data = _read(storage.join(self.m.location, self.split.shards[shard].path))
-            except Exception as exc:
+                self.data = storage.read_bytes(storage.join(self.m.location, self.split.shards[shard].path))
+            except storage.StorageError as exc:
                 self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
-                             f"records: the shard cannot be read ({storage._short(exc)})")
+                             f"records: the shard cannot be read ({storage.problem(exc)})")
 
     def _close_shard(self) -> None:
         if self.shard >= 0 and self.end != self.split.shards[self.shard].num_bytes:

@@ -17,6 +17,7 @@ from typing import Sequence
 from conftest import photo
 
 from shard_utils import index, manifest as manifest_mod, schema, storage
+from shard_utils.encode import RecordMeta
 from shard_utils.manifest import Manifest, Shard, Split
 from shard_utils.plan import shard_name
 from shard_utils.tfrecord import frame, iter_records
@@ -89,27 +90,33 @@ def image_record(i: int, label_ids: Sequence[int], labels: Sequence[str], *, mul
 def write_dataset(out: Path, shards: dict[str, list[list[schema.ImageRecord]]], labels: list[str], *,
                   multi_label: bool = False, label_offset: int = 0,
                   extras: Sequence[schema.ExtraSpec] = ()) -> Manifest:
-    """Shards, indexes and a manifest from records, written as the job's writer does (test-only)."""
+    """Shards, indexes and a manifest from records, written as the job's writer does (test-only): each shard's
+    writer makes its rows with `row_from_meta` into a part, and the parts merge into the split's index."""
     out.mkdir(parents=True, exist_ok=True)
     schema_ = index.index_schema(extras)
     splits = {}
     for name, shard_records in shards.items():
-        entries, rows, classes = [], [], Counter()
+        entries, parts, classes = [], [], Counter()
         for i, records in enumerate(shard_records):
             path = shard_name(name, i, len(shard_records))
-            digest, offset = storage.Digest(), 0
+            digest, rows = storage.Digest(), []
             with open(out / path, "wb") as f:
                 for record in records:
                     framed = frame(schema.encode_example(record))
-                    rows.append(index.row_from_record(i, offset, len(framed), record, label_offset))
+                    meta = RecordMeta(0, record.source_id, len(framed),
+                                      tuple(l - label_offset for l in record.label_ids), record.sha256,
+                                      record.height, record.width, tuple((s.name, v) for s, v in record.extras))
+                    rows.append(index.row_from_meta(i, digest.size, meta, extras, multi_label=multi_label))
                     f.write(framed)
                     digest.update(framed)
-                    offset += len(framed)
                     classes.update(record.label_names)
             entries.append(Shard(path, len(records), digest.size, digest.crc32c, digest.sha256))
+            part = io.BytesIO()
+            index.write_index(part, iter(rows), schema_)
+            parts.append(io.BytesIO(part.getvalue()))
         path = index.index_name(name)
         with open(out / path, "wb") as f:
-            written = index.write_index(f, iter(rows), schema_)
+            written = index.merge_index_parts(f, parts, schema_)
         splits[name] = Split(sum(s.num_records for s in entries), sum(s.num_bytes for s in entries),
                              {l: classes.get(l, 0) for l in labels}, entries, written.index_file(path))
     lengths = {}

@@ -157,3 +157,52 @@ def test_unframe_checks_both_crcs_and_the_length():
 def test_check_place_refuses_rows_outside_the_shard(offset, length, size, reason):
     assert reason in index.check_place(offset, length, size)
     assert index.check_place(0, 100, 100) is None
+
+
+def encoded_item(tmp_path, extras_values, settings):
+    from conftest import photo
+
+    from shard_utils.encode import encode_item
+    from shard_utils.inputs import MediaItem
+
+    path = tmp_path / "cat.jpg"
+    photo(40, 30, seed=1).save(path, "JPEG", quality=90)
+    item = MediaItem("x/cat.jpg", str(path), path.stat().st_size, ("dog", "cat"), extras=extras_values)
+    return encode_item(item, settings)
+
+
+@pytest.mark.parametrize("multi_label, label_offset", [(False, 0), (True, 1)])
+def test_the_writers_row_agrees_with_the_record(tmp_path, multi_label, label_offset):
+    from index_helpers import record_of
+
+    from shard_utils import manifest as manifest_mod
+    from shard_utils.encode import EncodeSettings
+    from shard_utils.schema import LABEL, feature_table
+
+    settings = EncodeSettings(label_ids={"cat": 0, "dog": 1}, label_offset=label_offset, multi_label=multi_label,
+                              extras=tuple(EXTRAS))
+    raw = (("bbox", (1, "2.5")), ("2nd score", ("7",)), ("note", (3,)))  # as a listing gives them: untyped
+    enc = encoded_item(tmp_path, raw, settings)
+    row = index.row_from_meta(2, 512, enc.meta, EXTRAS, multi_label=multi_label)
+    features = feature_table(multi_label=multi_label, extras=EXTRAS, max_lengths={"extra/bbox": 2, LABEL: 2})
+    m = manifest_mod.Manifest("t", "", "", {}, features, ["cat", "dog"], {}, {"count": 0}, {"count": 0}, 0,
+                              label_offset=label_offset, multi_label=multi_label)
+    record = record_of(index.unframe(enc.framed), m)
+    assert row == index.row_from_record(2, 512, len(enc.framed), record, label_offset)
+    assert row.extra == {"bbox": [1.0, 2.5], "x_2nd_score": 7, "note": "3"}
+    assert row.labels == ((1, 0) if multi_label else (1,)) and row.label == 1
+
+
+def test_parts_merge_into_the_same_file_as_one_write():
+    schema = index.index_schema()
+    rows = [row(i, shard=i // 4) for i in range(12)]
+    whole, expected = written(rows, schema)
+    parts = [io.BytesIO(written(rows[s * 4:s * 4 + 4], schema)[0]) for s in range(3)]
+    out = io.BytesIO()
+    assert index.merge_index_parts(out, parts, schema) == expected and out.getvalue() == whole
+    backwards = [io.BytesIO(written(rows[s * 4:s * 4 + 4], schema)[0]) for s in (1, 0)]
+    with pytest.raises(IndexFormatError, match="holds shard 0 after shard 1"):
+        index.merge_index_parts(io.BytesIO(), backwards, schema)
+    mixed = [io.BytesIO(written(rows[2:6], schema)[0])]
+    with pytest.raises(IndexFormatError, match="rows of shards 0 and 1"):
+        index.merge_index_parts(io.BytesIO(), mixed, schema)

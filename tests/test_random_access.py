@@ -15,8 +15,9 @@ from PIL import Image
 from shard_utils import manifest as manifest_mod
 from shard_utils import schema
 from shard_utils.index import IndexFormatError
-from shard_utils.random_access import (Decoder, RandomAccessSource, RecordReadError, _read_range, host_slice,
-                                       load_indexes, sources)
+from shard_utils import storage
+from shard_utils.random_access import (Decoder, RandomAccessSource, RecordReadError, host_slice, load_indexes,
+                                       sources)
 from shard_utils.schema import ExtraSpec
 
 
@@ -50,7 +51,7 @@ class CountingReader:
 
     def __call__(self, uri, start, length):
         self.calls.append((uri, start, length))
-        return _read_range(uri, start, length)
+        return storage.read_range(uri, start, length)
 
 
 def test_every_record_reads_back_exactly(dataset):
