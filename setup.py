@@ -29,7 +29,7 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
-        # `tpu-shards inspect --report`, `extract` and the build's progress bars; not needed to build or load
+        # `tpu-shards inspect --report` and the build's progress bars; not needed to build or load
         "report": ["matplotlib>=3.8", "tqdm>=4.66"],
         "test": [
             "tensorflow-cpu>=2.21,<2.22",

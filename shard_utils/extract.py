@@ -125,6 +125,7 @@ def extract(dataset: str | Manifest, out_dir: str, *, split: str | None = None, 
     """Write matching records (all by default) under out_dir, which must be a new or empty local folder."""
     m = dataset if isinstance(dataset, Manifest) else load(dataset)
     splits = _check_request(m, out_dir, split, label, limit)
+    created = not os.path.exists(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     layout = Layout()
     count = renamed = 0
@@ -145,6 +146,9 @@ def extract(dataset: str | Manifest, out_dir: str, *, split: str | None = None, 
             if source_id is not None:
                 break
     if source_id is not None and count == 0:
+        os.remove(map_path)
+        if created:
+            os.rmdir(out_dir)
         raise ExtractError(f"no record has source id {source_id!r} in split(s) {', '.join(splits)}")
     return Extracted(out_dir, count, renamed, map_path)
 

@@ -174,15 +174,19 @@ def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int, lines: int) ->
 
 
 def thumbnail(jpeg: bytes, size: int = TILE) -> Image.Image | None:
-    """The stored image scaled to fit size x size (decoded at reduced scale), or None if it does not decode."""
+    """The stored image scaled to fit size x size, or None if it does not decode. Large images are decoded at
+    reduced scale; small ones (CIFAR-like 32x32) are enlarged by a whole factor, pixels kept square and sharp."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(jpeg)) as image:
                 image.draft("RGB", (size, size))
                 image = image.convert("RGB")
-                image.thumbnail((size, size))
-                return image
+        factor = size // max(image.width, image.height)
+        if factor >= 2:
+            return image.resize((image.width * factor, image.height * factor), Image.Resampling.NEAREST)
+        image.thumbnail((size, size))
+        return image
     except Exception:  # a hostile or damaged record: the tile says so
         return None
 
