@@ -16,6 +16,7 @@ Needs tqdm (the `report` extra) only when bars are shown.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import threading
@@ -45,8 +46,11 @@ class _Bars:
             raise ValueError(f"unknown progress phase {phase!r}; expected one of {', '.join(PHASES)}")
         if phase not in self.bars:
             description, unit = PHASES[phase]
+            width = _columns(self.stream)  # a terminal reporting 0 columns (some containers) gets 80
             self.bars[phase] = self.tqdm(total=self.totals.get(phase), desc=f"{description:<9}", unit=f" {unit}",
-                                         file=self.stream, position=len(self.bars), leave=True, dynamic_ncols=True,
+                                         file=self.stream, position=len(self.bars), leave=True,
+                                         dynamic_ncols=width != 0, ncols=80 if width == 0 else None,
+                                         nrows=24 if width == 0 else None,
                                          mininterval=0.2, smoothing=0.1)
             self.done.setdefault(phase, 0)
         return self.bars[phase]
@@ -61,7 +65,8 @@ class _Bars:
             bar = self._bar(phase)
             self.totals[phase] = (self.totals.get(phase) or 0) + n if add else n
             bar.total = self.totals[phase]
-            bar.refresh()
+            if not add:  # a total set once is shown now; a growing one at the next (rate-limited) update
+                bar.refresh()
 
     def close(self) -> None:
         with self.lock:
@@ -106,6 +111,14 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
+
+
+def _columns(stream: TextIO) -> int | None:
+    """The terminal's width, 0 if it reports none, None if the stream is no terminal."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        return None
 
 
 def stop() -> None:
