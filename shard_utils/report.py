@@ -328,11 +328,16 @@ def class_chart(dataset: str | Manifest):
     else:
         fig = _figure(9, 4.2)
         ax = fig.add_subplot()
+        notes = []
         for name in splits:
-            counts = sorted((m.splits[name].class_counts.get(c, 0) for c in classes), reverse=True)
+            ranked = sorted(classes, key=lambda c: (-m.splits[name].class_counts.get(c, 0), c))
+            counts = [m.splits[name].class_counts.get(c, 0) for c in ranked]
             ax.plot(range(1, len(counts) + 1), counts, color=colors[name], label=_label(name), drawstyle="steps-mid")
-        ax.set_xlabel(f"{len(classes)} classes, sorted by count")
-        ax.set_ylim(bottom=0)
+            notes.append(f"{_label(name, 16)}: most {_label(ranked[0])} ({counts[0]}), "
+                         f"fewest {_label(ranked[-1])} ({counts[-1]})")
+        ax.text(0.99, 0.97, "\n".join(notes), transform=ax.transAxes, ha="right", va="top", fontsize=8)
+        ax.set_xlabel(f"{len(classes)} classes (too many to name), each split sorted by count")
+        ax.set_ylim(0, max([1] + [max(s.class_counts.values(), default=0) for s in m.splits.values()]) * 1.3)
     ax.set_ylabel("records")
     ax.set_title("Records per class")
     ax.grid(axis="y", alpha=0.3)

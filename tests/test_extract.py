@@ -62,7 +62,8 @@ def test_extract_filters(built, tmp_path):
 def test_extract_command_and_its_errors(built, tmp_path):
     done = run_cli("extract", built, tmp_path / "out", "--split", "train", "--limit", "3")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"tpu-shards: extracted 3 records to {tmp_path / 'out'} (map: {tmp_path / 'out' / MAP_NAME})"
+    out = tmp_path / "out"
+    assert done.stdout.strip() == f"tpu-shards: extracted 3 records to {out} (map: {out / MAP_NAME})"
     assert len([p for p in (tmp_path / "out").rglob("*") if p.is_file()]) == 4
     assert_one_line_error(run_cli("extract", built, tmp_path / "out"), "not an empty folder")
     assert_one_line_error(run_cli("extract", built, tmp_path / "x", "--split", "test"), "split 'test' is not in")

@@ -123,3 +123,17 @@ def test_report_without_matplotlib_is_one_line_naming_the_extra(built, tmp_path)
         "tpu-shards: error: the dataset report needs matplotlib, which is not installed: "
         "pip install 'tpu-shards[report]'"]
     assert not (tmp_path / "r").exists()
+
+
+def test_many_classes_are_charted_sorted_and_sampled_by_seed(tmp_path):
+    from handmade import image_record, write_dataset
+
+    labels = [f"class {i:02d}" for i in range(45)]
+    records = [image_record(i, i % 45, labels[i % 45], f"{labels[i % 45]}/{i}.jpg") for i in range(90 + 7)]
+    m = write_dataset(tmp_path / "ds", {"train": records}, labels)
+    report.as_image(report.class_chart(m)).save(tmp_path / "classes.png")
+    assert assert_png(tmp_path / "classes.png").size == (900, 420)
+    sample = report.sample_split(m, "train", seed=5)
+    assert len(sample.groups) == report.MAX_CLASSES
+    assert list(sample.groups) == sorted(sample.groups)  # shown in label order
+    assert list(report.sample_split(m, "train", seed=6).groups) != list(sample.groups)
