@@ -142,19 +142,24 @@ def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default(size)
 
 
-def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
-    """printable(text), cut with an ellipsis to fit width pixels."""
+def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int, keep_end: bool = False) -> str:
+    """printable(text), cut with an ellipsis to fit width pixels: its end is dropped, or with keep_end its
+    start (a source id's file name is at its end)."""
     text = printable(text)
     if draw.textlength(text, font=font) <= width:
         return text
+
+    def cut(n: int) -> str:
+        return "\u2026" + text[len(text) - n:] if keep_end else text[:n] + "\u2026"
+
     lo, hi = 0, len(text)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if draw.textlength(text[:mid] + "\u2026", font=font) <= width:
+        if draw.textlength(cut(mid), font=font) <= width:
             lo = mid
         else:
             hi = mid - 1
-    return text[:lo] + "\u2026"
+    return cut(lo)
 
 
 def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int, lines: int) -> list[str]:
@@ -205,7 +210,7 @@ def render_sheet(sample: SplitSample, tile: int = TILE) -> tuple[Image.Image, li
     per_row = max([len(v) for v in sample.groups.values()] + [1])
     cell_w, cell_h = tile + 2 * PAD, tile + PAD * 2 + CAPTION_LINES * LINE_H + PAD
     rows = max(len(sample.groups), 1)
-    width = 2 * MARGIN + HEADER_W + per_row * cell_w
+    width = max(2 * MARGIN + HEADER_W + per_row * cell_w, 720)  # room for the subtitle with few tiles
     height = MARGIN + TITLE_H + rows * cell_h + MARGIN + LINE_H * (1 + min(len(sample.problems), 3))
     sheet = Image.new("RGB", (width, height), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
@@ -262,7 +267,8 @@ def _draw_tile(sheet: Image.Image, draw: ImageDraw.ImageDraw, item: Tile, left: 
     caption_top = top + size + 3
     draw.text((left, caption_top), _fit_text(draw, ", ".join(item.labels) or "(no label)", font, size),
               fill=INK, font=font)
-    draw.text((left, caption_top + LINE_H), _fit_text(draw, item.source_id, font, size), fill=MUTED, font=font)
+    draw.text((left, caption_top + LINE_H), _fit_text(draw, item.source_id, font, size, keep_end=True), fill=MUTED,
+              font=font)
     return Placed(item, box)
 
 
