@@ -635,7 +635,7 @@ def render_page(m: Manifest, samples: Sequence[SplitSample], charts: dict[str, s
 def _img(name: str | None, alt: str) -> str:
     if not name:
         return '<p class="muted">(no chart: nothing to show)</p>'
-    return f'<img src="{html.escape(name, quote=True)}" alt="{_e(alt)}" loading="lazy">'
+    return f'<img src="{html.escape(name, quote=True)}" alt="{_e(alt)}">'
 
 
 def write_report(dataset: str | Manifest, out_dir: str, *, seed: int = 0, per_class: int = PER_CLASS,
