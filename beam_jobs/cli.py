@@ -13,10 +13,11 @@ from shard_utils.manifest import ManifestError
 from shard_utils.plan import PlanError
 from shard_utils.storage import StorageError
 
-from .errors import UsageError
+from .errors import OneLineParser, UsageError
+
 
 KNOWN = (UsageError, PlanError, ManifestError, StorageError)
-_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError): (.+)")
+_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:
@@ -63,7 +64,7 @@ def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | 
 def verify_command(argv: Sequence[str] | None) -> None:
     from shard_utils.verify import verify
 
-    ap = argparse.ArgumentParser(prog="tpu-shards verify",
+    ap = OneLineParser(prog="tpu-shards verify",
                                  description="Check a dataset against its manifest; exit 0 when intact, 1 otherwise.")
     ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
     ap.add_argument("--deep", action="store_true",
@@ -80,9 +81,9 @@ def verify_command(argv: Sequence[str] | None) -> None:
 def inspect_command(argv: Sequence[str] | None) -> None:
     from shard_utils.manifest import load
 
-    ap = argparse.ArgumentParser(prog="tpu-shards inspect",
-                                 description="Summarise a dataset from its manifest; with --report, also write "
-                                             "contact sheets, charts and an index.html to look at it.")
+    ap = OneLineParser(prog="tpu-shards inspect",
+                       description="Summarise a dataset from its manifest; with --report, also write "
+                                   "contact sheets, charts and an index.html to look at it.")
     ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
     ap.add_argument("--report", metavar="DIR", help="write the report into this local folder")
     ap.add_argument("--seed", type=int, default=0, help="seed of the records shown on the contact sheets")
@@ -112,10 +113,10 @@ def inspect_command(argv: Sequence[str] | None) -> None:
 def extract_command(argv: Sequence[str] | None) -> None:
     from shard_utils.extract import ExtractError, extract
 
-    ap = argparse.ArgumentParser(prog="tpu-shards extract",
-                                 description="Write records back as files, DIR/<split>/<label>/<source file name>, "
-                                             "holding exactly the stored JPEG bytes (video: a folder of frames). "
-                                             "Names are sanitised; DIR/extract_map.csv maps records to files.")
+    ap = OneLineParser(prog="tpu-shards extract",
+                       description="Write records back as files, DIR/<split>/<label>/<source file name>, holding "
+                                   "exactly the stored JPEG bytes (video: a folder of frames). Names are sanitised; "
+                                   "DIR/extract_map.csv maps records to files.")
     ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
     ap.add_argument("dir", help="a new or empty local folder")
     ap.add_argument("--split", help="only this split")

@@ -4,12 +4,14 @@ Pure functions over paths relative to the input root, '/'-separated.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Union
 
 SPLIT_DIRS = ("train", "validation", "test")
 MEDIA_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff"})
+    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
+     ".heic", ".heif", ".avif"})
 SYSTEM_NAMES = frozenset({"thumbs.db", "desktop.ini", "ehthumbs.db", "icon\r"})
 SYSTEM_DIRS = frozenset({"__macosx", "$recycle.bin", "system volume information"})
 
@@ -91,3 +93,36 @@ def parse_splits(text: str) -> list[tuple[str, float]]:
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f"--splits fractions add up to {total:g}, not 1")
     return out
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A listed file that is not read: why, and its extension (for the summary)."""
+
+    reason: str
+    extension: str
+
+
+def extension_of(rel_path: str) -> str:
+    """The lower-case extension of a path's file name ('' when it has none)."""
+    name = rel_path.rsplit("/", 1)[-1].lower()
+    dot = name.rfind(".")
+    return name[dot:] if dot > 0 else ""
+
+
+def classify(entry, split_dirs: bool, root: str) -> Union[MediaItem, Skip, dict]:
+    """A walked entry (storage.Entry) -> a MediaItem, a Skip, or a rejection dict (source, reason, message)."""
+    rel = entry.rel_path
+    skip = skip_reason(rel.rstrip("/"))
+    if entry.reason is not None and skip not in ("hidden", "system"):
+        # A link or folder we cannot read may hold images: say so rather than skip it quietly.
+        return {"source": rel, "reason": entry.reason, "message": entry.message or entry.reason}
+    if skip is not None:
+        return Skip(skip, extension_of(rel))
+    split, label = split_and_label(rel, split_dirs)
+    if label is None:
+        where = "its split folder" if split_dirs else "the input folder"
+        return {"source": rel, "reason": "no_label",
+                "message": f"file sits directly in {where}, not in a label folder"}
+    uri = f"{root.rstrip('/')}/{rel}" if root.startswith("gs://") else os.path.join(root, *rel.split("/"))
+    return MediaItem(rel, uri, entry.size, (label,), split)

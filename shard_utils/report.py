@@ -21,7 +21,7 @@ from PIL import Image, ImageDraw, ImageFont
 from . import storage
 from .extras import require
 from .manifest import Manifest, load
-from .stored import ShardReadError, StoredRecord, iter_shard, label_texts, printable
+from .stored import StoredRecord, iter_shard, label_texts, printable
 
 PER_CLASS = 8  # tiles per class on a contact sheet
 MAX_CLASSES = 24  # classes on a contact sheet; more are chosen by seed
@@ -93,7 +93,7 @@ def sample_split(m: Manifest, split: str, *, seed: int = 0, per_class: int = PER
                 _take(m, record, buckets, per_class, seed, sample)
                 if sample.scanned >= max_records:
                     break
-        except ShardReadError as exc:
+        except storage.StorageError as exc:  # a damaged or vanished shard: said on the sheet and the page
             sample.problems.append(str(exc))
     sample.groups = {c: [t for _, t in sorted(buckets[c], key=lambda e: e[0])[:per_class]] for c in classes}
     return sample

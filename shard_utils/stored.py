@@ -5,7 +5,6 @@ to show or to sanitise, never trusted as paths or markup.
 """
 from __future__ import annotations
 
-import io
 import unicodedata
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -81,15 +80,12 @@ def label_texts(m: Manifest, record: StoredRecord) -> list[str]:
 
 
 def open_shard(m: Manifest, shard: Shard) -> BinaryIO:
-    """A readable binary stream of a shard: a local file, or a gs:// object read whole."""
+    """A binary stream over a shard, local or gs:// (read in chunks, never whole)."""
     path = storage.join(m.location, shard.path)
     try:
-        if storage.is_gcs(path):
-            return io.BytesIO(storage.read_bytes(path))
-        return open(path, "rb")
-    except (OSError, storage.StorageError) as exc:
-        why = str(exc) if isinstance(exc, storage.StorageError) else (exc.strerror or str(exc))
-        raise ShardReadError(f"cannot read shard {path}: {why}; run `tpu-shards verify` on the dataset") from None
+        return storage.open_read(path)
+    except storage.StorageError as exc:
+        raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
 
 
 def iter_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:

@@ -5,7 +5,6 @@ Returns problems as lines naming the shard and record, so a user can act on each
 from __future__ import annotations
 
 import io
-import os
 from typing import Iterator
 
 from . import schema, storage
@@ -29,14 +28,14 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
 def check_shard(m: Manifest, shard: Shard, deep: bool) -> list[str]:
     """Problems with one shard."""
     path = storage.join(m.location, shard.path)
-    if storage.is_gcs(path) and not deep:
-        return _check_gcs_metadata(path, shard)
+    if not deep and storage.stores_checksums(path):
+        return _check_stored_checksums(path, shard)  # no download: size and crc32c are metadata
     try:
-        data = _read(path)
-    except FileNotFoundError:
+        data = storage.read_bytes(path)
+    except storage.NotFoundError:
         return [f"{shard.path}: missing"]
-    except Exception as exc:
-        return [f"{shard.path}: cannot read: {storage._short(exc)}"]
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
     problems = []
     if len(data) != shard.num_bytes:
         problems.append(f"{shard.path}: size {len(data)} bytes, manifest says {shard.num_bytes}")
@@ -86,26 +85,14 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
                     yield f"image is {image.format}, not JPEG"
                 image.load()
         except Exception as exc:
-            yield f"image does not decode: {storage._short(exc)}"
+            yield f"image does not decode: {storage.problem(exc)}"
 
 
-def _read(path: str) -> bytes:
-    if storage.is_gcs(path):
-        from google.api_core.exceptions import NotFound
-
-        try:
-            return storage._blob(path).download_as_bytes()
-        except NotFound:
-            raise FileNotFoundError(path) from None
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _check_gcs_metadata(path: str, shard: Shard) -> list[str]:
+def _check_stored_checksums(path: str, shard: Shard) -> list[str]:
     try:
-        found = storage.object_crc32c(path)
-    except Exception as exc:
-        return [f"{shard.path}: cannot read object metadata: {storage._short(exc)}"]
+        found = storage.checksum(path)
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read object metadata: {storage.problem(exc, path)}"]
     if found is None:
         return [f"{shard.path}: missing"]
     size, crc = found

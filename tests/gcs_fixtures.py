@@ -237,6 +237,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.counts = {"forwarded": 0, "503": 0, "429": 0, "reset": 0, "403": 0}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request received
+        self.served: list[tuple[str, str, int]] = []  # (method, path, response body bytes) of forwarded ones
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -276,6 +277,8 @@ class FaultProxy:
                     conn.close()
                 if page and resp.status == 200:
                     data = proxy._page_of(data, *page[1:])
+                with proxy.lock:
+                    proxy.served.append((self.command, self.path, len(data)))
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
