@@ -19,11 +19,12 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 
 from shard_utils import inputs, manifest, runlock, storage
 
-from . import options, publish
+from . import options, progress, publish
 from .config import BuildConfig
 from .errors import UsageError
-from .transforms import (DistinctLabels, EncodeMedia, FinalizeDataset, FindDuplicates, ListMedia, PlanShards,
-                         StartRun, WriteShards, new_run_id, without_dropped)
+from .listing_io import prepare_listings
+from .transforms import (DistinctLabels, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia, ListMedia,
+                         PlanShards, StartRun, WriteShards, new_run_id, without_dropped)
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
@@ -31,10 +32,11 @@ LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would fir
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     """Add the whole job to a pipeline."""
     run = p | "StartRun" >> StartRun(config)  # RunInfo
-    listed = p | "ListMedia" >> ListMedia(config)  # media: [MediaItem] chunks
-    labels = listed.media | "DistinctLabels" >> DistinctLabels()  # label names
-    encoded = listed.media | "EncodeMedia" >> EncodeMedia(config, labels, run)  # fragments: FragmentInfo
-    frags, rejects = encoded.fragments, [listed.rejected, encoded.rejected]
+    lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
+    listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally
+    labels = listed["media"] | "DistinctLabels" >> DistinctLabels()  # label names
+    encoded = listed["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run)  # fragments: FragmentInfo
+    frags, rejects = encoded.fragments, [listed["rejected"], encoded.rejected]
     if config.dedup:
         dups = frags | "FindDuplicates" >> FindDuplicates()  # dropped: source ids
         dropped, cross_split = dups.dropped, dups.cross_split
@@ -47,8 +49,17 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     shards = frags | "WriteShards" >> WriteShards(config, planned["plans"], run, dropped)  # ShardResult
     rejected = rejects | "AllRejected" >> beam.Flatten()  # dicts
     _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": rejected,
-         "skipped_files": listed.skipped_files, "tally": listed.tally, "labels": labels, "run": run,
+         "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": labels, "run": run,
          "cross_split": cross_split} | "FinalizeDataset" >> FinalizeDataset(config)
+
+
+def check_listing_root(path: str | None) -> None:
+    """With a listing, --input is only the folder relative paths are under: it must exist, it is not walked."""
+    if path is None or storage.is_gcs(path):
+        return
+    if not os.path.isdir(path):
+        raise UsageError(f"input folder {path} does not exist" if not os.path.exists(path) else
+                         f"input {path} is not a folder")
 
 
 def check_input(path: str) -> bool:
@@ -164,13 +175,24 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     cloud = opts.view_as(GoogleCloudOptions)
     workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
                                     direct.direct_running_mode or "", options.available_cores())
-    split_dirs = check_input(args.input)
+    listing = options.listing_options(args)
+    if listing.listings:
+        check_listing_root(args.input)
+        split_dirs = False
+        try:
+            listing, notes = prepare_listings(listing)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        for note in notes:
+            print(f"tpu-shards: {note}")
+    else:
+        split_dirs = check_input(args.input)
     template = cloud.template_location
     now = datetime.datetime.now(datetime.timezone.utc)
     run_id = None if template else new_run_id(now)  # a template decides its run when launched
     config = options.make_config(
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
-        run_id=run_id, created=None if template else now.isoformat(timespec="seconds"))
+        run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing)
     created = prepare_output(config)
     started = time.monotonic()
     result = None
@@ -180,15 +202,20 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
 
         interrupts = LocalInterrupts(config, had_dataset=storage.exists(storage.join(config.output,
                                                                                       manifest.MANIFEST_NAME)))
+    local = runner in options.LOCAL_RUNNERS
     try:
-        with LeaseKeeper(config.output, run_id) if run_id else _nothing(), interrupts or _nothing():
+        with LeaseKeeper(config.output, run_id) if run_id else _nothing(), interrupts or _nothing(), \
+                progress.showing(args.progress if local else False):
             pipeline = beam.Pipeline(options=opts)
             build_pipeline(pipeline, config)
             result = pipeline.run()
             if template:
                 print(f"tpu-shards: Dataflow template written to {template}")
                 return None
-            result.wait_until_finish()
+            if local or args.progress is False:
+                result.wait_until_finish()
+            else:  # a remote job: its console link, then its counters every 30 s while it runs
+                progress.watch(result, 30, project=cloud.project, region=cloud.region)
     except BaseException:
         if still_running(result):
             # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects and lock.

@@ -6,6 +6,7 @@ from typing import Any
 
 from shard_utils import storage
 from shard_utils.images import ImageOptions
+from shard_utils.listings import ListingOptions
 from shard_utils.plan import DEFAULT_BUCKET_BITS
 
 
@@ -42,7 +43,7 @@ class RunInfo:
 class BuildConfig:
     """Everything a build needs besides Beam's own options; plain values so it pickles to workers."""
 
-    input: str
+    input: str | None  # None: a listing of absolute paths only
     output: str
     temp_root: str  # runs' temporary folders live under it: <output>/.tpu-shards-tmp or <temp_location>/...
     run_id: str | None = None  # None: decided when the job runs (a template launch)
@@ -64,6 +65,17 @@ class BuildConfig:
     fragment_bytes: int = 64 * 2**20  # an encoder writes its buffered records as one sorted fragment at this size
     overwrite: bool = False
     dedup: bool = False
+    follow_symlinks: bool = False
+    listing: ListingOptions = ListingOptions()
+
+    @property
+    def splits_from_data(self) -> bool:
+        """Whether every item's split comes from the input (split folders or a split column), not --splits."""
+        return self.split_dirs or self.listing.split_column is not None
+
+    @property
+    def uses_listing(self) -> bool:
+        return bool(self.listing.listings)
 
     def temp_dir(self, run_id: str) -> str:
         return storage.join(self.temp_root, run_id)
@@ -71,7 +83,8 @@ class BuildConfig:
     def manifest_options(self) -> dict[str, Any]:
         """The options that shape the dataset, as recorded in the manifest."""
         return {
-            "splits": "from folders" if self.split_dirs else dict(self.splits),
+            "splits": ("from folders" if self.split_dirs else f"from column {self.listing.split_column}"
+                       if self.listing.split_column else dict(self.splits)),
             "image_size": list(self.image.size) if self.image.size else None,
             "resize": self.image.resize,
             "jpeg_quality": self.image.quality,
@@ -87,4 +100,8 @@ class BuildConfig:
             "shard_extension": self.shard_extension,
             "max_rejected": str(self.max_rejected),
             "dedup": self.dedup,
+            "follow_symlinks": self.follow_symlinks,
+            "listings": list(self.listing.listings),
+            "extra_columns": [f"{e.name}:{e.dtype}{'[]' if e.is_list else ''}" for e in self.listing.extras],
+            "label_from_name": self.listing.label_from_name,
         }

@@ -12,9 +12,10 @@ import os
 from typing import Sequence
 
 import shard_utils
-from shard_utils import inputs, plan
+from shard_utils import inputs, listings, plan
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
+from . import progress
 from .config import BuildConfig, RejectLimit
 from .errors import OneLineParser, UsageError
 
@@ -28,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
         prog="tpu-shards build", allow_abbrev=False,
         description="Build balanced, JPEG-encoded TFRecord shards for TPUs from a folder or gs:// bucket of images. "
                     "Beam's own options (--runner, --direct_num_workers, Dataflow options) are passed to Beam.")
-    ap.add_argument("--input", required=True, help="folder or gs://bucket/prefix holding <label>/<image> files")
+    ap.add_argument("--input", help="folder or gs://bucket/prefix holding <label>/<image> files (with --listing: "
+                                    "the folder its relative paths are under)")
     ap.add_argument("--output", required=True, help="folder or gs://bucket/prefix for shards and manifest.json")
     ap.add_argument("--splits", help="e.g. train=0.9,validation=0.1 (default: all in train, or the input's "
                                      "train/validation/test folders)")
@@ -63,7 +65,12 @@ def parser() -> argparse.ArgumentParser:
                     help="keep files with identical bytes once (the smallest source id); the others are rejected "
                          "'duplicate', and duplicates across splits are counted in the manifest (off by default: it "
                          "shuffles every record's hash, and identical files may be meant, e.g. under two labels)")
+    ap.add_argument("--follow-symlinks", action="store_true",
+                    help="follow symbolic links to files wherever they point (default: links are rejected); links "
+                         "that dangle, loop or point at folders are still rejected")
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in --output")
+    progress.add_argument(ap)
+    listings.add_arguments(ap)
     # Internal sizes, for tests that exercise many buckets or many fragments on small data.
     ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
     ap.add_argument("--fragment-mb", type=float, default=64.0, help=argparse.SUPPRESS)
@@ -174,9 +181,24 @@ def local_workers(requested: int | None, runner: str, direct_num_workers: int, r
     return requested if requested is not None else max(1, cores // share)
 
 
+def listing_options(args: argparse.Namespace) -> listings.ListingOptions:
+    """The listing and label options, checked (without reading any listing); UsageError naming the option."""
+    try:
+        found = listings.listing_options_from(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not found.listings and not args.input:
+        raise UsageError("the following arguments are required: --input (or --listing)")
+    if found.split_column and args.splits:
+        raise UsageError("--split-column gives each row's split; drop --splits")
+    return found
+
+
 def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, temp_root: str,
-                run_id: str | None, created: str | None) -> BuildConfig:
+                run_id: str | None, created: str | None,
+                listing: listings.ListingOptions | None = None) -> BuildConfig:
     """Check the options and turn them into a BuildConfig; raises UsageError with the option named."""
+    listing = listing if listing is not None else listing_options(args)
     if args.splits and split_dirs:
         raise UsageError("the input already has train/validation/test folders; drop --splits")
     try:
@@ -216,4 +238,4 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         fragment_bytes=int(args.fragment_mb * 2**20),
-        overwrite=args.overwrite, dedup=args.dedup)
+        overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing)

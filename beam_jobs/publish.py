@@ -17,8 +17,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from shard_utils import plan, runlock, schema, storage
-from shard_utils.manifest import MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, Manifest, Shard, Split, assemble
+from shard_utils import index, plan, runlock, schema, storage, tfds_meta
+from shard_utils.manifest import (MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest, Shard, Split,
+                                  assemble)
 from shard_utils.plan import InternalError, PlanError, SplitPlan
 
 from .config import BuildConfig, RunInfo
@@ -28,6 +29,9 @@ TEMP_ROOT = ".tpu-shards-tmp"
 OWN_NAMES = (TEMP_ROOT + "/", runlock.LOCK_NAME)  # what the job itself keeps in an output between builds
 REPORTED_REASONS = 3  # reasons named in a failure's one line
 _SHARD_FILE = re.compile(plan.SHARD_PATTERN)
+_INDEX_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.index\.avro$")
+# Files of a published dataset besides shards and indexes: removed before a new one is published.
+_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS)
 
 
 def crash_point(stage: str) -> None:
@@ -80,6 +84,8 @@ class ShardResult:
     crc32c: str
     sha256: str
     class_counts: tuple[tuple[int, int], ...]  # (label id, records)
+    index_part: str = ""  # this shard's index rows (Avro), merged per split when publishing
+    max_lengths: tuple[tuple[str, int], ...] = ()  # longest list per list feature (labels, extras)
 
 
 # ---------------------------------------------------------------------------------------------- outputs
@@ -158,9 +164,14 @@ def finish(results: list[ShardResult], config: BuildConfig, *, plans: list[dict]
 
 def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardResult], plans: Mapping[str, SplitPlan],
                    rejected: Sequence[dict], tally: Tally, labels: Sequence[str], has_skipped_files: bool) -> Manifest:
-    """The manifest for a finished build; InternalError if a shard is missing or the accounting does not close."""
+    """The manifest for a finished build, with each split's index merged from its shards' parts;
+    InternalError if a shard is missing or the accounting does not close."""
     names = sorted(labels)
     splits = {}
+    longest: Counter = Counter()
+    for r in results:
+        for key, n in r.max_lengths:
+            longest[key] = max(longest[key], n)
     for split, split_plan in sorted(plans.items()):
         mine = sorted((r for r in results if r.split == split), key=lambda r: r.index)
         if [r.index for r in mine] != list(range(split_plan.num_shards)):
@@ -171,15 +182,36 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         splits[split] = Split(
             num_records=sum(r.num_records for r in mine), num_bytes=sum(r.num_bytes for r in mine),
             class_counts={name: classes.get(i, 0) for i, name in enumerate(names)},
-            shards=[Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine])
+            shards=[Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine],
+            index=merge_index(config, run, split, mine))
     image = config.image
+    multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
+    features = schema.feature_table(multi_label=multi_label, extras=config.listing.extras, max_lengths=longest)
     return assemble(
         splits=splits, rejected=rejected, skipped=dict(tally.skipped), skipped_extensions=dict(tally.extensions),
         seen=tally.seen, skipped_path=SKIPPED_NAME if has_skipped_files else None,
-        tool_version=config.tool_version, created=run.created, input=config.input,
-        options=config.manifest_options(), features=schema.feature_table(), labels=names,
+        tool_version=config.tool_version, created=run.created, input=config.input or "",
+        options=config.manifest_options(), features=features, labels=names, multi_label=multi_label,
         image_size=list(image.size) if image.size and image.resize != "fit" else None,
         num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset)
+
+
+def merge_index(config: BuildConfig, run: RunInfo, split: str, shards: Sequence[ShardResult]) -> IndexFile:
+    """One split's index from its shards' parts, in shard order, written in the run's temp folder."""
+    name = index.index_name(split)
+    with storage.open_write(storage.join(run.temp_dir, name)) as out:
+        written = index.merge_index_parts(out, (storage.open_read(r.index_part) for r in shards),
+                                          index.index_schema(config.listing.extras))
+    return written.index_file(name)
+
+
+def tfds_files(manifest: Manifest) -> dict[str, bytes]:
+    """TFDS's metadata files, so `tfds.builder_from_directory` reads the dataset; none where TFDS cannot
+    describe it (video, or split names TFDS refuses)."""
+    try:
+        return tfds_meta.tfds_files(manifest)
+    except ValueError:
+        return {}
 
 
 def failure_message(why: str, rejected: Sequence[dict], tally: Tally, report: str) -> str:
@@ -228,16 +260,21 @@ def publish(config: BuildConfig, run: RunInfo, manifest: Manifest, results: Sequ
     storage.delete(storage.join(out, MANIFEST_NAME))
     new_names = {r.name for r in results}
     for name in storage.list_names(out):
-        if (_SHARD_FILE.match(name) and name not in new_names) or name in (REJECTED_NAME, SKIPPED_NAME):
+        if (_SHARD_FILE.match(name) and name not in new_names) or name in _DATASET_FILES or _INDEX_FILE.match(name):
             storage.delete(storage.join(out, name))
     crash_point("publish-old-removed")
     for i, r in enumerate(sorted(results, key=lambda r: r.name)):
         storage.rename(r.temp_path, storage.join(out, r.name), size=r.num_bytes)  # a retry skips moved ones
         if i == 0:
             crash_point("publish-renaming")
+    for split in manifest.splits.values():
+        storage.rename(storage.join(run.temp_dir, split.index.path), storage.join(out, split.index.path),
+                       size=split.index.num_bytes)
     storage.write_bytes(storage.join(out, REJECTED_NAME), _jsonl(rejected))
     if skipped_files:
         storage.write_bytes(storage.join(out, SKIPPED_NAME), _jsonl(skipped_files))
+    for name, data in tfds_files(manifest).items():
+        storage.write_bytes(storage.join(out, name), data)
     crash_point("publish-before-manifest")
     storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
     remove_run_folder(config.temp_root, run.temp_dir)

@@ -17,12 +17,14 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from shard_utils import fragments, inputs, plan, runlock, storage
+from shard_utils import fragments, index, inputs, listings, plan, runlock, storage
 from shard_utils.encode import EncodeSettings, Encoded, encode_batch, reject
 from shard_utils.inputs import MediaItem
+from shard_utils.listings import ListingOptions
 
-from . import publish
+from . import progress, publish
 from .config import BuildConfig, RunInfo
+from .listing_io import DropDuplicateRows, ListingItems
 from .local_pool import LocalPool
 from .publish import crash_point
 
@@ -88,31 +90,34 @@ class ListMedia(beam.PTransform):
         self.config = config
 
     def expand(self, pbegin):
-        return (
+        cfg = self.config
+        out = (
             pbegin
-            | "Root" >> beam.Create([self.config.input])
-            | "Walk" >> beam.FlatMap(walk_chunks)  # list[storage.Entry]
+            | "Root" >> beam.Create([cfg.input])
+            | "Walk" >> beam.FlatMap(walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
             | "Spread" >> beam.Reshuffle()
-            | "Classify" >> beam.FlatMap(classify_chunk, self.config.split_dirs, self.config.input).with_outputs(
+            | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing).with_outputs(
                 "rejected", "skipped_files", "tally", main="media")
         )
+        return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally}
 
 
-def walk_chunks(root: str, size: int = LIST_CHUNK) -> Iterator[list[storage.Entry]]:
-    walked = storage.walk(root)
+def walk_chunks(root: str, follow_symlinks: bool = False, size: int = LIST_CHUNK) -> Iterator[list[storage.Entry]]:
+    walked = storage.walk(root, follow_symlinks=follow_symlinks)
     while chunk := list(itertools.islice(walked, size)):
         yield chunk
 
 
-def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str):
+def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions):
     """A chunk of walked entries -> one list of MediaItems, plus tagged rejects, skipped names and a tally."""
     tally = publish.Tally(seen=len(entries))
     media = []
     count("files_matched", len(entries))
+    progress.advance("list", len(entries))
     for entry in entries:
-        found = inputs.classify(entry, split_dirs, root)
-        if isinstance(found, dict):
-            yield _rejected(found)
+        found = listings.classify_entry(entry, split_dirs, root, options)
+        if isinstance(found, listings.Rejection):
+            yield _rejected(found.as_dict())
         elif isinstance(found, inputs.Skip):
             count(f"skipped_{found.reason}")
             tally.skip(found.reason, found.extension)
@@ -122,7 +127,38 @@ def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str):
             media.append(found)
     yield beam.pvalue.TaggedOutput("tally", tally)
     if media:
+        progress.expect("encode", len(media))
         yield media
+
+
+class ListListedMedia(beam.PTransform):
+    """The media a --listing names (the input is not walked): one item per row, a row naming a file again
+    rejected `duplicate_row`; same outputs as ListMedia (every row is seen once)."""
+
+    def __init__(self, config: BuildConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, pbegin):
+        rows = pbegin | "ListingItems" >> ListingItems(self.config.listing, self.config.input)
+        unique = rows.items | "DropDuplicateRows" >> DropDuplicateRows()  # MediaItem
+        seen = ((rows.items, rows.rejected) | "AllRows" >> beam.Flatten()
+                | "CountRows" >> beam.combiners.Count.Globally()
+                | "Tally" >> beam.Map(lambda n: publish.Tally(seen=n)))
+        media = (unique.items
+                 | "Chunk" >> beam.BatchElements(min_batch_size=LIST_CHUNK, max_batch_size=LIST_CHUNK)
+                 | "CountChunk" >> beam.Map(_listed_chunk))
+        rejected = ((rows.rejected, unique.rejected) | "AllRowRejects" >> beam.Flatten()
+                    | "CountRejects" >> beam.Map(lambda r: _rejected(r).value))
+        nothing = pbegin | "NoSkippedFiles" >> beam.Create([])
+        return {"media": media, "rejected": rejected, "skipped_files": nothing, "tally": seen}
+
+
+def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:
+    count("files_matched", len(chunk))
+    progress.advance("list", len(chunk))
+    progress.expect("encode", len(chunk))
+    return chunk
 
 
 class DistinctLabels(beam.PTransform):
@@ -202,7 +238,8 @@ class _EncodeFn(beam.DoFn):
             cfg = self.config
             self._settings = EncodeSettings(
                 image=cfg.image, seed=cfg.seed, splits=cfg.splits,
-                label_ids={name: i for i, name in enumerate(sorted(labels))}, label_offset=cfg.label_offset)
+                label_ids={name: i for i, name in enumerate(sorted(labels))}, label_offset=cfg.label_offset,
+                extras=cfg.listing.extras)
         return self._settings
 
     def _pool_for(self, settings: EncodeSettings) -> LocalPool:
@@ -213,6 +250,7 @@ class _EncodeFn(beam.DoFn):
 
     def _take(self, outcomes: Iterable) -> Iterator:
         for outcome in outcomes:
+            progress.advance("encode")
             if isinstance(outcome, dict):
                 yield _rejected(outcome)
                 continue
@@ -338,9 +376,10 @@ class SplitTotalsFn(beam.CombineFn):
 
 def plan_or_failure(totals: dict, config: BuildConfig):
     """The draft plans, or (tagged `failure`) the PlanError message that says why there are none."""
+    progress.total("write", sum(t.num_records for t in totals.values()))
     try:
         yield plan.plan_splits(
-            totals, expected_splits=[] if config.split_dirs else [name for name, _ in config.splits],
+            totals, expected_splits=[] if config.splits_from_data else [name for name, _ in config.splits],
             num_cores=config.num_cores, num_hosts=config.num_hosts,
             target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards,
             bucket_bits=config.bucket_bits)
@@ -397,35 +436,50 @@ def shard_slices(info: fragments.FragmentInfo, plans: list[dict], dropped: list[
 def write_shard(grouped: tuple[tuple[str, int], Iterable[fragments.Slice]], config: BuildConfig,
                 plans: list[dict], run: RunInfo, dropped: list[str]) -> publish.ShardResult:
     """Read the shard's slices (one ranged read each), merge them in key order, write the shard."""
-    (split, index), pieces = grouped
+    (split, shard), pieces = grouped
     gone = frozenset(dropped)
     split_plan = plans[0][split]
     runs = []
     for piece in sorted(pieces, key=lambda s: (s.fragment, s.start)):
         runs.append(fragments.split_slice(piece, storage.read_range(piece.fragment, piece.start, piece.length)))
         count("fragment_bytes_read", piece.length)
-    name = plan.shard_name(split, index, split_plan.num_shards, config.shard_extension)
+    name = plan.shard_name(split, shard, split_plan.num_shards, config.shard_extension)
     temp_path = storage.join(run.temp_dir, "shards", name)
     digest = storage.Digest()
     classes: Counter = Counter()
-    written = 0
+    longest: Counter = Counter()  # the longest list of each list feature, for the manifest's max_length
+    rows = []
     crash_point("write")
     with storage.open_write(temp_path) as out:
         for meta, framed in fragments.merge(runs):
             if meta.source_id in gone:
                 continue
+            rows.append(index.row_from_meta(shard, digest.size, meta, config.listing.extras, multi_label=True))
             out.write(framed)
             digest.update(framed)
             classes.update(meta.labels)
-            written += 1
-    expected = split_plan.sizes[index]
-    if written != expected:
-        raise plan.InternalError(f"shard {index} of split {split!r} got {written} records, planned {expected}")
+            _note_lengths(longest, meta)
+    expected = split_plan.sizes[shard]
+    if len(rows) != expected:
+        raise plan.InternalError(f"shard {shard} of split {split!r} got {len(rows)} records, planned {expected}")
+    index_part = storage.join(run.temp_dir, "index", name + ".avro")
+    with storage.open_write(index_part) as out:
+        index.write_index(out, rows, index.index_schema(config.listing.extras))
     count("shards_written")
     count("bytes_written", digest.size)
-    count("images_written", written)
-    return publish.ShardResult(split, index, temp_path, name, written, digest.size, digest.crc32c, digest.sha256,
-                               tuple(sorted(classes.items())))
+    count("images_written", len(rows))
+    progress.advance("write", len(rows))
+    return publish.ShardResult(split, shard, temp_path, name, len(rows), digest.size, digest.crc32c, digest.sha256,
+                               tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
+
+
+def _note_lengths(longest: Counter, meta) -> None:
+    from shard_utils import schema
+
+    longest[schema.LABEL] = max(longest[schema.LABEL], len(meta.labels))
+    for name, values in meta.extras:
+        key = schema.EXTRA_PREFIX + name
+        longest[key] = max(longest[key], len(values))
 
 
 # ---------------------------------------------------------------------------------------------- publish

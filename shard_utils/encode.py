@@ -24,7 +24,6 @@ class EncodeSettings:
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     label_ids: dict[str, int] = field(default_factory=dict)
     label_offset: int = 0
-    multi_label: bool = False
     extras: tuple[schema.ExtraSpec, ...] = ()
 
 
@@ -86,6 +85,8 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
     """Read, validate and encode one item into a framed record, or say why it cannot be one."""
     try:
         data = read_source(item.uri)
+    except (FileNotFoundError, storage.NotFoundError):
+        return reject(item, "missing", f"{item.uri} does not exist")
     except Exception as exc:  # noqa: BLE001 - unreadable files are accounted for, never fatal
         return reject(item, "unreadable", first_line(exc))
     try:
@@ -99,8 +100,7 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
     record = schema.ImageRecord(
         encoded=image.encoded, height=image.height, width=image.width, channels=image.channels,
         label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id, sha256=sha256,
-        labels=tuple(i + settings.label_offset for i in labels) if settings.multi_label else None,
-        label_texts=item.labels if settings.multi_label else None,
+        labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
         extras=_extras(item, settings.extras))
     framed = frame(schema.encode_example(record))
     split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)

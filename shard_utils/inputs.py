@@ -4,7 +4,6 @@ Pure functions over paths relative to the input root, '/'-separated.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Union
 
@@ -108,21 +107,3 @@ def extension_of(rel_path: str) -> str:
     name = rel_path.rsplit("/", 1)[-1].lower()
     dot = name.rfind(".")
     return name[dot:] if dot > 0 else ""
-
-
-def classify(entry, split_dirs: bool, root: str) -> Union[MediaItem, Skip, dict]:
-    """A walked entry (storage.Entry) -> a MediaItem, a Skip, or a rejection dict (source, reason, message)."""
-    rel = entry.rel_path
-    skip = skip_reason(rel.rstrip("/"))
-    if entry.reason is not None and skip not in ("hidden", "system"):
-        # A link or folder we cannot read may hold images: say so rather than skip it quietly.
-        return {"source": rel, "reason": entry.reason, "message": entry.message or entry.reason}
-    if skip is not None:
-        return Skip(skip, extension_of(rel))
-    split, label = split_and_label(rel, split_dirs)
-    if label is None:
-        where = "its split folder" if split_dirs else "the input folder"
-        return {"source": rel, "reason": "no_label",
-                "message": f"file sits directly in {where}, not in a label folder"}
-    uri = f"{root.rstrip('/')}/{rel}" if root.startswith("gs://") else os.path.join(root, *rel.split("/"))
-    return MediaItem(rel, uri, entry.size, (label,), split)

@@ -285,6 +285,19 @@ def item_from_row(row: ListingRow, options: ListingOptions, root: str | None) ->
     return _item(source_id, uri, 0, given, options.label_column, split, extras, options, origin)
 
 
+def classify_entry(entry: storage.Entry, split_dirs: bool, root: str,
+                   options: ListingOptions) -> MediaItem | inputs.Skip | Rejection:
+    """A walked entry as a media item, a skip (not read, counted), or a rejection with a reason."""
+    rel = entry.rel_path
+    skip = inputs.skip_reason(rel.rstrip("/"))
+    if entry.reason is not None and skip not in ("hidden", "system"):
+        # A link or folder we cannot read may hold images: say so rather than skip it quietly.
+        return Rejection(rel, entry.reason, entry.message or entry.reason)
+    if skip is not None:
+        return inputs.Skip(skip, inputs.extension_of(rel))
+    return item_from_walk(rel, entry.size, root, split_dirs, options)
+
+
 def item_from_walk(rel_path: str, size: int, root: str, split_dirs: bool,
                    options: ListingOptions) -> MediaItem | Rejection:
     """A walked media file as an item: label from its folder, or from its name with --label-from-name."""
