@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   StandardOptions)
 
 from shard_utils import inputs, manifest, runlock, storage
+from shard_utils.plan import PlanError
 
 from . import options, progress, publish
 from .config import BuildConfig
@@ -108,9 +109,12 @@ def prepare_output(config: BuildConfig) -> bool:
     created = not storage.is_gcs(path) and not os.path.exists(path)
     try:
         storage.make_folder(path)
+    except storage.StorageError as exc:
+        raise UsageError(f"cannot create output folder {path}: {exc.reason}") from None
+    try:
         content = publish.output_content(path)
     except storage.StorageError as exc:
-        raise UsageError(f"cannot use output {path}: {exc.reason}") from None
+        raise UsageError(f"cannot list output {path}: {exc.reason}") from None
     if content and not config.overwrite:
         raise UsageError(f"output {path} is not empty; pass --overwrite to replace the dataset there")
     if config.run_id is None:
@@ -192,7 +196,8 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     run_id = None if template else new_run_id(now)  # a template decides its run when launched
     config = options.make_config(
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
-        run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing)
+        run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing,
+        local=runner in options.LOCAL_RUNNERS and not template)
     created = prepare_output(config)
     started = time.monotonic()
     result = None
@@ -216,6 +221,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
                 result.wait_until_finish()
             else:  # a remote job: its console link, then its counters every 30 s while it runs
                 progress.watch(result, 30, project=cloud.project, region=cloud.region)
+            raise_job_failure(result)
     except BaseException:
         if still_running(result):
             # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects and lock.
@@ -248,15 +254,34 @@ def abandon(config: BuildConfig, run_id: str) -> None:
     """After a failed local run: remove its temporary data (keeping its reports) and give the lock back."""
     temp = config.temp_dir(run_id)
     try:
-        for name in storage.list_names(temp):
+        names = storage.list_names(temp)
+        for name in names:
             if name.rstrip("/") != "report":
                 storage.delete_prefix(storage.join(temp, name.rstrip("/")))
+        if "report/" not in names:
+            publish.remove_run_folder(config.temp_root, temp)
     except storage.StorageError:
         pass  # removed by the next run into this output
     try:
         runlock.release(config.output, run_id)
     except storage.StorageError:
         pass  # the lease runs out on its own
+
+
+def raise_job_failure(result) -> None:
+    """Raise, as its own type, the one-line failure a local job reported through its `failure` metric."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from .transforms import FAILURE_METRIC, NAMESPACE
+
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(FAILURE_METRIC))
+    except Exception:  # noqa: BLE001 - a runner without metrics: remote runs fail the job instead
+        return
+    for metric in found.get("string_sets", []):
+        for text in sorted(metric.committed or metric.attempted or ()):
+            kind, _, message = text.partition(": ")
+            raise (UsageError if kind == "UsageError" else PlanError)(message)
 
 
 def still_running(result) -> bool:

@@ -67,6 +67,9 @@ class BuildConfig:
     dedup: bool = False
     follow_symlinks: bool = False
     listing: ListingOptions = ListingOptions()
+    # Local runs report a build that cannot publish through a Beam metric the driver reads (an exception
+    # in a local worker process prints Beam's traceback); remote runs fail the job with the message.
+    failures_in_metrics: bool = False
 
     @property
     def splits_from_data(self) -> bool:

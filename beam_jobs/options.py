@@ -196,7 +196,7 @@ def listing_options(args: argparse.Namespace) -> listings.ListingOptions:
 
 def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, temp_root: str,
                 run_id: str | None, created: str | None,
-                listing: listings.ListingOptions | None = None) -> BuildConfig:
+                listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
     """Check the options and turn them into a BuildConfig; raises UsageError with the option named."""
     listing = listing if listing is not None else listing_options(args)
     if args.splits and split_dirs:
@@ -238,4 +238,5 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         fragment_bytes=int(args.fragment_mb * 2**20),
-        overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing)
+        overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,
+        failures_in_metrics=local)

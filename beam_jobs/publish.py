@@ -239,7 +239,9 @@ def failure_message(why: str, rejected: Sequence[dict], tally: Tally, report: st
 
 
 def write_reports(folder: str, rejected: Sequence[dict], skipped_files: Sequence[dict]) -> None:
-    """rejected.jsonl and skipped.jsonl, sorted, in a folder."""
+    """rejected.jsonl and skipped.jsonl, sorted, in a folder (nothing when there is nothing to report)."""
+    if not rejected and not skipped_files:
+        return
     storage.write_bytes(storage.join(folder, REJECTED_NAME), _jsonl(rejected))
     storage.write_bytes(storage.join(folder, SKIPPED_NAME), _jsonl(skipped_files))
 

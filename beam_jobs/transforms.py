@@ -24,11 +24,13 @@ from shard_utils.listings import ListingOptions
 
 from . import progress, publish
 from .config import BuildConfig, RunInfo
+from .errors import UsageError
 from .listing_io import DropDuplicateRows, ListingItems
 from .local_pool import LocalPool
 from .publish import crash_point
 
 NAMESPACE = "tpu_shards"
+FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see publish_or_fail)
 LIST_CHUNK = 256  # listed files per element: the unit of parallelism of the encode step
 TASK_ITEMS = 16  # items per task handed to a local worker process
 
@@ -503,7 +505,7 @@ class FinalizeDataset(beam.PTransform):
             pcolls["shards"]
             | "AllShards" >> beam.combiners.ToList()
             | "Publish" >> beam.Map(
-                publish.finish, self.config,
+                publish_or_fail, self.config,
                 plans=side.AsList(pcolls["plans"]),
                 failure=side.AsList(pcolls["failure"]),
                 rejected=side.AsList(pcolls["rejected"]),
@@ -513,6 +515,18 @@ class FinalizeDataset(beam.PTransform):
                 run=side.AsSingleton(pcolls["run"]),
                 cross_split=side.AsList(pcolls["cross_split"]))
         )
+
+
+def publish_or_fail(results: list, config: BuildConfig, **side) -> str:
+    """publish.finish; a build that cannot publish fails the job with its one line (Dataflow, templates), or,
+    locally, reports that line through a metric for the driver to raise (no worker traceback)."""
+    try:
+        return publish.finish(results, config, **side)
+    except (plan.PlanError, UsageError) as exc:
+        if not config.failures_in_metrics:
+            raise
+        Metrics.string_set(NAMESPACE, FAILURE_METRIC).add(f"{type(exc).__name__}: {exc}")
+        return ""
 
 
 def renew_lease(config: BuildConfig, run: RunInfo) -> None:
