@@ -26,6 +26,7 @@ setup(
         "numpy>=1.26",
         "Pillow>=12",
         "protobuf>=6.33,<7",
+        "fastavro>=1.9",  # the per-split record index and Avro listings
     ],
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
@@ -41,6 +42,8 @@ setup(
             "nbformat>=5",
             "matplotlib>=3.8",
             "tqdm>=4.66",
+            "grain>=0.2.18",  # random access is tested against the real Grain and TFDS
+            "tensorflow-datasets>=4.9.10,<4.10",
         ],
     },
     entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:main"]},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import time
 import uuid
 from collections import Counter
 from typing import Iterable, Iterator
@@ -205,6 +206,7 @@ class _EncodeFn(beam.DoFn):
 
     def process(self, chunk: list[MediaItem], labels: list[str], run: RunInfo):
         self._run = run
+        keep_lease(self.config, run)
         settings = self._settings_for(labels)
         if self.config.workers <= 1:
             yield from self._take(encode_batch(chunk, settings))
@@ -440,6 +442,7 @@ def write_shard(grouped: tuple[tuple[str, int], Iterable[fragments.Slice]], conf
     """Read the shard's slices (one ranged read each), merge them in key order, write the shard."""
     (split, shard), pieces = grouped
     gone = frozenset(dropped)
+    keep_lease(config, run)
     split_plan = plans[0][split]
     runs = []
     for piece in sorted(pieces, key=lambda s: (s.fragment, s.start)):
@@ -529,6 +532,17 @@ def publish_or_fail(results: list, config: BuildConfig, **side) -> str:
         return ""
 
 
-def renew_lease(config: BuildConfig, run: RunInfo) -> None:
-    """Keep this run's lock on the output while it works (throttled by the caller)."""
-    runlock.renew(config.output, run.run_id)
+_renewed_at: dict[str, float] = {}
+
+
+def keep_lease(config: BuildConfig, run: RunInfo) -> None:
+    """Renew this run's lock on the output now and then while workers work: a template launch has no
+    driver to do it, and a Dataflow job goes on when its driver stops waiting."""
+    now = time.monotonic()
+    if now - _renewed_at.get(run.run_id, 0.0) < runlock.LEASE_SECONDS / 4:
+        return
+    _renewed_at[run.run_id] = now
+    try:
+        runlock.renew(config.output, run.run_id)
+    except storage.StorageError:
+        pass  # tried again later; the lease is long

@@ -1,10 +1,27 @@
-"""The command line: one-line errors, exit codes, nothing half-written."""
+"""The command line: one-line errors, exit codes, nothing half-written.
+
+Errors found before any pipeline exists run the command in this process (`in_process`); the cases
+that need a pipeline, or the installed console script, start a subprocess.
+"""
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import run_cli, write_images
+
+from beam_jobs.cli import main
+
+
+@pytest.fixture
+def in_process(capsys):
+    """Run `tpu-shards ARGS` in this process; returns (returncode, stdout, stderr) like run_cli."""
+    def run(*args):
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+    return run
 
 
 def assert_one_line_error(done, *fragments):
@@ -16,39 +33,39 @@ def assert_one_line_error(done, *fragments):
         assert fragment in lines[0], lines[0]
 
 
-def test_missing_input(tmp_path):
-    done = run_cli("build", "--input", tmp_path / "nope", "--output", tmp_path / "out")
+def test_missing_input(in_process, tmp_path):
+    done = in_process("build", "--input", tmp_path / "nope", "--output", tmp_path / "out")
     assert_one_line_error(done, "does not exist")
     assert done.returncode == 2 and not (tmp_path / "out").exists()
 
 
-def test_empty_input(tmp_path):
+def test_empty_input(in_process, tmp_path):
     (tmp_path / "in").mkdir()
-    assert_one_line_error(run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out"), "is empty")
+    assert_one_line_error(in_process("build", "--input", tmp_path / "in", "--output", tmp_path / "out"), "is empty")
     assert not (tmp_path / "out").exists()
 
 
-def test_input_that_is_a_file(tmp_path):
+def test_input_that_is_a_file(in_process, tmp_path):
     (tmp_path / "f").write_text("x")
-    assert_one_line_error(run_cli("build", "--input", tmp_path / "f", "--output", tmp_path / "out"), "not a folder")
+    assert_one_line_error(in_process("build", "--input", tmp_path / "f", "--output", tmp_path / "out"), "not a folder")
 
 
-def test_non_empty_output_needs_overwrite_and_is_left_alone(images, tmp_path):
+def test_non_empty_output_needs_overwrite_and_is_left_alone(in_process, images, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert_one_line_error(run_cli("build", "--input", images, "--output", out), "--overwrite")
+    assert_one_line_error(in_process("build", "--input", images, "--output", out), "--overwrite")
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
-def test_unwritable_output(images, tmp_path):
+def test_unwritable_output(in_process, images, tmp_path):
     (tmp_path / "file").write_text("x")
-    assert_one_line_error(run_cli("build", "--input", images, "--output", tmp_path / "file" / "out"),
+    assert_one_line_error(in_process("build", "--input", images, "--output", tmp_path / "file" / "out"),
                           "cannot create output folder")
 
 
-def test_output_inside_input_is_refused(images):
-    assert_one_line_error(run_cli("build", "--input", images, "--output", images / "out"), "inside the input")
+def test_output_inside_input_is_refused(in_process, images):
+    assert_one_line_error(in_process("build", "--input", images, "--output", images / "out"), "inside the input")
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -60,8 +77,8 @@ def test_output_inside_input_is_refused(images):
     (["--jpeg-quality", "0"], "--jpeg-quality"),
     (["--background", "1,2"], "--background"),
 ])
-def test_bad_options(images, tmp_path, args, fragment):
-    done = run_cli("build", "--input", images, "--output", tmp_path / "out", *args)
+def test_bad_options(in_process, images, tmp_path, args, fragment):
+    done = in_process("build", "--input", images, "--output", tmp_path / "out", *args)
     assert_one_line_error(done, fragment)
     assert done.returncode == 2 and not (tmp_path / "out").exists()
 

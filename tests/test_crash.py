@@ -1,5 +1,6 @@
 """Crash safety: SIGKILL at named stages never leaves a manifest beside missing or partial shards,
 and a rerun with --overwrite is byte-identical to an uninterrupted run."""
+import shutil
 import signal
 
 import pytest
@@ -8,16 +9,20 @@ from readers import shard_bytes
 
 from shard_utils.verify import verify
 
+DATASET_FILES = ["manifest.json", "rejected.jsonl", "train.index.avro", "dataset_info.json", "features.json",
+                 "image-class-label.labels.txt"]
 STAGES = ["encode", "write", "publish-start", "publish-old-removed", "publish-renaming", "publish-before-manifest"]
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
+    """Old and new inputs, the old dataset built once (each test works on a copy), and the new reference."""
     base = tmp_path_factory.mktemp("crash")
     write_images(base / "old", {"a": 20, "b": 20})
     write_images(base / "new", {"a": 14, "b": 13, "c": 9}, seed=7)
     reference = base / "reference"
     assert run_cli("build", "--input", base / "new", "--output", reference).returncode == 0
+    assert run_cli("build", "--input", base / "old", "--output", base / "old_built", "--num-shards", "16").returncode == 0
     return base, shard_bytes(reference)
 
 
@@ -25,7 +30,7 @@ def inputs(tmp_path_factory):
 def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     base, expected = inputs
     out = tmp_path / "out"
-    assert run_cli("build", "--input", base / "old", "--output", out, "--num-shards", "16").returncode == 0
+    shutil.copytree(base / "old_built", out)
     old = shard_bytes(out)
     killed = run_cli("build", "--input", base / "new", "--output", out, "--overwrite",
                      env={"TPU_SHARDS_KILL_AT": stage})
@@ -36,7 +41,7 @@ def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     rerun = run_cli("build", "--input", base / "new", "--output", out, "--overwrite")
     assert rerun.returncode == 0, rerun.stderr
     assert shard_bytes(out) == expected
-    assert sorted(p.name for p in out.iterdir()) == sorted([*expected, "manifest.json", "rejected.jsonl"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES])
     assert verify(str(out)) == []
 
 
