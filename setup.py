@@ -1,6 +1,7 @@
 """tpu-shards: balanced JPEG TFRecord shards for TPUs, built with Apache Beam, plus a tf.data loader.
 
-Staged to Dataflow workers with --setup_file ./setup.py; workers need no TensorFlow.
+Staged to Dataflow workers with --setup_file ./setup.py; workers need no TensorFlow unless they compute
+embeddings (extra `embed`), and PyAV only for video input (extra `video`).
 """
 import re
 from pathlib import Path
@@ -29,8 +30,11 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
+        "video": ["av>=18,<20"],
+        "embed": ["tensorflow-cpu>=2.21,<2.22"],
         "test": [
             "tensorflow-cpu>=2.21,<2.22",
+            "av>=18,<20",
             "pytest>=8",
             "hypothesis>=6.100",
             "gcp-storage-emulator>=2024.8",

@@ -63,7 +63,8 @@ class EmbedSpec:
             raise EmbedError(f"--embed-preprocess {self.preprocess!r} is not one of {', '.join(PREPROCESS_MODES)}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
                 or not 1 <= self.batch_size <= MAX_BATCH_SIZE:
-            raise EmbedError(f"--embed-batch-size must be an integer from 1 to {MAX_BATCH_SIZE}, got {self.batch_size!r}")
+            raise EmbedError(f"--embed-batch-size must be an integer from 1 to {MAX_BATCH_SIZE}, "
+                             f"got {self.batch_size!r}")
         if self.input_size is not None and (len(self.input_size) != 2 or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in self.input_size)):
             raise EmbedError(f"--embed-input-size must be two positive integers H,W, got {self.input_size!r}")
@@ -287,7 +288,10 @@ def _load_keras(path: str, spec: EmbedSpec):
 
 
 def _load_saved_model(path: str, spec: EmbedSpec):
-    """A SavedModel folder through its `serving_default` signature: (call, input shape, dtype, output, "saved_model")."""
+    """A SavedModel folder, called through its `serving_default` signature.
+
+    Returns (call, input shape, input dtype, output name, "saved_model").
+    """
     import tensorflow as tf
 
     if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "saved_model.pb")):

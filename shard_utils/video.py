@@ -95,7 +95,8 @@ def prepare_video(source: Source, options: VideoOptions) -> PreparedVideo:
             raise Rejected("corrupt", f"cannot decode the clip: {_ffmpeg_message(exc, logs)}") from None
     sizes = {Image.open(io.BytesIO(f)).size for f in frames}
     if len(sizes) > 1:
-        raise Rejected("mixed_sizes", f"the clip changes resolution ({', '.join(f'{w}x{h}' for w, h in sorted(sizes))}); "
+        seen = ", ".join(f"{w}x{h}" for w, h in sorted(sizes))
+        raise Rejected("mixed_sizes", f"the clip changes resolution ({seen}); "
                                       "pass --image-size with --resize fill or stretch to give every frame one size")
     width, height = sizes.pop()
     duration = timeline.end - timeline.start
@@ -256,7 +257,8 @@ def _sample(av, source: Source, fmt: str, timeline: _Timeline, targets: list[Fra
 
 def _frame_time(frame, base: Fraction, previous: Fraction | None) -> Fraction:
     if frame.is_corrupt:
-        raise Rejected("corrupt", f"the decoder marked the frame at {float(frame.pts or 0) * float(base):.3f} s corrupt")
+        at = float(frame.pts or 0) * float(base)
+        raise Rejected("corrupt", f"the decoder marked the frame at {at:.3f} s corrupt")
     if frame.pts is None:
         raise Rejected("corrupt", "a decoded frame has no timestamp")
     time = Fraction(frame.pts) * base

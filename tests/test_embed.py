@@ -199,6 +199,10 @@ def test_bad_models_fail_with_one_line_before_any_work(tmp_path, small):
                                                 "b": keras.layers.Dense(5, name="b")(pooled)}), "scale01"),
                         "--embed-output"),
         "size mismatch": (EmbedSpec(str(paths["keras"]), "scale01", input_size=(64, 64)), "does not match"),
+        "Lambda layer (code run on load)": (
+            EmbedSpec(_keras_model(tmp_path / "lambda.keras", conv_in,
+                                   keras.layers.Lambda(lambda t: keras.ops.mean(t, axis=(1, 2)))(conv_in)), "scale01"),
+            "cannot load the Keras model.*safe_mode"),
     }
     for name, (spec, needle) in cases.items():
         with pytest.raises(EmbedError, match=needle) as info:
@@ -259,8 +263,8 @@ def test_efficientnet_b0_shapes_and_batching(tmp_path):
 
 def test_embeddings_are_identical_whatever_the_input_order(small, tmp_path):
     """TensorFlow's CPU kernels round some rows differently at another position in a batch (on this machine,
-    with Beam's own BatchElements at batch 8, 10 of these 24 rows changed when the input order did), so batches must not come from
-    the bundles; with batches made from the keys, any order gives the same bytes."""
+    with Beam's own BatchElements at batch 8, 10 of these 24 rows changed when the input order did), so
+    batches must not come from the bundles; with batches made from the keys, any order gives the same bytes."""
     _, paths = small
     spec = EmbedSpec(str(paths["keras"]), "scale01", batch_size=8)  # at 8 (not 4) rows move here
     elements = list(enumerate(images(24, seed=4)))
