@@ -30,15 +30,21 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
-        "video": ["av>=18,<20"],
-        "embed": ["tensorflow-cpu>=2.21,<2.22"],
+        "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
+        # `tpu-shards inspect --report` and the build's progress bars; not needed to build or load
+        "report": ["matplotlib>=3.8", "tqdm>=4.66"],
+        "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
+        "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
         "test": [
             "tensorflow-cpu>=2.21,<2.22",
+            "pillow-heif>=1.8,<2",
             "av>=18,<20",
             "pytest>=8",
             "hypothesis>=6.100",
             "gcp-storage-emulator>=2024.8",
             "nbformat>=5",
+            "matplotlib>=3.8",
+            "tqdm>=4.66",
         ],
     },
     entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:main"]},

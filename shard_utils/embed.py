@@ -13,7 +13,6 @@ import hashlib
 import io
 import math
 import os
-import posixpath
 import shutil
 import tempfile
 import threading
@@ -231,32 +230,27 @@ def _download(uri: str) -> str:
     """Copy gs://bucket/model.keras, or every object under gs://bucket/folder/, into a temporary folder."""
     folder = tempfile.mkdtemp(prefix="tpu-shards-model-")
     atexit.register(shutil.rmtree, folder, True)
-    bucket, name = storage.split_gcs(uri.rstrip("/"))
+    base = uri.rstrip("/")
     try:
-        client = storage.gcs_client()
-        if name.endswith(".keras"):
-            blob = client.bucket(bucket).blob(name)
-            if not blob.exists():
-                raise EmbedError(f"no model at {uri}: the object does not exist")
-            target = os.path.join(folder, posixpath.basename(name))
-            blob.download_to_filename(target)
+        if base.endswith(".keras"):
+            target = os.path.join(folder, storage.basename(base))
+            storage.copy(base, target)
             return target
-        prefix = name + "/" if name else ""
-        target = os.path.join(folder, posixpath.basename(name) or bucket)
+        target = os.path.join(folder, storage.basename(base) or "model")
         count = 0
-        for blob in client.list_blobs(bucket, prefix=prefix):
-            rel = blob.name[len(prefix):]
-            if not rel or rel.endswith("/"):
-                continue
-            if rel.startswith("/") or ".." in rel.split("/"):
-                raise EmbedError(f"refusing model object {blob.name!r}: its name leaves the model folder")
-            os.makedirs(os.path.dirname(os.path.join(target, rel)), exist_ok=True)
-            blob.download_to_filename(os.path.join(target, rel))
+        for entry in storage.walk(base):
+            parts = entry.rel_path.split("/")
+            if entry.reason or ".." in parts or not all(parts):
+                raise EmbedError(f"cannot download the model {uri}: object {entry.rel_path!r} "
+                                 f"{entry.message or 'has a name that leaves the model folder'}")
+            local = os.path.join(target, *parts)
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            storage.copy(storage.join(base, entry.rel_path), local)
             count += 1
-    except EmbedError:
-        raise
-    except Exception as exc:
-        raise EmbedError(f"cannot download the model {uri}: {storage.gcs_problem(exc, uri)}") from None
+    except storage.NotFoundError:
+        raise EmbedError(f"no model at {uri}: the object does not exist") from None
+    except storage.StorageError as exc:
+        raise EmbedError(f"cannot download the model {uri}: {storage.problem(exc, uri)}") from None
     if count == 0:
         raise EmbedError(f"no model at {uri}: no objects under it (expected a SavedModel folder or a .keras file)")
     return target
