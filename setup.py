@@ -1,6 +1,7 @@
 """tpu-shards: balanced JPEG TFRecord shards for TPUs, built with Apache Beam, plus a tf.data loader.
 
-Staged to Dataflow workers with --setup_file ./setup.py; workers need no TensorFlow.
+Staged to Dataflow workers with --setup_file ./setup.py; workers need no TensorFlow unless they compute
+embeddings (extra `embed`), and PyAV only for video input (extra `video`).
 """
 import re
 from pathlib import Path
@@ -33,9 +34,12 @@ setup(
         "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
         # `tpu-shards inspect --report` and the build's progress bars; not needed to build or load
         "report": ["matplotlib>=3.8", "tqdm>=4.66"],
+        "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
+        "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
         "test": [
             "tensorflow-cpu>=2.21,<2.22",
             "pillow-heif>=1.8,<2",
+            "av>=18,<20",
             "pytest>=8",
             "hypothesis>=6.100",
             "gcp-storage-emulator>=2024.8",

@@ -1,0 +1,129 @@
+"""Throughput of the embedding transform (EmbedImages on Beam's in-process runner) against `model.predict`.
+
+    python benchmarks/bench_embed.py [--count 256] [--batch-size 32] [--model PATH] [--jpeg]
+
+Both embed the same photo-like 224x224 images with the same model: by default a Keras EfficientNetB0
+built here with random weights (no download; the speed does not depend on the weights), saved as
+`.keras`. `model.predict` gets one stacked, preprocessed array (the fastest plain use), after a warm-up
+call that traces it. Rounds alternate between the two (--rounds), so machine load hits both alike; the
+median round is shown. The transform is timed end to end (the pipeline's start, key
+batching, loading and tracing the model on the worker, resizing and preprocessing, inference), and by
+RunInference's own metrics: the time inside its batches (preprocessing + model) and the model load.
+`--jpeg` feeds the transform JPEG bytes (decoded inside) instead of arrays.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def photos(count: int, size: int = 224) -> list[np.ndarray]:
+    """Smooth, photo-like RGB images (waves plus noise), different per index."""
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    out = []
+    for _ in range(count):
+        fx, fy, phase = rng.uniform(0.01, 0.08, 2).tolist() + [rng.uniform(0, 6.3)]
+        base = np.stack([np.sin(xx * fx + phase), np.cos(yy * fy - phase), np.sin((xx + yy) * fx * fy * 20)], -1)
+        out.append((base * 90 + 128 + rng.normal(0, 6, base.shape)).clip(0, 255).astype(np.uint8))
+    return out
+
+
+def run_transform(spec, elements) -> tuple[float, float, float]:
+    """(seconds end to end, seconds inside inference batches, seconds loading the model)."""
+    import apache_beam as beam
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from beam_jobs.embed import METRICS_NAMESPACE, EmbedImages
+
+    start = time.perf_counter()
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    result = pipeline | beam.Create(elements) | EmbedImages(spec)
+    _ = result.embeddings | beam.combiners.Count.Globally()
+    run = pipeline.run()
+    run.wait_until_finish()
+    total = time.perf_counter() - start
+    metrics = run.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["distributions"]
+    named = {m.key.metric.name: m.committed for m in metrics}
+    return (total, named["inference_batch_latency_micro_secs"].sum / 1e6,
+            named["load_model_latency_milli_secs"].sum / 1e3)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--model", help="a .keras file or SavedModel folder (default: EfficientNetB0, random weights)")
+    ap.add_argument("--preprocess", default="none", help="for --model; EfficientNetB0 takes 0..255")
+    ap.add_argument("--jpeg", action="store_true", help="feed the transform JPEG bytes instead of arrays")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+
+    import keras
+    import tensorflow as tf
+
+    from shard_utils.embed import EmbedSpec, load_embedder, preprocess
+
+    work = Path(tempfile.mkdtemp(prefix="bench-embed-"))
+    path = args.model
+    if path is None:
+        keras.utils.set_random_seed(0)
+        model = keras.applications.EfficientNetB0(weights=None, include_top=False, pooling="avg",
+                                                  input_shape=(224, 224, 3))
+        path = str(work / "effnet_b0.keras")
+        model.save(path)
+    spec = EmbedSpec(path, args.preprocess, batch_size=args.batch_size)
+    size = load_embedder(spec).info.input_size
+    pixels = photos(args.count, size[0]) if size[0] == size[1] else None
+    if pixels is None:
+        raise SystemExit("this benchmark makes square images; use a model with a square input")
+
+    if not path.endswith(".keras"):
+        raise SystemExit("the model.predict baseline needs a .keras model")
+    model = keras.saving.load_model(path, compile=False)
+    batch = preprocess(np.stack(pixels), spec.preprocess)
+    model.predict(batch, batch_size=args.batch_size, verbose=0)  # traces (every batch shape) off the clock
+
+    def element(i, img):
+        if not args.jpeg:
+            return i, img
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, "JPEG", quality=90)
+        return i, buf.getvalue()
+
+    elements = [element(i, img) for i, img in enumerate(pixels)]
+    rounds = {"predict": [], "total": [], "inside": [], "load": []}
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        model.predict(batch, batch_size=args.batch_size, verbose=0)
+        rounds["predict"].append(args.count / (time.perf_counter() - start))
+        total, inside, load = run_transform(spec, elements)
+        rounds["total"].append(args.count / total)
+        rounds["inside"].append(args.count / inside)
+        rounds["load"].append(load)
+    print(f"{args.count} images {size[0]}x{size[1]}, batch {args.batch_size}, model {Path(path).name}, "
+          f"input {'JPEG bytes' if args.jpeg else 'uint8 arrays'}; TF {tf.__version__}, {os.cpu_count()} CPUs; "
+          f"median of {args.rounds} alternating rounds")
+    median = {k: float(np.median(v)) for k, v in rounds.items()}
+    rows = [("model.predict", "predict", ""),
+            ("EmbedImages, end to end", "total", f"incl. loading the model ({median['load']:.1f} s)"),
+            ("EmbedImages, inside batches", "inside", "resize + preprocess + model, RunInference's batch time")]
+    for name, key, note in rows:
+        per_round = " ".join(f"{r:.1f}" for r in rounds[key])
+        print(f"  {name:<30} {median[key]:7.1f} img/s  {median[key] / median['predict']:5.2f}x predict   "
+              f"rounds: {per_round}  {note}")
+
+
+if __name__ == "__main__":
+    main()
