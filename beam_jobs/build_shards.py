@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from dataclasses import replace
 import sys
 import threading
 import time
@@ -24,8 +25,8 @@ from . import options, progress, publish
 from .config import BuildConfig
 from .errors import UsageError
 from .listing_io import prepare_listings
-from .transforms import (DistinctLabels, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia, ListMedia,
-                         PlanShards, StartRun, WriteShards, new_run_id, without_dropped)
+from .transforms import (DistinctLabels, EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
+                         ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, new_run_id, without_dropped)
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
@@ -38,6 +39,11 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     labels = listed["media"] | "DistinctLabels" >> DistinctLabels()  # label names
     encoded = listed["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run)  # fragments: FragmentInfo
     frags, rejects = encoded.fragments, [listed["rejected"], encoded.rejected]
+    if config.embed is not None:  # records wait for their embedding before they are framed
+        embedded = encoded.prepared | "EmbedRecords" >> EmbedRecords(config, run)  # records: Encoded
+        written = embedded.records | "WriteFragments" >> WriteFragments(config, run)  # FragmentInfo
+        frags = (frags, written) | "AllFragments" >> beam.Flatten()
+        rejects.append(embedded.rejected)
     if config.dedup:
         dups = frags | "FindDuplicates" >> FindDuplicates()  # dropped: source ids
         dropped, cross_split = dups.dropped, dups.cross_split
@@ -131,6 +137,29 @@ def prepare_output(config: BuildConfig) -> bool:
     return created
 
 
+def check_models_and_codecs(config: BuildConfig) -> BuildConfig:
+    """Before any work: video needs PyAV; an embedding model must load and answer a probe (its identity goes
+    into the manifest). One line when not."""
+    from shard_utils.extras import MissingExtra, require
+
+    try:
+        if config.video is not None:
+            require("av", "video", "video clips (--video-frames)")
+        if config.embed is None:
+            return config
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter is not for users
+        require("tensorflow", "embed", "--embed-model")
+        from shard_utils.embed import EmbedError, check_model
+
+        try:
+            info = check_model(config.embed)
+        except EmbedError as exc:
+            raise UsageError(str(exc)) from None
+    except MissingExtra as exc:
+        raise UsageError(str(exc)) from None
+    return replace(config, embed_info=tuple(info.to_json().items()))
+
+
 def _remove_if_empty(path: str) -> None:
     try:
         if not storage.is_gcs(path) and os.path.isdir(path) and not os.listdir(path):
@@ -198,6 +227,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
         run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing,
         local=runner in options.LOCAL_RUNNERS and not template)
+    config = check_models_and_codecs(config)
     created = prepare_output(config)
     started = time.monotonic()
     result = None

@@ -5,8 +5,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_utils import storage
+from shard_utils.embed import EmbedSpec
 from shard_utils.images import ImageOptions
 from shard_utils.listings import ListingOptions
+from shard_utils.video import VideoOptions
 from shard_utils.plan import DEFAULT_BUCKET_BITS
 
 
@@ -70,6 +72,10 @@ class BuildConfig:
     # Local runs report a build that cannot publish through a Beam metric the driver reads (an exception
     # in a local worker process prints Beam's traceback); remote runs fail the job with the message.
     failures_in_metrics: bool = False
+    video: VideoOptions | None = None  # a video dataset: clips sampled into frames
+    embed: EmbedSpec | None = None  # a model run on every image (or frame): its embedding goes in the record
+    embed_key: str = "image/embedding"
+    embed_info: tuple[tuple[str, object], ...] = ()  # the model's identity (embed.ModelInfo), for the manifest
 
     @property
     def splits_from_data(self) -> bool:
@@ -107,4 +113,7 @@ class BuildConfig:
             "listings": list(self.listing.listings),
             "extra_columns": [f"{e.name}:{e.dtype}{'[]' if e.is_list else ''}" for e in self.listing.extras],
             "label_from_name": self.listing.label_from_name,
+            "video_frames": self.video.frames if self.video else None,
+            "video_fps": self.video.fps if self.video else None,
+            "embed_model": self.embed.model if self.embed else None,
         }

@@ -12,7 +12,8 @@ import os
 from typing import Sequence
 
 import shard_utils
-from shard_utils import inputs, listings, plan
+from shard_utils import inputs, listings, plan, schema
+from shard_utils.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
 from . import progress
@@ -71,6 +72,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in --output")
     progress.add_argument(ap)
     listings.add_arguments(ap)
+    clips = ap.add_argument_group("video clips")
+    clips.add_argument("--video-frames", type=int, help="build a dataset of video clips (.mp4 .mov .webm .mkv .avi): "
+                                                       "N frames sampled evenly over each clip, one record per clip")
+    clips.add_argument("--video-fps", type=float, help="with --video-frames N: the first N frames at this rate instead")
+    model = ap.add_argument_group("embeddings")
+    model.add_argument("--embed-model", help="a Keras .keras file or a TensorFlow SavedModel folder (local or gs://) "
+                                             "run on every image (every frame of a clip); needs tpu-shards[embed]")
+    model.add_argument("--embed-preprocess", choices=PREPROCESS_MODES,
+                       help="how pixels 0..255 are scaled for the model: scale01, minus1to1, imagenet (torchvision "
+                            "mean/std) or none; required with --embed-model")
+    model.add_argument("--embed-input-size", help="H,W the model takes (default: from its input signature)")
+    model.add_argument("--embed-batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                       help=f"images per model call (default {DEFAULT_BATCH_SIZE})")
+    model.add_argument("--embed-key", default=schema.EMBEDDING,
+                       help=f"the feature holding the embedding (default {schema.EMBEDDING})")
+    model.add_argument("--embed-output", help="the model output to use, for a model with several")
     # Internal sizes, for tests that exercise many buckets or many fragments on small data.
     ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
     ap.add_argument("--fragment-mb", type=float, default=64.0, help=argparse.SUPPRESS)
@@ -194,6 +211,41 @@ def listing_options(args: argparse.Namespace) -> listings.ListingOptions:
     return found
 
 
+def video_options(args: argparse.Namespace, image: ImageOptions):
+    """--video-frames/--video-fps as VideoOptions (None: an image dataset); UsageError naming the option."""
+    if args.video_frames is None:
+        if args.video_fps is not None:
+            raise UsageError("--video-fps needs --video-frames N (the number of frames every record holds)")
+        return None
+    from shard_utils.video import VideoOptions
+
+    try:
+        return VideoOptions(frames=args.video_frames, fps=args.video_fps, image=image)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def embed_spec(args: argparse.Namespace):
+    """--embed-* as an EmbedSpec (None without --embed-model); UsageError naming the option."""
+    from shard_utils.embed import EmbedError, EmbedSpec, parse_input_size
+
+    named = [o for o in ("embed_preprocess", "embed_input_size", "embed_output") if getattr(args, o) is not None]
+    if args.embed_model is None:
+        if named:
+            raise UsageError(f"--{named[0].replace('_', '-')} needs --embed-model")
+        return None
+    if args.embed_preprocess is None:
+        raise UsageError("--embed-model needs --embed-preprocess (scale01, minus1to1, imagenet or none): how the "
+                         "model expects its pixels")
+    if not args.embed_key or args.embed_key in schema.FEATURES or args.embed_key.startswith(schema.EXTRA_PREFIX):
+        raise UsageError(f"--embed-key {args.embed_key!r} must be a new feature name, not one the records already use")
+    try:
+        size = parse_input_size(args.embed_input_size) if args.embed_input_size else None
+        return EmbedSpec(args.embed_model, args.embed_preprocess, size, args.embed_batch_size, args.embed_output)
+    except (EmbedError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, temp_root: str,
                 run_id: str | None, created: str | None,
                 listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
@@ -228,11 +280,14 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     if not 0 < args.fragment_mb <= 4096:
         raise UsageError("--fragment-mb must be more than 0 and at most 4096")
     background = _int_list(args.background, "--background", (3,), 0, 255)
+    image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
+                         background=background, validate=args.validate)
+    video = video_options(args, image)
+    embed = embed_spec(args)
     return BuildConfig(
         input=args.input, output=args.output, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple(splits), split_dirs=split_dirs,
-        image=ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
-                           background=background, validate=args.validate),
+        image=image, video=video, embed=embed, embed_key=args.embed_key,
         num_cores=args.num_cores, num_hosts=args.num_hosts, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,

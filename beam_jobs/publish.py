@@ -150,6 +150,13 @@ def finish(results: list[ShardResult], config: BuildConfig, *, plans: list[dict]
     if failure:
         write_reports(report, rejected, skipped_files)
         raise PlanError(failure_message(failure[0], rejected, tally, report))
+    stills = tally.skipped.get("still_image", 0)
+    if config.video is not None and stills:
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message(
+            f"a dataset holds video clips or still images, not both: this video build (--video-frames) found "
+            f"{stills} still images; build them into another output without --video-frames", rejected, tally,
+            report))
     manifest = build_manifest(config, run, results, plans[0], rejected, tally, labels, bool(skipped_files))
     if config.dedup:
         manifest.duplicates = {"count": sum(r["reason"] == "duplicate" for r in rejected),
@@ -186,12 +193,23 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
             index=merge_index(config, run, split, mine))
     image = config.image
     multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
-    features = schema.feature_table(multi_label=multi_label, extras=config.listing.extras, max_lengths=longest)
+    video = config.video
+    embedding = None
+    if config.embed is not None:
+        info = dict(config.embed_info)
+        dim = int(info["embedding_dim"])
+        shape = [video.frames, dim] if video else [dim]
+        embedding = {"key": config.embed_key, "shape": shape, **info}
+    features = schema.feature_table(
+        media="video" if video else "image", num_frames=video.frames if video else None, multi_label=multi_label,
+        extras=config.listing.extras, max_lengths=longest, embedding_key=embedding["key"] if embedding else None,
+        embedding_shape=embedding["shape"] if embedding else None)
     return assemble(
         splits=splits, rejected=rejected, skipped=dict(tally.skipped), skipped_extensions=dict(tally.extensions),
         seen=tally.seen, skipped_path=SKIPPED_NAME if has_skipped_files else None,
         tool_version=config.tool_version, created=run.created, input=config.input or "",
         options=config.manifest_options(), features=features, labels=names, multi_label=multi_label,
+        media="video" if video else "image", embedding=embedding,
         image_size=list(image.size) if image.size and image.resize != "fit" else None,
         num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset)
 

@@ -19,7 +19,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from shard_utils import fragments, index, inputs, listings, plan, runlock, storage
-from shard_utils.encode import EncodeSettings, Encoded, encode_batch, reject
+from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_batch, framed, reject
 from shard_utils.inputs import MediaItem
 from shard_utils.listings import ListingOptions
 
@@ -99,7 +99,8 @@ class ListMedia(beam.PTransform):
             | "Root" >> beam.Create([cfg.input])
             | "Walk" >> beam.FlatMap(walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
             | "Spread" >> beam.Reshuffle()
-            | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing).with_outputs(
+            | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing,
+                                         cfg.video is not None).with_outputs(
                 "rejected", "skipped_files", "tally", main="media")
         )
         return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally}
@@ -111,20 +112,21 @@ def walk_chunks(root: str, follow_symlinks: bool = False, size: int = LIST_CHUNK
         yield chunk
 
 
-def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions):
+def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions,
+                   video: bool = False):
     """A chunk of walked entries -> one list of MediaItems, plus tagged rejects, skipped names and a tally."""
     tally = publish.Tally(seen=len(entries))
     media = []
     count("files_matched", len(entries))
     progress.advance("list", len(entries))
     for entry in entries:
-        found = listings.classify_entry(entry, split_dirs, root, options)
+        found = listings.classify_entry(entry, split_dirs, root, options, video)
         if isinstance(found, listings.Rejection):
             yield _rejected(found.as_dict())
         elif isinstance(found, inputs.Skip):
             count(f"skipped_{found.reason}")
             tally.skip(found.reason, found.extension)
-            if found.reason == "not_media":
+            if found.reason in ("not_media", "still_image"):
                 yield beam.pvalue.TaggedOutput("skipped_files", {"source": entry.rel_path, "reason": found.reason})
         else:
             media.append(found)
@@ -179,8 +181,9 @@ class DistinctLabels(beam.PTransform):
 class EncodeMedia(beam.PTransform):
     """Reads, validates and encodes every item into framed tf.Examples, written as sorted fragments.
 
-    Main output: FragmentInfo; tagged `rejected`: dicts for items that are not usable media.
-    Locally the work runs in a pool of `config.workers` processes; on Dataflow inline.
+    Main output: FragmentInfo; tagged `rejected`: dicts for items that are not usable media; with an
+    embedding model, records are not framed here but go out tagged `prepared` (encode.Prepared) to
+    EmbedRecords. Locally the work runs in a pool of `config.workers` processes; on Dataflow inline.
     """
 
     def __init__(self, config: BuildConfig, labels, run):
@@ -190,7 +193,50 @@ class EncodeMedia(beam.PTransform):
     def expand(self, media):
         return media | "Encode" >> beam.ParDo(
             _EncodeFn(self.config), beam.pvalue.AsList(self.labels), beam.pvalue.AsSingleton(self.run)
-        ).with_outputs("rejected", main="fragments")
+        ).with_outputs("rejected", "prepared", main="fragments")
+
+
+class FragmentBuffer:
+    """Framed records waiting to be written as one fragment, sorted, once they reach `limit` bytes."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.records: list[Encoded] = []
+        self.size = 0
+
+    def add(self, record: Encoded) -> bool:
+        """Buffer a record; True when the buffer is full and should be flushed."""
+        self.records.append(record)
+        self.size += len(record.framed)
+        return self.size >= self.limit
+
+    def flush(self, run: RunInfo) -> Iterator[fragments.FragmentInfo]:
+        """Write the buffered records as one sorted fragment of the run; yields its FragmentInfo."""
+        if not self.records:
+            return
+        ordered, sections = fragments.layout(self.records)
+        path = storage.join(run.temp_dir, "fragments", f"{uuid.uuid4().hex}.records")
+        with storage.open_write(path) as out:
+            for data in ordered:
+                out.write(data)
+        self.records, self.size = [], 0
+        yield fragments.fragment_info(path, sections)
+
+
+def _windowed(values: Iterable) -> Iterator:
+    """Values emitted from finish_bundle need a window: the global one."""
+    for value in values:
+        if isinstance(value, beam.pvalue.TaggedOutput):
+            yield beam.pvalue.TaggedOutput(value.tag, GlobalWindows.windowed_value(value.value))
+        else:
+            yield GlobalWindows.windowed_value(value)
+
+
+def _count_encoded(outcome) -> None:
+    count("images_passed_through" if outcome.passed_through else "images_reencoded")
+    if outcome.trailer_bytes:  # bytes after the JPEG's end (motion photos, maker data): not image data
+        count("jpeg_trailers_dropped")
+        count("jpeg_trailer_bytes_dropped", outcome.trailer_bytes)
 
 
 class _EncodeFn(beam.DoFn):
@@ -200,8 +246,7 @@ class _EncodeFn(beam.DoFn):
         self._pool: LocalPool | None = None
 
     def start_bundle(self):
-        self._buffer: list[Encoded] = []
-        self._buffered = 0
+        self._buffer = FragmentBuffer(self.config.fragment_bytes)
         self._run: RunInfo | None = None
 
     def process(self, chunk: list[MediaItem], labels: list[str], run: RunInfo):
@@ -225,12 +270,9 @@ class _EncodeFn(beam.DoFn):
         if self._pool is not None:
             for outcomes in self._pool.drain():
                 out.extend(self._take(outcomes))
-        out.extend(self._flush())
-        for value in out:
-            if isinstance(value, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(value.tag, GlobalWindows.windowed_value(value.value))
-            else:
-                yield GlobalWindows.windowed_value(value)
+        if self._run is not None:
+            out.extend(self._buffer.flush(self._run))
+        yield from _windowed(out)
 
     def teardown(self):
         if self._pool is not None:
@@ -243,7 +285,7 @@ class _EncodeFn(beam.DoFn):
             self._settings = EncodeSettings(
                 image=cfg.image, seed=cfg.seed, splits=cfg.splits,
                 label_ids={name: i for i, name in enumerate(sorted(labels))}, label_offset=cfg.label_offset,
-                extras=cfg.listing.extras)
+                extras=cfg.listing.extras, video=cfg.video, frame_now=cfg.embed is None)
         return self._settings
 
     def _pool_for(self, settings: EncodeSettings) -> LocalPool:
@@ -258,26 +300,101 @@ class _EncodeFn(beam.DoFn):
             if isinstance(outcome, dict):
                 yield _rejected(outcome)
                 continue
-            count("images_passed_through" if outcome.passed_through else "images_reencoded")
-            if outcome.trailer_bytes:  # bytes after the JPEG's end (motion photos, maker data): not image data
-                count("jpeg_trailers_dropped")
-                count("jpeg_trailer_bytes_dropped", outcome.trailer_bytes)
+            _count_encoded(outcome)
             crash_point("encode")
-            self._buffer.append(outcome)
-            self._buffered += len(outcome.framed)
-            if self._buffered >= self.config.fragment_bytes:
-                yield from self._flush()
+            if isinstance(outcome, Prepared):
+                yield beam.pvalue.TaggedOutput("prepared", outcome)
+            elif self._buffer.add(outcome):
+                yield from self._buffer.flush(self._run)
 
-    def _flush(self) -> Iterator[fragments.FragmentInfo]:
-        if not self._buffer:
-            return
-        ordered, sections = fragments.layout(self._buffer)
-        path = storage.join(self._run.temp_dir, "fragments", f"{uuid.uuid4().hex}.records")
-        with storage.open_write(path) as out:
-            for framed in ordered:
-                out.write(framed)
-        self._buffer, self._buffered = [], 0
-        yield fragments.fragment_info(path, sections)
+
+class EmbedRecords(beam.PTransform):
+    """Runs the embedding model on every prepared record's final image (each frame of a clip), adds the
+    embedding to the record, frames it and writes fragments. Main output: FragmentInfo; tagged
+    `rejected`: records whose embedding holds NaN or infinite values (`embedding_nan`)."""
+
+    def __init__(self, config: BuildConfig, run):
+        super().__init__()
+        self.config, self.run = config, run
+
+    def expand(self, prepared):
+        from .embed import EmbedImages
+
+        keyed = prepared | "BySource" >> beam.Map(lambda p: (p.meta.source_id, p))  # (source_id, Prepared)
+        images = prepared | "Images" >> beam.FlatMap(embedding_inputs)  # (key, JPEG bytes)
+        embedded = images | "Embed" >> EmbedImages(self.config.embed)
+        vectors = embedded.embeddings | "VectorBySource" >> beam.Map(_by_source)  # (source_id, (frame, vector))
+        bad = embedded.rejected | "BadBySource" >> beam.Map(lambda r: (_source_of(r[0]), r[2]))
+        return (
+            {"record": keyed, "vector": vectors, "bad": bad}
+            | "Join" >> beam.CoGroupByKey()
+            | "Attach" >> beam.FlatMap(attach_embedding, self.config.embed_key).with_outputs("rejected", main="records")
+        )
+
+
+def embedding_inputs(p: Prepared):
+    """(key, JPEG) for the model: the record's image, or ((source_id, i), frame) for each frame of a clip."""
+    if p.record.frames is None:
+        yield p.meta.source_id, p.record.encoded
+    else:
+        for i, data in enumerate(p.record.frames):
+            yield (p.meta.source_id, i), data
+
+
+def _source_of(key) -> str:
+    return key[0] if isinstance(key, tuple) else key
+
+
+def _by_source(item):
+    key, vector = item
+    return _source_of(key), (key[1] if isinstance(key, tuple) else 0, vector)
+
+
+def attach_embedding(joined, key: str):
+    source_id, parts = joined
+    prepared = list(parts["record"])
+    if len(prepared) != 1:
+        raise plan.InternalError(f"record {source_id!r} was prepared {len(prepared)} times")
+    p = prepared[0]
+    bad = sorted(parts["bad"])
+    if bad:
+        yield _rejected({"source": source_id, "reason": "embedding_nan", "message": bad[0]})
+        return
+    vectors = [v for _, v in sorted(parts["vector"], key=lambda fv: fv[0])]
+    expected = 1 if p.record.frames is None else len(p.record.frames)
+    if len(vectors) != expected:
+        raise plan.InternalError(f"record {source_id!r}: {len(vectors)} embeddings for {expected} images")
+    flat = tuple(float(x) for v in vectors for x in v.reshape(-1))
+    yield framed(p, flat, key)
+
+
+class WriteFragments(beam.PTransform):
+    """Framed records (encode.Encoded) into sorted fragments; output: FragmentInfo."""
+
+    def __init__(self, config: BuildConfig, run):
+        super().__init__()
+        self.config, self.run = config, run
+
+    def expand(self, records):
+        return records | "Buffer" >> beam.ParDo(_WriteFragmentsFn(self.config), beam.pvalue.AsSingleton(self.run))
+
+
+class _WriteFragmentsFn(beam.DoFn):
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def start_bundle(self):
+        self._buffer = FragmentBuffer(self.config.fragment_bytes)
+        self._run = None
+
+    def process(self, record: Encoded, run: RunInfo):
+        self._run = run
+        if self._buffer.add(record):
+            yield from self._buffer.flush(run)
+
+    def finish_bundle(self):
+        if self._run is not None:
+            yield from _windowed(self._buffer.flush(self._run))
 
 
 # ---------------------------------------------------------------------------------------------- dedup
@@ -456,12 +573,12 @@ def write_shard(grouped: tuple[tuple[str, int], Iterable[fragments.Slice]], conf
     rows = []
     crash_point("write")
     with storage.open_write(temp_path) as out:
-        for meta, framed in fragments.merge(runs):
+        for meta, data in fragments.merge(runs):
             if meta.source_id in gone:
                 continue
             rows.append(index.row_from_meta(shard, digest.size, meta, config.listing.extras, multi_label=True))
-            out.write(framed)
-            digest.update(framed)
+            out.write(data)
+            digest.update(data)
             classes.update(meta.labels)
             _note_lengths(longest, meta)
     expected = split_plan.sizes[shard]

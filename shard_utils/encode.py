@@ -6,13 +6,14 @@ Dataflow) or in a local pool of worker processes; either way the bytes are the s
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 from . import plan, schema, storage
 from .images import ImageOptions, Rejected, prepare_image
 from .inputs import MediaItem
 from .tfrecord import frame
+from .video import VideoOptions, prepare_video
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class EncodeSettings:
     label_ids: dict[str, int] = field(default_factory=dict)
     label_offset: int = 0
     extras: tuple[schema.ExtraSpec, ...] = ()
+    video: VideoOptions | None = None  # a video dataset: every item is a clip
+    frame_now: bool = True  # False when an embedding is added to the record later (it is framed then)
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,29 @@ class Encoded:
     trailer_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A record waiting for its embedding: everything but the framing (`meta.length` is 0 until framed)."""
+
+    split: str
+    meta: RecordMeta
+    record: schema.ImageRecord
+    passed_through: bool = False
+    trailer_bytes: int = 0
+
+
 Reject = dict  # {"source": ..., "reason": ..., "message": ...}
-Outcome = Union[Encoded, Reject]
+Outcome = Union[Encoded, Prepared, Reject]
+
+
+def framed(prepared: Prepared, embedding: tuple[float, ...] | None = None, key: str = schema.EMBEDDING) -> Encoded:
+    """Frame a prepared record (with its embedding, if any): the bytes and length that go into a fragment."""
+    record = prepared.record
+    if embedding is not None:
+        record = replace(record, embedding=tuple(float(x) for x in embedding), embedding_key=key)
+    data = frame(schema.encode_example(record))
+    return Encoded(prepared.split, replace(prepared.meta, length=len(data)), data, prepared.passed_through,
+                   prepared.trailer_bytes)
 
 
 def reject(item: MediaItem, reason: str, message: str) -> Reject:
@@ -82,7 +106,8 @@ def first_line(exc: BaseException) -> str:
 
 
 def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
-    """Read, validate and encode one item into a framed record, or say why it cannot be one."""
+    """Read, validate and encode one item into a framed record (or a Prepared one awaiting its embedding),
+    or say why it cannot be one."""
     try:
         data = read_source(item.uri)
     except (FileNotFoundError, storage.NotFoundError):
@@ -90,7 +115,15 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - unreadable files are accounted for, never fatal
         return reject(item, "unreadable", first_line(exc))
     try:
-        image = prepare_image(data, settings.image)
+        if settings.video is not None:
+            clip = prepare_video(data, settings.video)
+            media = dict(encoded=b"", frames=clip.frames, frame_rate=clip.frame_rate, height=clip.height,
+                         width=clip.width, channels=3)
+            passed_through, trailer = False, 0
+        else:
+            image = prepare_image(data, settings.image)
+            media = dict(encoded=image.encoded, height=image.height, width=image.width, channels=image.channels)
+            passed_through, trailer = image.passed_through, image.trailer_bytes
     except Rejected as exc:
         return reject(item, exc.reason, exc.message)
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not end a three-hour job
@@ -98,15 +131,14 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
     labels = tuple(settings.label_ids[name] for name in item.labels)
     sha256 = hashlib.sha256(data).hexdigest()
     record = schema.ImageRecord(
-        encoded=image.encoded, height=image.height, width=image.width, channels=image.channels,
-        label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id, sha256=sha256,
-        labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
+        **media, label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id,
+        sha256=sha256, labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
         extras=_extras(item, settings.extras))
-    framed = frame(schema.encode_example(record))
     split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)
-    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, len(framed), labels, sha256,
-                      image.height, image.width, item.extras)
-    return Encoded(split, meta, framed, image.passed_through, image.trailer_bytes)
+    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, 0, labels, sha256,
+                      record.height, record.width, item.extras)
+    prepared = Prepared(split, meta, record, passed_through, trailer)
+    return framed(prepared) if settings.frame_now else prepared
 
 
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:

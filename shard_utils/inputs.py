@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Union
 
 SPLIT_DIRS = ("train", "validation", "test")
+VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".webm", ".mkv", ".avi"})
 MEDIA_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
      ".heic", ".heif", ".avif"})
@@ -41,16 +42,18 @@ class MediaItem:
         return self.labels[0]
 
 
-def skip_reason(rel_path: str) -> str | None:
-    """Why a file is skipped without being read ('hidden', 'system', 'not_media'), or None for media."""
+def skip_reason(rel_path: str, video: bool = False) -> str | None:
+    """Why a file is skipped without being read ('hidden', 'system', 'not_media', and in a video build
+    'still_image'), or None for media: still images, or video clips in a video build."""
     parts = rel_path.split("/")
     if any(p.startswith(".") for p in parts):
         return "hidden"
     if parts[-1].lower() in SYSTEM_NAMES or any(p.lower() in SYSTEM_DIRS for p in parts[:-1]):
         return "system"
-    name = parts[-1].lower()
-    dot = name.rfind(".")
-    if dot <= 0 or name[dot:] not in MEDIA_EXTENSIONS:
+    ext = extension_of(rel_path)
+    if video:
+        return None if ext in VIDEO_EXTENSIONS else "still_image" if ext in MEDIA_EXTENSIONS else "not_media"
+    if ext not in MEDIA_EXTENSIONS:
         return "not_media"
     return None
 

@@ -285,11 +285,11 @@ def item_from_row(row: ListingRow, options: ListingOptions, root: str | None) ->
     return _item(source_id, uri, 0, given, options.label_column, split, extras, options, origin)
 
 
-def classify_entry(entry: storage.Entry, split_dirs: bool, root: str,
-                   options: ListingOptions) -> MediaItem | inputs.Skip | Rejection:
+def classify_entry(entry: storage.Entry, split_dirs: bool, root: str, options: ListingOptions,
+                   video: bool = False) -> MediaItem | inputs.Skip | Rejection:
     """A walked entry as a media item, a skip (not read, counted), or a rejection with a reason."""
     rel = entry.rel_path
-    skip = inputs.skip_reason(rel.rstrip("/"))
+    skip = inputs.skip_reason(rel.rstrip("/"), video)
     if entry.reason is not None and skip not in ("hidden", "system"):
         # A link or folder we cannot read may hold images: say so rather than skip it quietly.
         return Rejection(rel, entry.reason, entry.message or entry.reason)

@@ -5,6 +5,7 @@ Returns problems as lines naming the shard and record, so a user can act on each
 from __future__ import annotations
 
 import io
+import math
 from typing import Iterator
 
 from . import schema, storage
@@ -60,10 +61,14 @@ def check_shard(m: Manifest, shard: Shard, deep: bool) -> list[str]:
     return problems
 
 
+_TYPES = {"int64": int, "float32": float, "string": bytes}
+
+
 def check_record(m: Manifest, record: bytes) -> Iterator[str]:
-    """Problems with one serialized record: schema, JPEG decoding, label range."""
+    """Problems with one serialized record: every declared feature present with its type and count, every
+    JPEG (image or clip frame) decoding, labels in range."""
     try:
-        fields = schema.decode_example(record)
+        fields = schema.decode_lists(record)
     except ValueError as exc:
         yield str(exc)
         return
@@ -71,23 +76,34 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
         if key not in fields:
             yield f"feature {key!r} is missing"
             continue
-        value = fields[key]
-        if spec["dtype"] == "int64" and not isinstance(value, int) or spec["dtype"] == "string" and not isinstance(value, bytes):
-            yield f"feature {key!r} is not a {spec['dtype']} scalar"
-    label = fields.get(schema.LABEL)
-    if isinstance(label, int) and not 0 <= label < len(m.labels):
-        yield f"label {label} is outside 0..{len(m.labels) - 1}"
-    encoded = fields.get(schema.IMAGE_ENCODED)
-    if isinstance(encoded, bytes):
-        from PIL import Image
+        values, shape = fields[key], spec["shape"]
+        if not all(isinstance(v, _TYPES[spec["dtype"]]) for v in values):
+            yield f"feature {key!r} is not {spec['dtype']}"
+        if shape == [schema.VARIABLE]:
+            if len(values) > spec.get("max_length", 0):
+                yield f"feature {key!r} holds {len(values)} values, more than its max_length {spec.get('max_length')}"
+        elif len(values) != math.prod(shape):
+            yield f"feature {key!r} holds {len(values)} values, its shape {shape} needs {math.prod(shape)}"
+    for label in fields.get(schema.LABEL, []):
+        if isinstance(label, int) and not 0 <= label - m.label_offset < len(m.labels):
+            yield (f"label {label} is outside {m.label_offset}..{m.label_offset + len(m.labels) - 1}"
+                   if m.label_offset else f"label {label} is outside 0..{len(m.labels) - 1}")
+    for i, encoded in enumerate(fields.get(m.media_key, [])):
+        what = "image" if m.media == "image" else f"frame {i}"
+        if isinstance(encoded, bytes):
+            yield from (f"{what} {p}" for p in _jpeg_problems(encoded))
 
-        try:
-            with Image.open(io.BytesIO(encoded)) as image:
-                if image.format != "JPEG":
-                    yield f"image is {image.format}, not JPEG"
-                image.load()
-        except Exception as exc:
-            yield f"image does not decode: {storage.problem(exc)}"
+
+def _jpeg_problems(encoded: bytes) -> Iterator[str]:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(encoded)) as image:
+            if image.format != "JPEG":
+                yield f"is {image.format}, not JPEG"
+            image.load()
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a finding, not a crash
+        yield f"does not decode: {storage.problem(exc)}"
 
 
 def _check_stored_checksums(path: str, shard: Shard) -> list[str]:

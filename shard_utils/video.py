@@ -18,8 +18,8 @@ from PIL import Image
 
 from .extras import require
 from .images import ImageOptions, Rejected, resize
+from .inputs import VIDEO_EXTENSIONS  # noqa: F401 - the clip extensions, listed once in inputs
 
-VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".webm", ".mkv", ".avi"})
 MAX_FRAMES = 10_000  # per clip: more is a typo, not a dataset
 # The containers we read, told from their first bytes (never from the name, never by FFmpeg's own probing,
 # which would also accept playlists and other formats that open further files or URLs).
