@@ -28,7 +28,8 @@ _CROP_ASPECT = (3 / 4, 4 / 3)
 def feature_spec(key: str, entry: dict[str, Any]) -> tf.io.FixedLenFeature | tf.io.VarLenFeature:
     """The tf.io parse spec of one manifest feature: fixed shape, or a variable-length list (shape [-1])."""
     if entry.get("dtype") not in _TF_DTYPES:
-        raise ManifestError(f"feature {key!r} has dtype {entry.get('dtype')!r}; the loader reads {', '.join(_TF_DTYPES)}")
+        raise ManifestError(f"feature {key!r} has dtype {entry.get('dtype')!r}; "
+                            f"the loader reads {', '.join(_TF_DTYPES)}")
     shape = list(entry.get("shape", []))
     if shape == [schema.VARIABLE]:
         return tf.io.VarLenFeature(_TF_DTYPES[entry["dtype"]])
@@ -104,7 +105,8 @@ class RecordDecoder:
         self.num_classes = m.num_classes
         self.multi_label = m.features[schema.LABEL].get("shape") == [schema.VARIABLE]
         self.label_offset = int(m.label_offset)
-        self.extras = {k: dict(v) for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)} if as_dict else {}
+        extras = {k: dict(v) for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
+        self.extras = extras if as_dict else {}
         _check_extra_names(self.extras)
         keys = [schema.LABEL]
         keys += [self.media_key] if self.use_media else []

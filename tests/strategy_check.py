@@ -126,7 +126,8 @@ def fit(args) -> dict:
 
 
 def shapes(args) -> dict:
-    """Per-replica element shapes (None = not static) of the train and eval dicts of each dataset."""
+    """Per-replica shapes of the train and eval dicts of each dataset: as a compiled step sees them
+    (None = not static), and of the first batch's values."""
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
     out = {}
     for path in args.datasets:
@@ -137,13 +138,17 @@ def shapes(args) -> dict:
             dist = strategy.distribute_datasets_from_function(lambda ctx: loader.make_dataset(
                 manifest, split, ctx.get_per_replica_batch_size(args.global_batch), training=training,
                 input_context=ctx, as_dict=True, seed=2))
+            traced = {}
+
+            def replica_step(d):
+                traced.update({k: v.shape.as_list() for k, v in d.items()})  # recorded while tracing
+                return tf.constant(0)
+
             element = next(iter(dist))
+            tf.function(lambda e: strategy.run(replica_step, args=(e,)))(element)
             local = strategy.experimental_local_results(element)
-            found[mode] = {
-                "spec": {k: s.shape.as_list() for k, s in dist.element_spec.items()},
-                "replicas": len(local),
-                "values": {k: list(v.shape) for k, v in local[0].items()},
-            }
+            found[mode] = {"spec": traced, "replicas": len(local),
+                           "values": {k: list(v.shape) for k, v in local[0].items()}}
         out[path] = found
     return out
 

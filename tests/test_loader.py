@@ -403,7 +403,8 @@ def test_shard_with_more_records_than_the_manifest_lists_is_named(small, tmp_pat
 
     ds_dir = copy_dataset(small[0], tmp_path / "d", undercount)
     ds = loader.make_dataset(str(ds_dir), "validation", 4, training=False, repeat=False)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"validation-00002-of-00008.tfrecord.*read\] \[2\] \[of the\] \[1\]"):
+    read_two_of_one = r"validation-00002-of-00008.tfrecord.*read\] \[2\] \[of the\] \[1\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=read_two_of_one):
         list(ds)
 
 
