@@ -168,9 +168,7 @@ def make_dataset(
         if decoder.needs_seeds:
             # Per-record seeds for the stateless random ops keep the map function pure.
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=seed).batch(2)))
-            ds = ds.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=False)
-        else:
-            ds = ds.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=False)
+        ds = ds.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=False)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
         ds = _eval_pass(m, split, paths, n, index, batch_size, local_replicas * steps_per_execution, decoder)
@@ -211,8 +209,6 @@ def _pipelines(input_context: tf.distribute.InputContext | None) -> tuple[int, i
     return n, index, max(1, replicas // n)
 
 
-
-
 def _check_shards_exist(paths: list[str]) -> None:
     """One listing per folder: a ManifestError naming missing shards before any step runs."""
     missing = []
@@ -231,13 +227,11 @@ def _check_shards_exist(paths: list[str]) -> None:
                             "Was the dataset copied completely? `tpu-shards verify` checks every shard.")
 
 
-
-
 # ----------------------------------------------------------------------------- reading records
 
 
-def _read(paths: list[str], counts: list[int], dataset: str, deterministic: bool, shuffle_seed: int | None = None,
-          shuffle: bool = False) -> tf.data.Dataset:
+def _read(paths: list[str], counts: list[int], dataset: str, deterministic: bool,
+          shuffle_seed: int | None = None, shuffle: bool = False) -> tf.data.Dataset:
     """Serialized records of the given shards, read in parallel (interleaved one record at a time).
 
     Each shard has its own TFRecordDataset checked against the manifest's record count, so a damaged
@@ -314,19 +308,17 @@ def _eval_counts(m: Manifest, split: str, n: int) -> list[int]:
     return [len(range(i, total, n)) for i in range(n)]
 
 
-
-
-def _eval_pass(m: Manifest, split: str, paths: list[str], n: int, index: int, batch_size: int, batches_per_step: int,
-               decoder: RecordDecoder) -> tf.data.Dataset:
+def _eval_pass(m: Manifest, split: str, paths: list[str], n: int, index: int, batch_size: int,
+               batches_per_step: int, decoder: RecordDecoder) -> tf.data.Dataset:
     """One evaluation pass as dict batches: this pipeline's records in a fixed order, then weight-0 padding.
 
-    Exactly eval_steps x batches_per_step batches (batches_per_step = local replicas x steps per
-    execution), the same on every pipeline.
+    batches_per_step is local replicas x steps per execution, so the pass is eval_steps(...,
+    steps_per_execution) x local replicas batches, the same on every pipeline.
     """
     counts = _eval_counts(m, split, n)
     shard_counts = [s.num_records for s in m.split(split).shards]
     per_step = batch_size * batches_per_step
-    steps = _pass_steps(counts, per_step, 1)
+    steps = _pass_steps(counts, per_step, 1)  # in whole executions
     if len(paths) >= n:
         records = _read(paths[index::n], shard_counts[index::n], m.location, deterministic=True)
     else:
@@ -342,7 +334,7 @@ def _eval_pass(m: Manifest, split: str, paths: list[str], n: int, index: int, ba
 
 
 def _padding_element(element_spec: dict[str, tf.TensorSpec]) -> dict[str, tf.Tensor]:
-    """A zero element shaped like a real one, with weight 0 (label 0, empty source_id)."""
+    """A zero element shaped like a real one: weight 0, zero pixels and label (multi-hot: no class), "" strings."""
     return {k: tf.zeros(s.shape, s.dtype) for k, s in element_spec.items()}
 
 
