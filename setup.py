@@ -29,12 +29,18 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
+        "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
+        # `tpu-shards inspect --report` and the build's progress bars; not needed to build or load
+        "report": ["matplotlib>=3.8", "tqdm>=4.66"],
         "test": [
             "tensorflow-cpu>=2.21,<2.22",
+            "pillow-heif>=1.8,<2",
             "pytest>=8",
             "hypothesis>=6.100",
             "gcp-storage-emulator>=2024.8",
             "nbformat>=5",
+            "matplotlib>=3.8",
+            "tqdm>=4.66",
         ],
     },
     entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:main"]},

@@ -13,10 +13,11 @@ from shard_utils.manifest import ManifestError
 from shard_utils.plan import PlanError
 from shard_utils.storage import StorageError
 
-from .errors import UsageError
+from .errors import OneLineParser, UsageError
+
 
 KNOWN = (UsageError, PlanError, ManifestError, StorageError)
-_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError): (.+)")
+_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:
@@ -63,7 +64,7 @@ def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | 
 def verify_command(argv: Sequence[str] | None) -> None:
     from shard_utils.verify import verify
 
-    ap = argparse.ArgumentParser(prog="tpu-shards verify",
+    ap = OneLineParser(prog="tpu-shards verify",
                                  description="Check a dataset against its manifest; exit 0 when intact, 1 otherwise.")
     ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
     ap.add_argument("--deep", action="store_true",
@@ -80,8 +81,14 @@ def verify_command(argv: Sequence[str] | None) -> None:
 def inspect_command(argv: Sequence[str] | None) -> None:
     from shard_utils.manifest import load
 
-    ap = argparse.ArgumentParser(prog="tpu-shards inspect", description="Summarise a dataset from its manifest.")
-    ap.add_argument("dataset")
+    ap = OneLineParser(prog="tpu-shards inspect",
+                       description="Summarise a dataset from its manifest; with --report, also write "
+                                   "contact sheets, charts and an index.html to look at it.")
+    ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
+    ap.add_argument("--report", metavar="DIR", help="write the report into this local folder")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the records shown on the contact sheets")
+    ap.add_argument("--max-records", type=int, default=5000,
+                    help="records read per split for the contact sheets and size chart (default 5000)")
     args = ap.parse_args(argv)
     m = load(args.dataset)
     print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
@@ -89,6 +96,42 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     for name, split in m.splits.items():
         print(f"  {name}: {split.num_records} records, {len(split.shards)} shards, {split.num_bytes / 1e6:.1f} MB")
     print(f"  files seen {m.files_seen}, rejected {m.rejected['count']}, skipped {m.skipped['count']}")
+    if args.report is None:
+        return
+    from shard_utils import report
+    from shard_utils.extras import MissingExtra
+
+    if args.max_records < 1:
+        raise UsageError("--max-records must be at least 1")
+    try:
+        page = report.write_report(m, args.report, seed=args.seed, max_records=args.max_records)
+    except MissingExtra as exc:
+        raise UsageError(str(exc)) from None
+    print(f"tpu-shards: report written to {page}")
+
+
+def extract_command(argv: Sequence[str] | None) -> None:
+    from shard_utils.extract import ExtractError, extract
+
+    ap = OneLineParser(prog="tpu-shards extract",
+                       description="Write records back as files, DIR/<split>/<label>/<source file name>, holding "
+                                   "exactly the stored JPEG bytes (video: a folder of frames). Names are sanitised; "
+                                   "DIR/extract_map.csv maps records to files.")
+    ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
+    ap.add_argument("dir", help="a new or empty local folder")
+    ap.add_argument("--split", help="only this split")
+    ap.add_argument("--label", help="only records with this label")
+    ap.add_argument("--limit", type=int, help="at most this many records")
+    ap.add_argument("--source-id", help="only the record with this source id")
+    args = ap.parse_args(argv)
+    try:
+        done = extract(args.dataset, args.dir, split=args.split, label=args.label, limit=args.limit,
+                       source_id=args.source_id)
+    except ExtractError as exc:
+        raise UsageError(str(exc)) from None
+    renamed = f"; {done.renamed} renamed to stay safe and unique" if done.renamed else ""
+    records = f"{done.count} record{'' if done.count == 1 else 's'}"
+    print(f"tpu-shards: extracted {records} to {done.folder}{renamed} (map: {done.map_path})")
 
 
 def build_command(argv: Sequence[str] | None) -> None:
@@ -97,13 +140,14 @@ def build_command(argv: Sequence[str] | None) -> None:
     run(argv)
 
 
-COMMANDS = {"build": build_command, "verify": verify_command, "inspect": inspect_command}
+COMMANDS = {"build": build_command, "verify": verify_command, "inspect": inspect_command,
+            "extract": extract_command}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
-        print("usage: tpu-shards {build,verify,inspect} ...  (tpu-shards COMMAND --help for options)",
+        print("usage: tpu-shards {build,verify,inspect,extract} ...  (tpu-shards COMMAND --help for options)",
               file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return guarded(COMMANDS[argv[0]], argv[1:])

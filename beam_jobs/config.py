@@ -1,20 +1,54 @@
 """The settings of one build, as the pipeline's steps see them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from shard_utils import storage
 from shard_utils.images import ImageOptions
+from shard_utils.listings import ListingOptions
+from shard_utils.plan import DEFAULT_BUCKET_BITS
+
+
+@dataclass(frozen=True)
+class RejectLimit:
+    """--max-rejected: at most `count` files, or at most `fraction` of the files seen."""
+
+    count: int | None = None
+    fraction: float | None = None
+
+    def exceeded(self, rejected: int, seen: int) -> bool:
+        if self.count is not None:
+            return rejected > self.count
+        return rejected > (self.fraction or 0.0) * seen
+
+    def __str__(self) -> str:
+        return str(self.count) if self.count is not None else f"{(self.fraction or 0) * 100:g}%"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What is decided once per run: its id, its temporary folder and when it was created.
+
+    A driver decides it before submitting; a Dataflow template decides it at launch, inside the job,
+    so that every launch of one template gets its own.
+    """
+
+    run_id: str
+    temp_dir: str
+    created: str
 
 
 @dataclass(frozen=True)
 class BuildConfig:
     """Everything a build needs besides Beam's own options; plain values so it pickles to workers."""
 
-    input: str
+    input: str | None  # None: a listing of absolute paths only
     output: str
-    temp_dir: str
-    splits: list[tuple[str, float]] = field(default_factory=lambda: [("train", 1.0)])
+    temp_root: str  # runs' temporary folders live under it: <output>/.tpu-shards-tmp or <temp_location>/...
+    run_id: str | None = None  # None: decided when the job runs (a template launch)
+    created: str | None = None
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_dirs: bool = False
     image: ImageOptions = ImageOptions()
     num_cores: int = 8
@@ -23,12 +57,37 @@ class BuildConfig:
     num_shards: int | None = None
     seed: int = 0
     tool_version: str = ""
-    created: str = ""
+    workers: int = 1
+    label_offset: int = 0
+    shard_extension: str = "tfrecord"
+    max_rejected: RejectLimit = RejectLimit(fraction=0.5)
+    bucket_bits: int = DEFAULT_BUCKET_BITS
+    fragment_bytes: int = 64 * 2**20  # an encoder writes its buffered records as one sorted fragment at this size
+    overwrite: bool = False
+    dedup: bool = False
+    follow_symlinks: bool = False
+    listing: ListingOptions = ListingOptions()
+    # Local runs report a build that cannot publish through a Beam metric the driver reads (an exception
+    # in a local worker process prints Beam's traceback); remote runs fail the job with the message.
+    failures_in_metrics: bool = False
+
+    @property
+    def splits_from_data(self) -> bool:
+        """Whether every item's split comes from the input (split folders or a split column), not --splits."""
+        return self.split_dirs or self.listing.split_column is not None
+
+    @property
+    def uses_listing(self) -> bool:
+        return bool(self.listing.listings)
+
+    def temp_dir(self, run_id: str) -> str:
+        return storage.join(self.temp_root, run_id)
 
     def manifest_options(self) -> dict[str, Any]:
         """The options that shape the dataset, as recorded in the manifest."""
         return {
-            "splits": "from folders" if self.split_dirs else dict(self.splits),
+            "splits": ("from folders" if self.split_dirs else f"from column {self.listing.split_column}"
+                       if self.listing.split_column else dict(self.splits)),
             "image_size": list(self.image.size) if self.image.size else None,
             "resize": self.image.resize,
             "jpeg_quality": self.image.quality,
@@ -40,4 +99,12 @@ class BuildConfig:
             "target_shard_mb": self.target_shard_mb,
             "num_shards": self.num_shards,
             "seed": self.seed,
+            "label_offset": self.label_offset,
+            "shard_extension": self.shard_extension,
+            "max_rejected": str(self.max_rejected),
+            "dedup": self.dedup,
+            "follow_symlinks": self.follow_symlinks,
+            "listings": list(self.listing.listings),
+            "extra_columns": [f"{e.name}:{e.dtype}{'[]' if e.is_list else ''}" for e in self.listing.extras],
+            "label_from_name": self.listing.label_from_name,
         }

@@ -1,91 +1,57 @@
 """The composite PTransforms of the shard-building job, one per step of the data flow.
 
-Only small references travel through Beam's shuffles: encoded records are written once
-to temporary fragment files by the encoder, and each shard writer reads back just the
-records of its own shard. Exact balance comes from ranking records by a seeded hash.
+Elements are batches, not images: a chunk of listed files, a fragment of a few hundred encoded
+records, a slice of a fragment for one shard. Beam's per-element cost is paid per batch, and the
+encoded bytes never travel through a shuffle: encoders write sorted fragments, and each shard
+writer reads exactly its own byte range of each fragment.
 """
 from __future__ import annotations
 
-import json
-import logging
-import os
-import re
-import signal
+import datetime
+import itertools
 import uuid
-from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Iterable
+from collections import Counter
+from typing import Iterable, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
-from shard_utils import inputs, plan, schema, storage
-from shard_utils.images import Rejected, prepare_image
-from shard_utils.manifest import MANIFEST_NAME, REJECTED_NAME, Manifest, Shard, Split
-from shard_utils.tfrecord import frame
+from shard_utils import fragments, index, inputs, listings, plan, runlock, storage
+from shard_utils.encode import EncodeSettings, Encoded, encode_batch, reject
+from shard_utils.inputs import MediaItem
+from shard_utils.listings import ListingOptions
 
-from .config import BuildConfig
+from . import progress, publish
+from .config import BuildConfig, RunInfo
+from .errors import UsageError
+from .listing_io import DropDuplicateRows, ListingItems
+from .local_pool import LocalPool
+from .publish import crash_point
 
 NAMESPACE = "tpu_shards"
-FAILURE_NAME = "plan-failure.txt"  # in the run's temp folder: why no dataset was published
-LOG = logging.getLogger("tpu_shards")
+FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see publish_or_fail)
+LIST_CHUNK = 256  # listed files per element: the unit of parallelism of the encode step
+TASK_ITEMS = 16  # items per task handed to a local worker process
 
 
-def crash_point(stage: str) -> None:
-    """Test hook: TPU_SHARDS_KILL_AT=<stage> kills this process with SIGKILL at that stage."""
-    if os.environ.get("TPU_SHARDS_KILL_AT") == stage:
-        os.kill(os.getpid(), signal.SIGKILL)
+def count(name: str, n: int = 1) -> None:
+    Metrics.counter(NAMESPACE, name).inc(n)
 
 
-@dataclass(frozen=True)
-class MediaFile:
-    """A listed media file waiting to be encoded."""
-
-    rel_path: str
-    size: int
-    label: str
-    split: str | None
+def _rejected(entry: dict) -> beam.pvalue.TaggedOutput:
+    count(f"rejected_{entry['reason']}")
+    return beam.pvalue.TaggedOutput("rejected", entry)
 
 
-@dataclass(frozen=True)
-class RecordRef:
-    """Where one encoded record waits in a fragment file, and what the planner needs to know of it."""
-
-    split: str
-    sort_key: int
-    source_id: str
-    label: str
-    fragment: str
-    offset: int
-    length: int
+# ---------------------------------------------------------------------------------------------- run
 
 
-@dataclass(frozen=True)
-class ShardResult:
-    """A shard written under its temporary name."""
+class StartRun(beam.PTransform):
+    """One RunInfo: the run's id, temporary folder and creation time.
 
-    split: str
-    index: int
-    temp_path: str
-    name: str
-    num_records: int
-    num_bytes: int
-    crc32c: str
-    sha256: str
-    class_counts: tuple[tuple[str, int], ...]
-
-
-def reject(source: str, reason: str, message: str) -> beam.pvalue.TaggedOutput:
-    Metrics.counter(NAMESPACE, f"rejected_{reason}").inc()
-    return beam.pvalue.TaggedOutput("rejected", {"source": source, "reason": reason, "message": message})
-
-
-class ListMedia(beam.PTransform):
-    """Streams the files under the input and sorts them into media, skipped (by reason) and rejected.
-
-    Outputs tagged `media` (MediaFile), `skipped` (reason strings), `rejected` (dicts) and
-    `seen` (one 1 per listed file, for the accounting).
+    A driver decides these before submitting and holds the output's lock; a template launch has no
+    driver, so the job decides them here, when it runs, and takes the lock itself.
     """
 
     def __init__(self, config: BuildConfig):
@@ -93,382 +59,476 @@ class ListMedia(beam.PTransform):
         self.config = config
 
     def expand(self, pbegin):
-        listed = (
-            pbegin
-            | "Root" >> beam.Create([self.config.input])
-            | "Walk" >> beam.FlatMap(storage.walk)
-            | "Spread" >> beam.Reshuffle()
-            | "Classify" >> beam.FlatMap(_classify, self.config.split_dirs).with_outputs(
-                "skipped", "rejected", "seen", main="media")
-        )
-        return listed
+        return pbegin | "Once" >> beam.Create([None]) | "Decide" >> beam.Map(lambda _: start_run(self.config))
 
 
-def _classify(entry: storage.Entry, split_dirs: bool):
-    Metrics.counter(NAMESPACE, "files_matched").inc()
-    yield beam.pvalue.TaggedOutput("seen", 1)
-    skip = inputs.skip_reason(entry.rel_path.rstrip("/"))
-    if entry.reason is not None and skip not in ("hidden", "system"):
-        # A link or folder we cannot read may hold images: say so rather than skip it quietly.
-        yield reject(entry.rel_path, entry.reason, entry.message or entry.reason)
-        return
-    if skip is not None:
-        Metrics.counter(NAMESPACE, f"skipped_{skip}").inc()
-        yield beam.pvalue.TaggedOutput("skipped", skip)
-        return
-    split, label = inputs.split_and_label(entry.rel_path, split_dirs)
-    if label is None:
-        where = "its split folder" if split_dirs else "the input folder"
-        yield reject(entry.rel_path, "no_label", f"file sits directly in {where}, not in a label folder")
-        return
-    yield MediaFile(entry.rel_path, entry.size, label, split)
+def start_run(config: BuildConfig) -> RunInfo:
+    """The RunInfo of this run; for a template launch, a new one, with the lock and the overwrite rule checked."""
+    if config.run_id:
+        return RunInfo(config.run_id, config.temp_dir(config.run_id), config.created or "")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    run_id = new_run_id(now)
+    created = now.isoformat(timespec="seconds")
+    publish.check_output_at_launch(config, run_id, created)
+    return RunInfo(run_id, config.temp_dir(run_id), created)
 
 
-class EncodeImages(beam.PTransform):
-    """Reads, validates and encodes each media file into a framed tf.Example in a temporary fragment.
+def new_run_id(now: datetime.datetime) -> str:
+    return now.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
-    Main output: RecordRef; tagged `rejected`: dicts for files that are not usable images.
+
+# ---------------------------------------------------------------------------------------------- list
+
+
+class ListMedia(beam.PTransform):
+    """Streams the files under the input in chunks and sorts them into media, skipped and rejected.
+
+    Outputs: `media` (list[MediaItem], a chunk), `rejected` (dict), `skipped_files` (dict naming a
+    non-media file), `tally` (publish.Tally per chunk: files seen and skipped by reason).
     """
 
-    def __init__(self, config: BuildConfig, labels):
+    def __init__(self, config: BuildConfig):
         super().__init__()
         self.config = config
-        self.labels = labels
+
+    def expand(self, pbegin):
+        cfg = self.config
+        out = (
+            pbegin
+            | "Root" >> beam.Create([cfg.input])
+            | "Walk" >> beam.FlatMap(walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
+            | "Spread" >> beam.Reshuffle()
+            | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing).with_outputs(
+                "rejected", "skipped_files", "tally", main="media")
+        )
+        return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally}
+
+
+def walk_chunks(root: str, follow_symlinks: bool = False, size: int = LIST_CHUNK) -> Iterator[list[storage.Entry]]:
+    walked = storage.walk(root, follow_symlinks=follow_symlinks)
+    while chunk := list(itertools.islice(walked, size)):
+        yield chunk
+
+
+def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions):
+    """A chunk of walked entries -> one list of MediaItems, plus tagged rejects, skipped names and a tally."""
+    tally = publish.Tally(seen=len(entries))
+    media = []
+    count("files_matched", len(entries))
+    progress.advance("list", len(entries))
+    for entry in entries:
+        found = listings.classify_entry(entry, split_dirs, root, options)
+        if isinstance(found, listings.Rejection):
+            yield _rejected(found.as_dict())
+        elif isinstance(found, inputs.Skip):
+            count(f"skipped_{found.reason}")
+            tally.skip(found.reason, found.extension)
+            if found.reason == "not_media":
+                yield beam.pvalue.TaggedOutput("skipped_files", {"source": entry.rel_path, "reason": found.reason})
+        else:
+            media.append(found)
+    yield beam.pvalue.TaggedOutput("tally", tally)
+    if media:
+        progress.expect("encode", len(media))
+        yield media
+
+
+class ListListedMedia(beam.PTransform):
+    """The media a --listing names (the input is not walked): one item per row, a row naming a file again
+    rejected `duplicate_row`; same outputs as ListMedia (every row is seen once)."""
+
+    def __init__(self, config: BuildConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, pbegin):
+        rows = pbegin | "ListingItems" >> ListingItems(self.config.listing, self.config.input)
+        unique = rows.items | "DropDuplicateRows" >> DropDuplicateRows()  # MediaItem
+        seen = ((rows.items, rows.rejected) | "AllRows" >> beam.Flatten()
+                | "CountRows" >> beam.combiners.Count.Globally()
+                | "Tally" >> beam.Map(lambda n: publish.Tally(seen=n)))
+        media = (unique.items
+                 | "Chunk" >> beam.BatchElements(min_batch_size=LIST_CHUNK, max_batch_size=LIST_CHUNK)
+                 | "CountChunk" >> beam.Map(_listed_chunk))
+        rejected = ((rows.rejected, unique.rejected) | "AllRowRejects" >> beam.Flatten()
+                    | "CountRejects" >> beam.Map(lambda r: _rejected(r).value))
+        nothing = pbegin | "NoSkippedFiles" >> beam.Create([])
+        return {"media": media, "rejected": rejected, "skipped_files": nothing, "tally": seen}
+
+
+def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:
+    count("files_matched", len(chunk))
+    progress.advance("list", len(chunk))
+    progress.expect("encode", len(chunk))
+    return chunk
+
+
+class DistinctLabels(beam.PTransform):
+    """The label names of all media, each once (a side input of the encoder)."""
 
     def expand(self, media):
-        return media | "Encode" >> beam.ParDo(_EncodeFn(self.config), beam.pvalue.AsList(self.labels)).with_outputs(
-            "rejected", main="records")
+        return (media
+                | "LabelsOf" >> beam.FlatMap(lambda chunk: {name for item in chunk for name in item.labels})
+                | "Distinct" >> beam.Distinct())
+
+
+# ---------------------------------------------------------------------------------------------- encode
+
+
+class EncodeMedia(beam.PTransform):
+    """Reads, validates and encodes every item into framed tf.Examples, written as sorted fragments.
+
+    Main output: FragmentInfo; tagged `rejected`: dicts for items that are not usable media.
+    Locally the work runs in a pool of `config.workers` processes; on Dataflow inline.
+    """
+
+    def __init__(self, config: BuildConfig, labels, run):
+        super().__init__()
+        self.config, self.labels, self.run = config, labels, run
+
+    def expand(self, media):
+        return media | "Encode" >> beam.ParDo(
+            _EncodeFn(self.config), beam.pvalue.AsList(self.labels), beam.pvalue.AsSingleton(self.run)
+        ).with_outputs("rejected", main="fragments")
 
 
 class _EncodeFn(beam.DoFn):
     def __init__(self, config: BuildConfig):
         self.config = config
-        self._label_ids: dict[str, int] | None = None
+        self._settings: EncodeSettings | None = None
+        self._pool: LocalPool | None = None
 
     def start_bundle(self):
-        self._fragment = None
-        self._writer = None
-        self._offset = 0
+        self._buffer: list[Encoded] = []
+        self._buffered = 0
+        self._run: RunInfo | None = None
 
-    def process(self, media: MediaFile, labels: list[str]):
-        if self._label_ids is None:
-            self._label_ids = {name: i for i, name in enumerate(sorted(labels))}
-        cfg = self.config
-        try:
-            data = read_source(storage.join(cfg.input, media.rel_path))
-        except Exception as exc:
-            yield reject(media.rel_path, "unreadable", _first_line(exc))
+    def process(self, chunk: list[MediaItem], labels: list[str], run: RunInfo):
+        self._run = run
+        settings = self._settings_for(labels)
+        if self.config.workers <= 1:
+            yield from self._take(encode_batch(chunk, settings))
             return
-        try:
-            image = prepare_image(data, cfg.image)
-        except Rejected as exc:
-            yield reject(media.rel_path, exc.reason, exc.message)
-            return
-        except Exception as exc:  # a decoder bug must not end a three-hour job; the file is accounted for
-            yield reject(media.rel_path, "corrupt", f"{type(exc).__name__}: {_first_line(exc)}")
-            return
-        crash_point("encode")
-        record = schema.ImageRecord(
-            encoded=image.encoded, height=image.height, width=image.width, channels=image.channels,
-            label=self._label_ids[media.label], label_text=media.label, source_id=media.rel_path,
-            sha256=_sha256(data))
-        framed = frame(schema.encode_example(record))
-        split = media.split or plan.choose_split(cfg.splits, cfg.seed, media.rel_path)
-        offset = self._append(framed)
-        Metrics.counter(NAMESPACE, "images_passed_through" if image.passed_through else "images_reencoded").inc()
-        yield RecordRef(split, plan.sort_key(cfg.seed, media.rel_path), media.rel_path, media.label,
-                        self._fragment, offset, len(framed))
-
-    def _append(self, framed: bytes) -> int:
-        if self._writer is None:
-            self._fragment = storage.join(self.config.temp_dir, "fragments", f"{uuid.uuid4().hex}.records")
-            self._writer = FileSystems.create(self._fragment, compression_type="uncompressed")
-            self._offset = 0
-        offset = self._offset
-        self._writer.write(framed)
-        self._offset += len(framed)
-        return offset
+        pool = self._pool_for(settings)
+        for start in range(0, len(chunk), TASK_ITEMS):
+            pool.submit(chunk[start:start + TASK_ITEMS])
+        while pool.in_flight > 4 * self.config.workers:  # bound what waits in memory
+            for outcomes in pool.results(block=True):
+                yield from self._take(outcomes)
+        for outcomes in pool.results():
+            yield from self._take(outcomes)
 
     def finish_bundle(self):
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        out: list = []
+        if self._pool is not None:
+            for outcomes in self._pool.drain():
+                out.extend(self._take(outcomes))
+        out.extend(self._flush())
+        for value in out:
+            if isinstance(value, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(value.tag, GlobalWindows.windowed_value(value.value))
+            else:
+                yield GlobalWindows.windowed_value(value)
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _settings_for(self, labels: list[str]) -> EncodeSettings:
+        if self._settings is None:
+            cfg = self.config
+            self._settings = EncodeSettings(
+                image=cfg.image, seed=cfg.seed, splits=cfg.splits,
+                label_ids={name: i for i, name in enumerate(sorted(labels))}, label_offset=cfg.label_offset,
+                extras=cfg.listing.extras)
+        return self._settings
+
+    def _pool_for(self, settings: EncodeSettings) -> LocalPool:
+        if self._pool is None:
+            self._pool = LocalPool(self.config.workers, "shard_utils.encode.encode_batch", settings,
+                                   on_crash=lambda item, why: reject(item, "corrupt", why))
+        return self._pool
+
+    def _take(self, outcomes: Iterable) -> Iterator:
+        for outcome in outcomes:
+            progress.advance("encode")
+            if isinstance(outcome, dict):
+                yield _rejected(outcome)
+                continue
+            count("images_passed_through" if outcome.passed_through else "images_reencoded")
+            if outcome.trailer_bytes:  # bytes after the JPEG's end (motion photos, maker data): not image data
+                count("jpeg_trailers_dropped")
+                count("jpeg_trailer_bytes_dropped", outcome.trailer_bytes)
+            crash_point("encode")
+            self._buffer.append(outcome)
+            self._buffered += len(outcome.framed)
+            if self._buffered >= self.config.fragment_bytes:
+                yield from self._flush()
+
+    def _flush(self) -> Iterator[fragments.FragmentInfo]:
+        if not self._buffer:
+            return
+        ordered, sections = fragments.layout(self._buffer)
+        path = storage.join(self._run.temp_dir, "fragments", f"{uuid.uuid4().hex}.records")
+        with storage.open_write(path) as out:
+            for framed in ordered:
+                out.write(framed)
+        self._buffer, self._buffered = [], 0
+        yield fragments.fragment_info(path, sections)
 
 
-def read_source(path: str) -> bytes:
-    """A source file's bytes: gs:// through Beam's FileSystems (gcsio, with retries), local files directly
-    (FileSystems costs about a millisecond per local open, more than validating the image)."""
-    if storage.is_gcs(path):
-        with FileSystems.open(path, compression_type="uncompressed") as f:
-            return f.read()
-    with open(path, "rb") as f:
-        return f.read()
+# ---------------------------------------------------------------------------------------------- dedup
 
 
-def _sha256(data: bytes) -> str:
-    import hashlib
+class FindDuplicates(beam.PTransform):
+    """--dedup: records with identical source bytes are kept once, deterministically (the smallest source id).
 
-    return hashlib.sha256(data).hexdigest()
+    Outputs: `dropped` (source ids of the others), tagged `rejected` (a `duplicate` dict naming the kept
+    one) and `cross_split` ("splitA|splitB" for a duplicate kept in another split: leakage).
+    """
+
+    def expand(self, frags):
+        return (
+            frags
+            | "Hashes" >> beam.FlatMap(lambda info: ((m.sha256, (m.source_id, s.split))
+                                                    for s in info.sections for m in s.metas))
+            | "GroupSameBytes" >> beam.GroupByKey()  # (sha256, [(source_id, split)])
+            | "Decide" >> beam.FlatMap(decide_duplicates).with_outputs("rejected", "cross_split", main="dropped")
+        )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+def decide_duplicates(grouped):
+    _, entries = grouped
+    entries = sorted(set(entries))
+    if len(entries) < 2:
+        return
+    kept_id, kept_split = entries[0]
+    for source_id, split in entries[1:]:
+        yield source_id
+        yield _rejected({"source": source_id, "reason": "duplicate",
+                         "message": f"same bytes as {kept_id} (kept, in split {kept_split})"})
+        if split != kept_split:
+            yield beam.pvalue.TaggedOutput("cross_split", "|".join(sorted((split, kept_split))))
+
+
+def without_dropped(info: fragments.FragmentInfo, dropped: list[str]) -> fragments.FragmentInfo:
+    """The fragment's records minus duplicates, for counting (byte offsets are not kept)."""
+    if not dropped:
+        return info
+    gone = set(dropped)
+    return fragments.FragmentInfo(info.path, tuple(
+        fragments.Section(s.split, s.start, tuple(m for m in s.metas if m.source_id not in gone))
+        for s in info.sections))
+
+
+# ---------------------------------------------------------------------------------------------- plan
 
 
 class PlanShards(beam.PTransform):
-    """Totals records and bytes per split and plans each split's shards; output: one {split: SplitPlan}."""
+    """Counts records per split and hash bucket, plans each split's shards, and finds the exact key at
+    which every shard starts. Outputs: `plans` ({split: SplitPlan}, once) or tagged `failure` (why not)."""
 
     def __init__(self, config: BuildConfig):
         super().__init__()
         self.config = config
 
-    def expand(self, records):
-        return (
-            records
-            | "SizePerSplit" >> beam.Map(lambda r: (r.split, (1, r.length)))
-            | "SumPerSplit" >> beam.CombinePerKey(lambda vs: tuple(map(sum, zip(*vs))) if vs else (0, 0))
-            | "Together" >> beam.combiners.ToList()
-            | "Plan" >> beam.Map(plan_or_failure, self.config)
+    def expand(self, frags):
+        drafts = (
+            frags
+            | "Tally" >> beam.CombineGlobally(SplitTotalsFn(self.config.bucket_bits))  # {split: SplitTotals}
+            | "Plan" >> beam.FlatMap(plan_or_failure, self.config).with_outputs("failure", main="drafts")
         )
-
-
-@dataclass(frozen=True)
-class PlanFailure:
-    """Why the dataset cannot be sharded (a PlanError's message), carried through the pipeline as a value.
-
-    Raising in a worker would make Dataflow retry the step and make a local worker process print a
-    traceback; instead no shard is written, Publish leaves the message for the driver, and the
-    driver raises it as one PlanError.
-    """
-
-    message: str
-
-
-def plan_or_failure(totals: list[tuple[str, tuple[int, int]]], config: BuildConfig):
-    """make_plans, with a PlanError turned into a PlanFailure value."""
-    try:
-        return make_plans(totals, config)
-    except plan.PlanError as exc:
-        return PlanFailure(str(exc))
-
-
-def planning_failure(temp_dir: str) -> str | None:
-    """The PlanFailure message a finished run left in its temp folder, if planning failed."""
-    path = storage.join(temp_dir, FAILURE_NAME)
-    return storage.read_bytes(path).decode("utf-8") if storage.exists(path) else None
-
-
-def make_plans(totals: list[tuple[str, tuple[int, int]]], config: BuildConfig) -> dict[str, plan.SplitPlan]:
-    """Plans for every split; a split named in --splits that got no record is a PlanError."""
-    found = dict(totals)
-    if not found:
-        raise plan.PlanError("no input file could be used as an image (0 records); see the rejected files' reasons")
-    if not config.split_dirs:
-        missing = [name for name, _ in config.splits if name not in found]
-        if missing:
-            raise plan.PlanError(f"split {missing[0]!r} received no records from --splits; give it a larger "
-                                 "fraction or add images")
-    return {
-        split: plan.plan_split(split, n, size, num_cores=config.num_cores, num_hosts=config.num_hosts,
-                               target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards)
-        for split, (n, size) in sorted(found.items())
-    }
-
-
-class AssignShards(beam.PTransform):
-    """Ranks every record within its split by seeded hash and keys it by (split, shard index).
-
-    Ranking groups only small references, in hash buckets of about ten thousand, so no
-    worker holds a split's records.
-    """
-
-    def __init__(self, plans):
-        super().__init__()
-        self.plans = plans
-
-    def expand(self, records):
-        plans = beam.pvalue.AsSingleton(self.plans)
-        bucketed = records | "Bucket" >> beam.FlatMap(_bucket, plans)
-        counts = (
-            bucketed
-            | "One" >> beam.Map(lambda kv: (kv[0], 1))
-            | "CountPerBucket" >> beam.CombinePerKey(sum)
-            | "AllCounts" >> beam.combiners.ToDict()
-        )
-        return (
-            bucketed
+        keys = (
+            frags
+            | "BoundaryKeys" >> beam.FlatMap(boundary_keys, beam.pvalue.AsList(drafts.drafts))  # ((split, b), key)
             | "GroupBucket" >> beam.GroupByKey()
-            | "Rank" >> beam.FlatMap(_rank_bucket, plans, beam.pvalue.AsSingleton(counts))
+            | "SortBucket" >> beam.MapTuple(lambda where, keys: (where, sorted(tuple(k) for k in keys)))
         )
+        plans = drafts.drafts | "Boundaries" >> beam.Map(with_boundaries, beam.pvalue.AsDict(keys))
+        return {"plans": plans, "failure": drafts.failure}
 
 
-def _bucket(record: RecordRef, plans):
-    """(split, hash bucket) -> record; nothing when planning failed (no shard will be written)."""
-    if isinstance(plans, PlanFailure):
-        return
-    yield (record.split, plan.bucket_of(record.sort_key, plans[record.split].buckets)), record
+class SplitTotalsFn(beam.CombineFn):
+    """{split: SplitTotals} over all fragments: records, bytes, and records per hash bucket."""
+
+    def __init__(self, bits: int):
+        self.bits = bits
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, info: fragments.FragmentInfo):
+        for section in info.sections:
+            totals = acc.setdefault(section.split, plan.SplitTotals())
+            for meta in section.metas:
+                totals.add(meta.sort_key, meta.length, self.bits)
+        return acc
+
+    def merge_accumulators(self, accs):
+        out: dict[str, plan.SplitTotals] = {}
+        for acc in accs:
+            for split, totals in acc.items():
+                out.setdefault(split, plan.SplitTotals()).merge(totals)
+        return out
+
+    def extract_output(self, acc):
+        return acc
 
 
-def _rank_bucket(item, plans: dict[str, plan.SplitPlan], counts: dict[tuple[str, int], int]):
-    (split, bucket), refs = item
-    split_plan = plans[split]
-    offset = sum(counts.get((split, b), 0) for b in range(bucket))
-    starts = split_plan.starts
-    for j, ref in enumerate(sorted(refs, key=lambda r: (r.sort_key, r.source_id))):
-        rank = offset + j
-        yield (split, plan.shard_of_rank(rank, starts)), (rank, ref)
+def plan_or_failure(totals: dict, config: BuildConfig):
+    """The draft plans, or (tagged `failure`) the PlanError message that says why there are none."""
+    progress.total("write", sum(t.num_records for t in totals.values()))
+    try:
+        yield plan.plan_splits(
+            totals, expected_splits=[] if config.splits_from_data else [name for name, _ in config.splits],
+            num_cores=config.num_cores, num_hosts=config.num_hosts,
+            target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards,
+            bucket_bits=config.bucket_bits)
+    except plan.PlanError as exc:
+        yield beam.pvalue.TaggedOutput("failure", str(exc))
+
+
+def boundary_keys(info: fragments.FragmentInfo, drafts: list[dict]):
+    """((split, bucket), key) for the records of this fragment in a bucket where some shard starts."""
+    for plans in drafts:  # none when planning failed
+        for section in info.sections:
+            buckets = plans[section.split].boundary_buckets
+            bits = plans[section.split].bucket_bits
+            for meta in section.metas:
+                b = plan.bucket_of(meta.sort_key, bits)
+                if b in buckets:
+                    yield (section.split, b), meta.order
+
+
+def with_boundaries(drafts: dict, keys: dict) -> dict:
+    per_split: dict[str, dict] = {}
+    for (split, b), sorted_keys in keys.items():
+        per_split.setdefault(split, {})[b] = sorted_keys
+    return {split: p.with_boundaries(per_split.get(split, {})) for split, p in drafts.items()}
+
+
+# ---------------------------------------------------------------------------------------------- write
 
 
 class WriteShards(beam.PTransform):
-    """Writes each shard, records in rank order, under a temporary name; output: ShardResult."""
+    """Writes each shard under a temporary name from its slices of every fragment; output: ShardResult."""
 
-    def __init__(self, config: BuildConfig, plans):
+    def __init__(self, config: BuildConfig, plans, run, dropped):
         super().__init__()
-        self.config = config
-        self.plans = plans
+        self.config, self.plans, self.run, self.dropped = config, plans, run, dropped
 
-    def expand(self, assigned):
+    def expand(self, frags):
+        dropped = beam.pvalue.AsList(self.dropped)
         return (
-            assigned
-            | "GroupShard" >> beam.GroupByKey()
-            | "Write" >> beam.Map(_write_shard, self.config, beam.pvalue.AsSingleton(self.plans))
+            frags
+            | "Slice" >> beam.FlatMap(shard_slices, beam.pvalue.AsList(self.plans), dropped)  # ((split, i), Slice)
+            | "GroupShard" >> beam.GroupByKey()  # ((split, shard), [Slice])
+            | "Write" >> beam.Map(write_shard, self.config, beam.pvalue.AsList(self.plans),
+                                  beam.pvalue.AsSingleton(self.run), dropped)
         )
 
 
-def _write_shard(item, config: BuildConfig, plans: dict[str, plan.SplitPlan]) -> ShardResult:
-    (split, index), ranked = item
-    ranked = sorted(ranked, key=lambda x: x[0])
-    split_plan = plans[split]
-    start = split_plan.starts[index]
-    expected = plan.shard_sizes(split_plan.num_records, split_plan.num_shards)[index]
-    if [rank for rank, _ in ranked] != list(range(start, start + expected)):
-        raise plan.PlanError(f"shard {index} of split {split!r} did not receive ranks {start}..{start + expected - 1}")
-    data = _read_records([ref for _, ref in ranked])
-    name = plan.shard_name(split, index, split_plan.num_shards)
-    temp_path = storage.join(config.temp_dir, "shards", name)
+def shard_slices(info: fragments.FragmentInfo, plans: list[dict], dropped: list[str]):
+    gone = frozenset(dropped)
+    for split_plans in plans:  # none when planning failed
+        yield from fragments.slices(info, split_plans, gone)
+
+
+def write_shard(grouped: tuple[tuple[str, int], Iterable[fragments.Slice]], config: BuildConfig,
+                plans: list[dict], run: RunInfo, dropped: list[str]) -> publish.ShardResult:
+    """Read the shard's slices (one ranged read each), merge them in key order, write the shard."""
+    (split, shard), pieces = grouped
+    gone = frozenset(dropped)
+    split_plan = plans[0][split]
+    runs = []
+    for piece in sorted(pieces, key=lambda s: (s.fragment, s.start)):
+        runs.append(fragments.split_slice(piece, storage.read_range(piece.fragment, piece.start, piece.length)))
+        count("fragment_bytes_read", piece.length)
+    name = plan.shard_name(split, shard, split_plan.num_shards, config.shard_extension)
+    temp_path = storage.join(run.temp_dir, "shards", name)
     digest = storage.Digest()
+    classes: Counter = Counter()
+    longest: Counter = Counter()  # the longest list of each list feature, for the manifest's max_length
+    rows = []
     crash_point("write")
-    with FileSystems.create(temp_path, compression_type="uncompressed") as out:
-        for _, ref in ranked:
-            record = data[(ref.fragment, ref.offset)]
-            out.write(record)
-            digest.update(record)
-    Metrics.counter(NAMESPACE, "shards_written").inc()
-    Metrics.counter(NAMESPACE, "bytes_written").inc(digest.size)
-    Metrics.counter(NAMESPACE, "images_written").inc(len(ranked))
-    classes = Counter(ref.label for _, ref in ranked)
-    return ShardResult(split, index, temp_path, name, len(ranked), digest.size, digest.crc32c, digest.sha256,
-                       tuple(sorted(classes.items())))
+    with storage.open_write(temp_path) as out:
+        for meta, framed in fragments.merge(runs):
+            if meta.source_id in gone:
+                continue
+            rows.append(index.row_from_meta(shard, digest.size, meta, config.listing.extras, multi_label=True))
+            out.write(framed)
+            digest.update(framed)
+            classes.update(meta.labels)
+            _note_lengths(longest, meta)
+    expected = split_plan.sizes[shard]
+    if len(rows) != expected:
+        raise plan.InternalError(f"shard {shard} of split {split!r} got {len(rows)} records, planned {expected}")
+    index_part = storage.join(run.temp_dir, "index", name + ".avro")
+    with storage.open_write(index_part) as out:
+        index.write_index(out, rows, index.index_schema(config.listing.extras))
+    count("shards_written")
+    count("bytes_written", digest.size)
+    count("images_written", len(rows))
+    progress.advance("write", len(rows))
+    return publish.ShardResult(split, shard, temp_path, name, len(rows), digest.size, digest.crc32c, digest.sha256,
+                               tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
 
 
-def _read_records(refs: list[RecordRef]) -> dict[tuple[str, int], bytes]:
-    """Read the framed records of one shard, one sequential pass per fragment file."""
-    by_fragment: dict[str, list[RecordRef]] = defaultdict(list)
-    for ref in refs:
-        by_fragment[ref.fragment].append(ref)
-    out = {}
-    for fragment, items in by_fragment.items():
-        with FileSystems.open(fragment, compression_type="uncompressed") as f:
-            for ref in sorted(items, key=lambda r: r.offset):
-                f.seek(ref.offset)
-                record = f.read(ref.length)
-                if len(record) != ref.length:
-                    raise IOError(f"fragment {fragment} is short at offset {ref.offset}")
-                out[(fragment, ref.offset)] = record
-    return out
+def _note_lengths(longest: Counter, meta) -> None:
+    from shard_utils import schema
+
+    longest[schema.LABEL] = max(longest[schema.LABEL], len(meta.labels))
+    for name, values in meta.extras:
+        key = schema.EXTRA_PREFIX + name
+        longest[key] = max(longest[key], len(values))
+
+
+# ---------------------------------------------------------------------------------------------- publish
 
 
 class FinalizeDataset(beam.PTransform):
-    """Checks the shards against the plan and the accounting, then publishes: old manifest out,
-    shards under final names, rejected.jsonl, and manifest.json last."""
+    """Checks the shards against the plans and the accounting, then publishes (manifest last), or fails
+    with one line when planning failed or too many files were rejected.
 
-    def __init__(self, config: BuildConfig, plans, rejected, skipped, seen, labels):
+    Input: a dict of PCollections: shards, plans, failure, rejected, skipped_files, tally, labels, run,
+    cross_split.
+    """
+
+    def __init__(self, config: BuildConfig):
         super().__init__()
         self.config = config
-        self.side = (plans, rejected, skipped, seen, labels)
 
-    def expand(self, shards):
-        plans, rejected, skipped, seen, labels = self.side
+    def expand(self, pcolls):
+        side = beam.pvalue
         return (
-            shards
+            pcolls["shards"]
             | "AllShards" >> beam.combiners.ToList()
             | "Publish" >> beam.Map(
-                publish, self.config,
-                beam.pvalue.AsSingleton(plans),
-                beam.pvalue.AsSingleton(rejected | "AllRejected" >> beam.combiners.ToList()),
-                beam.pvalue.AsSingleton(skipped | "CountSkipped" >> beam.combiners.Count.PerElement()
-                                        | "SkippedDict" >> beam.combiners.ToDict()),
-                beam.pvalue.AsSingleton(seen | "CountSeen" >> beam.combiners.Count.Globally()),
-                beam.pvalue.AsList(labels))
+                publish_or_fail, self.config,
+                plans=side.AsList(pcolls["plans"]),
+                failure=side.AsList(pcolls["failure"]),
+                rejected=side.AsList(pcolls["rejected"]),
+                skipped_files=side.AsList(pcolls["skipped_files"]),
+                tally=side.AsSingleton(pcolls["tally"] | "SumTallies" >> beam.CombineGlobally(publish.sum_tallies)),
+                labels=side.AsList(pcolls["labels"]),
+                run=side.AsSingleton(pcolls["run"]),
+                cross_split=side.AsList(pcolls["cross_split"]))
         )
 
 
-def build_manifest(config: BuildConfig, results: list[ShardResult], plans: dict[str, plan.SplitPlan],
-                   rejected: list[dict], skipped: dict[str, int], seen: int, labels: list[str]) -> Manifest:
-    """The manifest for a finished build; raises PlanError if a shard is missing or the accounting does not close."""
-    splits = {}
-    for split, split_plan in sorted(plans.items()):
-        mine = sorted((r for r in results if r.split == split), key=lambda r: r.index)
-        if [r.index for r in mine] != list(range(split_plan.num_shards)):
-            raise plan.PlanError(f"split {split!r}: expected {split_plan.num_shards} shards, got {len(mine)}")
-        classes: Counter = Counter()
-        for r in mine:
-            classes.update(dict(r.class_counts))
-        splits[split] = Split(
-            num_records=sum(r.num_records for r in mine), num_bytes=sum(r.num_bytes for r in mine),
-            class_counts={name: classes.get(name, 0) for name in sorted(labels)},
-            shards=[Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine])
-    written = sum(s.num_records for s in splits.values())
-    n_skipped = sum(skipped.values())
-    if seen != written + len(rejected) + n_skipped:
-        raise plan.PlanError(f"accounting does not close: {seen} files seen, {written} written, "
-                             f"{len(rejected)} rejected, {n_skipped} skipped")
-    by_reason = Counter(r["reason"] for r in rejected)
-    return Manifest(
-        tool_version=config.tool_version, created=config.created, input=config.input,
-        options=config.manifest_options(), features=schema.FEATURES, labels=sorted(labels), splits=splits,
-        rejected={"count": len(rejected), "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
-        skipped={"count": n_skipped, "by_reason": dict(sorted(skipped.items()))}, files_seen=seen,
-        image_size=list(config.image.size) if config.image.size and config.image.resize != "fit" else None,
-        num_cores=config.num_cores, num_hosts=config.num_hosts)
-
-
-_OLD_FILE = re.compile(plan.SHARD_PATTERN)
-
-
-def publish(results: list[ShardResult], config: BuildConfig, plans, rejected, skipped, seen, labels) -> str:
-    """Make the new dataset visible: remove the old manifest and shards, rename, write rejects, manifest last.
-
-    When planning failed, nothing is touched: the failure is left in the temp folder for the driver.
-    """
-    if isinstance(plans, PlanFailure):
-        storage.write_bytes(storage.join(config.temp_dir, FAILURE_NAME), plans.message.encode("utf-8"))
-        return ""
-    manifest = build_manifest(config, results, plans, rejected, skipped, seen, labels)
-    out = config.output
-    crash_point("publish-start")
-    storage.delete(storage.join(out, MANIFEST_NAME))
-    new_names = {r.name for r in results}
-    for name in storage.list_names(out):
-        if (_OLD_FILE.match(name) and name not in new_names) or name == REJECTED_NAME:
-            storage.delete(storage.join(out, name))
-    crash_point("publish-old-removed")
-    for i, r in enumerate(sorted(results, key=lambda r: r.name)):
-        final = storage.join(out, r.name)
-        if FileSystems.exists(r.temp_path) or not FileSystems.exists(final):  # a retried publish skips moved ones
-            FileSystems.rename([r.temp_path], [final])
-        if i == 0:
-            crash_point("publish-renaming")
-    lines = sorted(rejected, key=lambda r: (r["source"], r["reason"]))
-    storage.write_bytes(storage.join(out, REJECTED_NAME),
-                        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines).encode("utf-8"))
-    crash_point("publish-before-manifest")
-    storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
+def publish_or_fail(results: list, config: BuildConfig, **side) -> str:
+    """publish.finish; a build that cannot publish fails the job with its one line (Dataflow, templates), or,
+    locally, reports that line through a metric for the driver to raise (no worker traceback)."""
     try:
-        FileSystems.delete([config.temp_dir + "/" if storage.is_gcs(config.temp_dir) else config.temp_dir])
-        if not storage.is_gcs(config.temp_dir):
-            os.rmdir(os.path.dirname(config.temp_dir))  # only if no other run's temp is there
-    except Exception as exc:  # leftovers are hidden and removed by the next --overwrite; not worth failing for
-        LOG.info("temporary folder %s not fully removed: %s", config.temp_dir, _first_line(exc))
-    return storage.join(out, MANIFEST_NAME)
+        return publish.finish(results, config, **side)
+    except (plan.PlanError, UsageError) as exc:
+        if not config.failures_in_metrics:
+            raise
+        Metrics.string_set(NAMESPACE, FAILURE_METRIC).add(f"{type(exc).__name__}: {exc}")
+        return ""
+
+
+def renew_lease(config: BuildConfig, run: RunInfo) -> None:
+    """Keep this run's lock on the output while it works (throttled by the caller)."""
+    runlock.renew(config.output, run.run_id)

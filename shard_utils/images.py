@@ -5,25 +5,42 @@ for anything that is not a usable image, so the pipeline can account for it.
 """
 from __future__ import annotations
 
+import functools
 import io
+import math
+import re
 import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-# Formats we accept, by what Pillow detects in the bytes (not the file name).
-FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF"}
+# Formats we accept, by what Pillow detects in the bytes (not the file name). HEIF needs pillow-heif.
+FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "AVIF"}
 RESIZE_MODES = ("fit", "fill", "stretch")
 VALIDATE_MODES = ("decode", "structure")
 DEFAULT_MAX_PIXELS = 100_000_000
 DEFAULT_BACKGROUND = (255, 255, 255)
+HEIF_EXTRA_HINT = 'HEIC/HEIF images need pillow-heif: pip install "tpu-shards[heif]"'
 _ORIENT = {
     2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
     5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
     8: Image.Transpose.ROTATE_90,
 }
+_SWAPS_SIDES = {5, 6, 7, 8}
 _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
+# ISO-BMFF brands of HEVC-coded HEIF (the ones pillow-heif opens); mif1/msf1 are generic image brands
+# that AVIF files may carry too.
+_HEVC_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs"}
+_GENERIC_HEIF_BRANDS = {b"mif1", b"msf1"}
+_AVIF_BRANDS = {b"avif", b"avis"}
+# Inside entropy-coded data 0xFF is followed by 0x00 (stuffing) or a restart marker (0xD0-0xD7); any other
+# pair starts the next marker, possibly with fill bytes (0xFF 0xFF ...). A marker is 0xFF then neither 0x00
+# nor 0xFF. (A single leading byte lets `re` find candidates at memchr speed.)
+_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
+_SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
 
 
 class Rejected(Exception):
@@ -44,18 +61,23 @@ class ImageOptions:
     quality: int = 95
     max_pixels: int = DEFAULT_MAX_PIXELS
     background: tuple[int, int, int] = DEFAULT_BACKGROUND
-    validate: str = "decode"  # how pass-through JPEGs are checked: full decode, or header + end marker
+    validate: str = "decode"  # how pass-through JPEGs are checked: full decode, or marker structure only
 
 
 @dataclass(frozen=True)
 class PreparedImage:
-    """JPEG bytes and their geometry; `passed_through` when the source bytes were kept as they were."""
+    """JPEG bytes and their geometry; `passed_through` when the source bytes were kept as they were.
+
+    `trailer_bytes` counts bytes after the JPEG's end-of-image marker (a motion photo's video, maker
+    data) that a pass-through dropped; 0 for re-encoded images and JPEGs without a trailer.
+    """
 
     encoded: bytes
     height: int
     width: int
     channels: int
     passed_through: bool
+    trailer_bytes: int = 0
 
 
 def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
@@ -63,22 +85,39 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
     if not data:
         raise Rejected("empty", "file is empty (0 bytes)")
     image = _open(data, options.max_pixels)
-    width, height = image.size
     orientation = _orientation(image)
     if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
-        _check_jpeg_end(data)
-        if options.validate == "decode":  # at 1/8 scale: all the entropy-coded data is still read
-            _load(image, draft=(max(1, width // 8), max(1, height // 8)))
-        return PreparedImage(data, height, width, 1 if image.mode == "L" else 3, True)
+        return _pass_through(data, image, options.validate)
+    return _reencode(image, orientation, options)
+
+
+def _pass_through(data: bytes, image: Image.Image, validate: str) -> PreparedImage:
+    """The source JPEG up to its end-of-image marker, checked; whatever follows the marker is dropped."""
+    try:
+        end = jpeg_primary_end(data)
+    except ValueError as exc:
+        raise Rejected("corrupt", f"JPEG {exc}") from None
+    encoded, (width, height) = data[:end], image.size
+    if validate == "decode":  # at 1/8 scale: all the entropy-coded data is still read
+        checked = image if end == len(data) else _open(encoded, max_pixels=width * height)
+        _load(checked, draft=(max(1, width // 8), max(1, height // 8)))
+    return PreparedImage(encoded, height, width, 1 if image.mode == "L" else 3, True, len(data) - end)
+
+
+def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions) -> PreparedImage:
+    """Decode, convert to RGB, resize (in stored orientation, then orient the small result), encode."""
+    target = options.size
+    if target is not None and orientation in _SWAPS_SIDES:
+        target = (target[1], target[0])  # the displayed height is the stored width
     draft = None
-    if options.size is not None and image.format in ("JPEG", "MPO"):
-        draft = _draft_size(image.size, options.size, options.resize, orientation)
-    _load(image, draft=draft)
+    if target is not None and image.format in ("JPEG", "MPO"):
+        draft = _draft_size(image.size, target, options.resize)
+    content = _load(image, draft=draft)
+    image = to_rgb(image, options.background)
+    if target is not None:
+        image = resize(image, target, options.resize, box=content)
     if orientation is not None:
         image = image.transpose(_ORIENT[orientation])
-    image = to_rgb(image, options.background)
-    if options.size is not None:
-        image = resize(image, options.size, options.resize)
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=options.quality)
     return PreparedImage(out.getvalue(), image.height, image.width, 3, False)
@@ -86,6 +125,9 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
 
 def _open(data: bytes, max_pixels: int) -> Image.Image:
     """Identify the image from its header only; refuse unknown formats and oversized images before decoding."""
+    brands = _isobmff_brands(data)
+    if _is_heif(brands):
+        _register_heif()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -93,7 +135,7 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     except Image.DecompressionBombError as exc:
         raise Rejected("too_large", f"image is too large to decode safely: {exc}") from None
     except UnidentifiedImageError:
-        raise Rejected("not_image", "not a recognised image (JPEG, PNG, GIF, WebP, BMP or TIFF)") from None
+        raise _unidentified(brands) from None
     except Exception as exc:  # Pillow raises many types for bad headers
         raise Rejected("corrupt", f"unreadable image header: {exc}") from None
     if image.format not in FORMATS:
@@ -106,13 +148,50 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     return image
 
 
-def _load(image: Image.Image, draft: tuple[int, int] | None) -> None:
-    """Decode the pixels (first frame), turning any decoder failure into a rejection."""
+def _unidentified(brands: set[bytes]) -> Rejected:
+    """Why Pillow could not identify the bytes: a HEIF without pillow-heif, a broken HEIF/AVIF, or no image."""
+    heif = _is_heif(brands)
+    if heif and not _register_heif():
+        return Rejected("unsupported_format", HEIF_EXTRA_HINT)
+    if heif or brands & _AVIF_BRANDS:
+        return Rejected("corrupt", f"unreadable {'HEIF' if heif else 'AVIF'} image")
+    return Rejected("not_image", "not a recognised image (JPEG, PNG, GIF, WebP, BMP, TIFF, HEIC or AVIF)")
+
+
+def _isobmff_brands(data: bytes) -> set[bytes]:
+    """The major and compatible brands of an ISO-BMFF file's leading `ftyp` box (HEIF, AVIF), else empty."""
+    if data[4:8] != b"ftyp" or len(data) < 12:
+        return set()
+    box_end = min(int.from_bytes(data[:4], "big"), len(data), 4096)
+    return {data[8:12]} | {data[i:i + 4] for i in range(16, box_end - 3, 4)}
+
+
+def _is_heif(brands: set[bytes]) -> bool:
+    """Whether ISO-BMFF brands announce an HEVC-coded HEIF (HEIC), which pillow-heif opens, not an AVIF."""
+    return bool(brands & _HEVC_BRANDS) or (bool(brands & _GENERIC_HEIF_BRANDS) and not brands & _AVIF_BRANDS)
+
+
+@functools.cache
+def _register_heif() -> bool:
+    """Register pillow-heif's HEIF opener with Pillow the first time a HEIF arrives; False when it is absent."""
+    try:
+        import pillow_heif
+    except ImportError:
+        return False
+    pillow_heif.register_heif_opener()
+    return True
+
+
+def _load(image: Image.Image, draft: tuple[int, int] | None) -> tuple[float, float, float, float] | None:
+    """Decode the pixels (first frame), turning any decoder failure into a rejection.
+
+    With `draft` (JPEG only) the decoder may scale down by 2, 4 or 8 to at least that size; the return
+    value is then the box of the decoded image that holds the whole picture (its last pixels may be partial).
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if draft is not None:
-                image.draft(image.mode, draft)
+            drafted = image.draft(image.mode, draft) if draft is not None else None
             image.load()
     except Image.DecompressionBombError as exc:
         raise Rejected("too_large", f"image is too large to decode safely: {exc}") from None
@@ -120,17 +199,58 @@ def _load(image: Image.Image, draft: tuple[int, int] | None) -> None:
         raise Rejected("too_large", "not enough memory to decode this image") from None
     except Exception as exc:
         raise Rejected("corrupt", f"cannot decode {image.format} data: {exc}") from None
+    return drafted[1] if drafted else None
 
 
-def _check_jpeg_end(data: bytes) -> None:
-    """The fast pass-through check: Pillow has parsed the header; the scan must end with an EOI marker."""
-    end = data.rstrip(b"\x00")
-    if not end.endswith(b"\xff\xd9"):
-        raise Rejected("corrupt", "JPEG is truncated: no end-of-image marker after the scan data")
+def jpeg_primary_end(data: bytes) -> int:
+    """The length of the primary JPEG image in `data`: the offset just past its end-of-image marker.
+
+    Walks the marker segments (length-delimited, so an EXIF thumbnail's own markers are skipped) and
+    the entropy-coded data after each start-of-scan, like a decoder does; whatever follows is a trailer.
+    Raises ValueError, with a message that completes "JPEG ...", when there is no complete image.
+    """
+    if data[:2] != b"\xff\xd8":
+        raise ValueError("does not start with a start-of-image marker")
+    pos, scans = 2, 0
+    while True:
+        found = _NEXT_MARKER.search(data, pos)  # skips fill bytes, and stray bytes as libjpeg does
+        if found is None:
+            raise ValueError("is truncated: no end-of-image marker" + (" after the scan data" if scans else
+                                                                         " and no scan data"))
+        marker, pos = data[found.end() - 1], found.end()
+        if marker == _EOI:
+            if not scans:
+                raise ValueError(f"has no scan data before its end-of-image marker at offset {pos - 2}")
+            return pos
+        if marker == _SOI:
+            raise ValueError(f"has a second start-of-image marker at offset {pos - 2} inside the image")
+        if 0xD0 <= marker <= 0xD7 or marker == _TEM:  # standalone markers, no length
+            continue
+        pos = _segment_end(data, pos, marker)
+        if marker == _SOS:
+            scans += 1
+            found = _SCAN_END.search(data, pos)
+            if found is None:
+                raise ValueError("is truncated: no end-of-image marker after the scan data")
+            pos = found.start()
+
+
+def _segment_end(data: bytes, pos: int, marker: int) -> int:
+    """Where the segment whose 2-byte length starts at `pos` ends; ValueError when it cannot be in `data`."""
+    length = int.from_bytes(data[pos:pos + 2], "big")
+    if pos + 2 > len(data) or pos + length > len(data):
+        raise ValueError(f"is truncated in the header (segment 0xFF{marker:02X} at offset {pos - 2})")
+    if length < 2:
+        raise ValueError(f"has a bad segment length ({length}) at offset {pos}")
+    return pos + length
 
 
 def _orientation(image: Image.Image) -> int | None:
-    """The EXIF orientation that changes pixels (2-8), or None; unreadable or absurd EXIF counts as none."""
+    """The EXIF orientation that changes pixels (2-8), or None; unreadable or absurd EXIF counts as none.
+
+    pillow-heif applies a HEIF's rotation while decoding and resets the EXIF tag to 1; Pillow's AVIF
+    reader reports the container's rotation as the EXIF tag, so it is applied here, once.
+    """
     try:
         value = image.getexif().get(0x0112)
     except Exception:
@@ -138,17 +258,16 @@ def _orientation(image: Image.Image) -> int | None:
     return value if isinstance(value, int) and value in _ORIENT else None
 
 
-def _draft_size(size: tuple[int, int], target: tuple[int, int], mode: str, orientation: int | None) -> tuple[int, int]:
-    """The smallest source size (in stored orientation) that still resizes to the target without upsampling."""
+def _draft_size(size: tuple[int, int], target: tuple[int, int], mode: str) -> tuple[int, int]:
+    """The (width, height) a JPEG draft must keep at least so that resizing `size` (stored orientation)
+    to `target` (height, width) needs no upsampling: Pillow scales by 1/k only while k <= side // request."""
     width, height = size
     target_h, target_w = target
-    if orientation in (5, 6, 7, 8):
-        target_h, target_w = target_w, target_h
     if mode == "stretch":
-        return max(1, target_w), max(1, target_h)
+        return target_w, target_h
     pick = max if mode == "fill" else min
-    scale = pick(target_w / width, target_h / height)
-    return max(1, int(width * scale)), max(1, int(height * scale))
+    scale = pick(Fraction(target_w, width), Fraction(target_h, height))
+    return math.ceil(width * scale), math.ceil(height * scale)
 
 
 def to_rgb(image: Image.Image, background: tuple[int, int, int] = DEFAULT_BACKGROUND) -> Image.Image:
@@ -170,20 +289,47 @@ def to_rgb(image: Image.Image, background: tuple[int, int, int] = DEFAULT_BACKGR
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def resize(image: Image.Image, size: tuple[int, int], mode: str) -> Image.Image:
-    """Resize to (height, width): `stretch` exactly, `fill` cover then centre-crop, `fit` inside keeping aspect."""
+def fill_box(width: float, height: float, target: tuple[int, int]) -> tuple[float, float, float, float]:
+    """The centred (left, top, right, bottom) region of a width x height picture with the aspect of
+    `target` (height, width): what `fill` keeps. Exact arithmetic, so it never leaves the picture."""
+    w, h = Fraction(width), Fraction(height)
+    target_h, target_w = target
+    if target_w * h >= target_h * w:  # the picture is taller than the target: keep its full width
+        crop_w, crop_h = w, w * target_h / target_w
+    else:
+        crop_w, crop_h = h * target_w / target_h, h
+    left, top = (w - crop_w) / 2, (h - crop_h) / 2
+    # Correctly rounded conversions of values in [0, w] stay in [0, w]: w itself is exactly a float.
+    return float(left), float(top), float(left + crop_w), float(top + crop_h)
+
+
+def fit_size(width: float, height: float, target: tuple[int, int]) -> tuple[int, int]:
+    """The (width, height) of a width x height picture scaled to fit inside `target` (height, width):
+    one side equals the target's, the other is rounded to the nearest pixel (at least 1)."""
+    w, h = Fraction(width), Fraction(height)
+    target_h, target_w = target
+    if target_w * h <= target_h * w:  # wider than the target: the width touches
+        return target_w, max(1, round(h * target_w / w))
+    return max(1, round(w * target_h / h)), target_h
+
+
+def resize(image: Image.Image, size: tuple[int, int], mode: str,
+           box: tuple[float, float, float, float] | None = None) -> Image.Image:
+    """Resize to (height, width): `stretch` exactly, `fill` cover then centre-crop, `fit` inside keeping aspect.
+
+    `box` is the region of `image` that holds the picture (a JPEG draft's partial last pixels lie outside).
+    """
     target_h, target_w = size
-    width, height = image.size
+    left, top, right, bottom = box or (0, 0, *image.size)
     resample = Image.Resampling.BICUBIC
     if mode == "stretch":
-        return image.resize((target_w, target_h), resample, reducing_gap=3.0)
+        return image.resize((target_w, target_h), resample, box=(left, top, right, bottom), reducing_gap=3.0)
     if mode == "fit":
-        scale = min(target_w / width, target_h / height)
-        new = (max(1, round(width * scale)), max(1, round(height * scale)))
-        return image.resize(new, resample, reducing_gap=3.0)
+        new = fit_size(right - left, bottom - top, size)
+        return image.resize(new, resample, box=(left, top, right, bottom), reducing_gap=3.0)
     if mode != "fill":
         raise ValueError(f"unknown resize mode {mode!r}; expected one of {', '.join(RESIZE_MODES)}")
-    scale = max(target_w / width, target_h / height)
-    crop_w, crop_h = target_w / scale, target_h / scale
-    left, top = (width - crop_w) / 2, (height - crop_h) / 2
-    return image.resize((target_w, target_h), resample, box=(left, top, left + crop_w, top + crop_h), reducing_gap=3.0)
+    crop = fill_box(right - left, bottom - top, size)
+    crop = (max(0.0, left + crop[0]), max(0.0, top + crop[1]),  # a no-op for boxes at (0, 0), as drafts are
+            min(image.width, left + crop[2]), min(image.height, top + crop[3]))
+    return image.resize((target_w, target_h), resample, box=crop, reducing_gap=3.0)

@@ -9,7 +9,8 @@ from typing import Union
 
 SPLIT_DIRS = ("train", "validation", "test")
 MEDIA_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff"})
+    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
+     ".heic", ".heif", ".avif"})
 SYSTEM_NAMES = frozenset({"thumbs.db", "desktop.ini", "ehthumbs.db", "icon\r"})
 SYSTEM_DIRS = frozenset({"__macosx", "$recycle.bin", "system volume information"})
 
@@ -91,3 +92,18 @@ def parse_splits(text: str) -> list[tuple[str, float]]:
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f"--splits fractions add up to {total:g}, not 1")
     return out
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A listed file that is not read: why, and its extension (for the summary)."""
+
+    reason: str
+    extension: str
+
+
+def extension_of(rel_path: str) -> str:
+    """The lower-case extension of a path's file name ('' when it has none)."""
+    name = rel_path.rsplit("/", 1)[-1].lower()
+    dot = name.rfind(".")
+    return name[dot:] if dot > 0 else ""

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from . import schema, storage
-from .plan import SHARD_PATTERN
+from .plan import SHARD_PATTERN, InternalError
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
@@ -271,10 +272,8 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
 def manifest_path(dataset: str) -> tuple[str, str]:
     """(manifest file, dataset folder) from either a folder or a path to manifest.json."""
     if dataset.rstrip("/").endswith(".json"):
-        path = dataset
-        folder = posixpath.dirname(path) if storage.is_gcs(path) else (__import__("os").path.dirname(path) or ".")
-        return path, folder
-    return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") if storage.is_gcs(dataset) else dataset
+        return dataset, storage.parent(dataset)
+    return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") or dataset
 
 
 def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest:
@@ -284,6 +283,31 @@ def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest
     try:
         data = read(path)
     except Exception as exc:
-        raise ManifestError(f"no readable manifest at {path}: {str(exc).splitlines()[0] if str(exc) else exc}. "
+        raise ManifestError(f"no readable manifest at {path}: {storage.problem(exc, path)}. "
                             "Is this a tpu-shards dataset whose build finished?") from None
     return parse(data, folder)
+
+
+def assemble(*, splits: Mapping[str, Split], rejected: Sequence[Mapping[str, Any]], skipped: Mapping[str, int],
+             skipped_extensions: Mapping[str, int], seen: int, skipped_path: str | None = None,
+             **fields: Any) -> Manifest:
+    """The manifest of a finished build, from its splits and its accounting.
+
+    Raises InternalError when the accounting does not close (a bug: every input must end as a record,
+    a rejection or a skip). `fields` are the Manifest's other fields (tool_version, options, ...).
+    """
+    written = sum(s.num_records for s in splits.values())
+    n_skipped = sum(skipped.values())
+    if seen != written + len(rejected) + n_skipped:
+        raise InternalError(f"accounting does not close: {seen} inputs seen, {written} written, "
+                            f"{len(rejected)} rejected, {n_skipped} skipped")
+    by_reason = Counter(r["reason"] for r in rejected)
+    skipped_part: dict[str, Any] = {"count": n_skipped, "by_reason": dict(sorted(skipped.items()))}
+    if skipped_extensions:
+        skipped_part["by_extension"] = dict(sorted(skipped_extensions.items()))
+    if skipped_path:
+        skipped_part["path"] = skipped_path
+    return Manifest(
+        splits=dict(sorted(splits.items())), files_seen=seen, skipped=skipped_part,
+        rejected={"count": len(rejected), "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
+        **fields)

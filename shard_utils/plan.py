@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
 
 SHARD_EXTENSIONS = ("tfrecord", "tfrec")  # tfrec: what Kaggle's TPU notebooks glob for
 SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.{extension}"
@@ -18,6 +19,10 @@ MB = 1_000_000
 
 class PlanError(ValueError):
     """A split cannot be sharded as asked (too few records for the cores, bad --num-shards...)."""
+
+
+class InternalError(RuntimeError):
+    """A consistency check inside the job failed: a bug, not bad input (exit code 3, never retried as input)."""
 
 
 def shard_name(split: str, index: int, count: int, extension: str = "tfrecord") -> str:
@@ -88,43 +93,116 @@ def shard_of_rank(rank: int, starts: list[int]) -> int:
     return bisect.bisect_right(starts, rank) - 1
 
 
-def num_buckets(num_records: int, per_bucket: int = 10_000) -> int:
-    """How many hash buckets rank assignment uses, so one group holds about `per_bucket` keys."""
-    return max(1, -(-num_records // per_bucket))
+OrderKey = tuple  # (sort_key, source_id): the total order of a split's records; ties on the hash break by key
+
+DEFAULT_BUCKET_BITS = 16  # ranks are found by counting keys in 2**16 ordered hash ranges
 
 
-def bucket_of(key_hash: int, buckets: int) -> int:
-    """The bucket of a 64-bit sort key; buckets are contiguous, ordered ranges of the hash."""
-    return (key_hash * buckets) >> 64
+def bucket_of(sort_key: int, bits: int) -> int:
+    """The hash range (of 2**bits contiguous, ordered ranges) a 64-bit sort key falls in."""
+    return sort_key >> (64 - bits) if bits else 0
 
 
-def bucket_offsets(counts: dict[int, int], buckets: int) -> list[int]:
-    """Rank of the first record of each bucket, from per-bucket counts."""
-    offsets, acc = [], 0
-    for b in range(buckets):
-        offsets.append(acc)
-        acc += counts.get(b, 0)
-    return offsets
+def locate_rank(rank: int, bucket_counts: Mapping[int, int]) -> tuple[int, int]:
+    """(bucket, position within the bucket) of the record with a given rank, from per-bucket counts."""
+    acc = 0
+    for bucket in sorted(bucket_counts):
+        n = bucket_counts[bucket]
+        if rank < acc + n:
+            return bucket, rank - acc
+        acc += n
+    raise PlanError(f"rank {rank} is beyond the {acc} records counted")
+
+
+def shard_of_key(key: OrderKey, boundaries: Sequence[OrderKey]) -> int:
+    """The shard holding a record: boundaries[i] is the first key of shard i + 1."""
+    return bisect.bisect_right(boundaries, key)
 
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """The plan for one split: its record count and shard boundaries."""
+    """The plan for one split: its record count, shard count, and where each shard starts.
+
+    `boundary_slots` locate the first record of shards 1..S-1 as (hash bucket, position in the
+    bucket's sorted keys); `boundaries` are those records' keys, filled in once the few keys of
+    those buckets have been sorted (`with_boundaries`).
+    """
 
     split: str
     num_records: int
     num_bytes: int
     num_shards: int
-    buckets: int
+    bucket_bits: int = DEFAULT_BUCKET_BITS
+    boundary_slots: tuple[tuple[int, int], ...] = ()
+    boundaries: tuple[OrderKey, ...] | None = None
 
     @property
     def starts(self) -> list[int]:
         return shard_starts(self.num_records, self.num_shards)
 
+    @property
+    def sizes(self) -> list[int]:
+        return shard_sizes(self.num_records, self.num_shards)
 
-def plan_split(split: str, num_records: int, num_bytes: int, *, num_cores: int, num_hosts: int,
-               target_shard_bytes: int, forced: int | None = None) -> SplitPlan:
-    """Plan one split from its totals."""
-    count = num_shards(num_records, num_bytes, num_cores=num_cores, num_hosts=num_hosts,
+    @property
+    def boundary_buckets(self) -> frozenset[int]:
+        return frozenset(b for b, _ in self.boundary_slots)
+
+    def with_boundaries(self, bucket_keys: Mapping[int, Sequence[OrderKey]]) -> "SplitPlan":
+        """The plan with its boundary keys, given the sorted keys of every boundary bucket."""
+        try:
+            keys = tuple(tuple(bucket_keys[b][i]) for b, i in self.boundary_slots)
+        except (KeyError, IndexError):
+            raise InternalError(f"split {self.split!r}: the keys of its boundary buckets are incomplete") from None
+        return replace(self, boundaries=keys)
+
+    def shard_of(self, key: OrderKey) -> int:
+        if self.boundaries is None:
+            raise InternalError(f"split {self.split!r}: shard boundaries are not known yet")
+        return shard_of_key(tuple(key), self.boundaries)
+
+
+@dataclass
+class SplitTotals:
+    """Records, bytes and records per hash bucket of one split (sparse: buckets that hold records)."""
+
+    num_records: int = 0
+    num_bytes: int = 0
+    bucket_counts: dict[int, int] = field(default_factory=dict)
+
+    def add(self, sort_key: int, length: int, bits: int) -> None:
+        self.num_records += 1
+        self.num_bytes += length
+        b = bucket_of(sort_key, bits)
+        self.bucket_counts[b] = self.bucket_counts.get(b, 0) + 1
+
+    def merge(self, other: "SplitTotals") -> None:
+        self.num_records += other.num_records
+        self.num_bytes += other.num_bytes
+        for b, n in other.bucket_counts.items():
+            self.bucket_counts[b] = self.bucket_counts.get(b, 0) + n
+
+
+def plan_split(split: str, totals: SplitTotals, *, num_cores: int, num_hosts: int, target_shard_bytes: int,
+               forced: int | None = None, bucket_bits: int = DEFAULT_BUCKET_BITS) -> SplitPlan:
+    """Plan one split from its totals: shard count, and where the first record of every shard sits."""
+    count = num_shards(totals.num_records, totals.num_bytes, num_cores=num_cores, num_hosts=num_hosts,
                        target_shard_bytes=target_shard_bytes, forced=forced, split=split)
-    return SplitPlan(split, num_records, num_bytes, count, num_buckets(num_records))
+    slots = tuple(locate_rank(rank, totals.bucket_counts) for rank in shard_starts(totals.num_records, count)[1:])
+    return SplitPlan(split, totals.num_records, totals.num_bytes, count, bucket_bits, slots)
+
+
+def plan_splits(totals: Mapping[str, SplitTotals], *, expected_splits: Sequence[str], num_cores: int,
+                num_hosts: int, target_shard_bytes: int, forced: int | None = None,
+                bucket_bits: int = DEFAULT_BUCKET_BITS) -> dict[str, SplitPlan]:
+    """Plans for every split that received records; a split named in --splits that got none is a PlanError."""
+    found = {name: t for name, t in totals.items() if t.num_records}
+    if not found:
+        raise PlanError("no input file could be used (0 records)")
+    missing = [name for name in expected_splits if name not in found]
+    if missing:
+        raise PlanError(f"split {missing[0]!r} received no records from --splits; give it a larger fraction or "
+                        "add images")
+    return {name: plan_split(name, t, num_cores=num_cores, num_hosts=num_hosts,
+                             target_shard_bytes=target_shard_bytes, forced=forced, bucket_bits=bucket_bits)
+            for name, t in sorted(found.items())}

@@ -1,34 +1,57 @@
-"""Local and gs:// storage helpers that need no Beam: listing, small reads and writes, checksums.
+"""Every local or gs:// file operation the project needs, behind one contract (no Beam).
 
-Cloud Storage goes through `google-cloud-storage` (Application Default Credentials;
-`STORAGE_EMULATOR_HOST` is honoured), with its retry policy on every call.
+Each verb works on a local path or a gs://bucket/name URI alike and raises `StorageError` with one
+wording: `cannot <verb> <uri>: <problem>`, one line, never a credential. Absent files and objects
+raise its subclass `NotFoundError`. Callers never branch on the kind of path.
+
+Local files go through the os module (atomic replace, flock for compare-and-swap); Cloud Storage
+goes through `google-cloud-storage` only (Application Default Credentials, `STORAGE_EMULATOR_HOST`
+honoured), retried with its `DEFAULT_RETRY` wherever the operation is idempotent. The two
+implementations are `_storage_local` and `_storage_gcs`; import this module, not those.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import os
+import io
 import posixpath
-import re
-import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import IO, Iterator
 
 GCS = "gs://"
+LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
+WRITE_CHUNK_SIZE = 16 * 1024 * 1024  # bytes per resumable-upload request of open_write on gs://
+READ_CHUNK_SIZE = 8 * 1024 * 1024  # bytes per ranged GET of open_read on gs://
 
 
 class StorageError(Exception):
-    """A path cannot be read or written; the message names the path and what to check."""
+    """A path cannot be read or written; the message names the verb, the path and what to check."""
 
+    def __init__(self, message: str, *, verb: str | None = None, uri: str | None = None,
+                 reason: str | None = None):
+        super().__init__(message)
+        self.verb = verb
+        self.uri = uri
+        self.reason = message if reason is None else reason
+
+
+class NotFoundError(StorageError):
+    """The file or object (or the bucket holding it) does not exist."""
+
+
+# ---------------------------------------------------------------------------------------------- paths
 
 def is_gcs(uri: str) -> bool:
+    """Whether a path is a gs:// URI."""
     return uri.startswith(GCS)
 
 
 def join(base: str, *parts: str) -> str:
-    """Join path parts with '/', for local paths and gs:// alike."""
+    """Join path parts with '/', for local paths and gs:// alike (on gs:// parts never restart the path)."""
     if is_gcs(base):
-        return posixpath.join(base, *parts)
+        return posixpath.join(base, *(p.lstrip("/") for p in parts))
     return os.path.join(base, *parts)
 
 
@@ -41,6 +64,95 @@ def split_gcs(uri: str) -> tuple[str, str]:
         raise StorageError(f"{uri!r} has no bucket name")
     return bucket, name
 
+
+def parent(uri: str) -> str:
+    """The folder holding a path: gs://b/a/x -> gs://b/a, gs://b/x -> gs://b, x.json -> '.'."""
+    if is_gcs(uri):
+        bucket, name = split_gcs(uri)
+        head = posixpath.dirname(name.rstrip("/"))
+        return f"{GCS}{bucket}/{head}" if head else f"{GCS}{bucket}"
+    stripped = uri.rstrip("/") or uri
+    return os.path.dirname(stripped) or "."
+
+
+def basename(uri: str) -> str:
+    """The last part of a path, ignoring a trailing '/'."""
+    if is_gcs(uri):
+        return posixpath.basename(split_gcs(uri)[1].rstrip("/"))
+    return os.path.basename(uri.rstrip("/") or uri)
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+def problem(exc: BaseException, uri: str = "") -> str:
+    """One line saying why an operation on uri failed and what to check; never a credential.
+
+    GCS errors name the bucket (missing bucket or object, 403/401 with the server's own words,
+    missing Application Default Credentials); local errors give the OS's words (strerror).
+    """
+    if isinstance(exc, StorageError):
+        return exc.reason
+    if is_gcs(uri) or type(exc).__module__.startswith(("google.", "requests.", "urllib3.")):
+        from . import _storage_gcs
+
+        found = _storage_gcs.describe(exc, uri)
+        if found:
+            return _one_line(found)
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return (lines[0] if lines else "unknown error")[:300]
+
+
+def _show(uri: str) -> str:
+    """A path as printed in a message: control characters escaped so the message stays one line."""
+    return uri if uri.isprintable() else uri.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+def _error(verb: str, uri: str, exc: BaseException, dst: str | None = None) -> StorageError:
+    subjects = [u for u in (uri, dst) if u]
+    reason = problem(exc, next((u for u in subjects if is_gcs(u)), uri))
+    target = _show(uri) + (f" to {_show(dst)}" if dst else "")
+    kind = NotFoundError if _is_missing(exc) else StorageError
+    return kind(f"cannot {verb} {target}: {reason}", verb=verb, uri=uri, reason=reason)
+
+
+def _is_missing(exc: BaseException) -> bool:
+    if isinstance(exc, StorageError):
+        return isinstance(exc, NotFoundError)
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return True
+    return type(exc).__name__ == "NotFound" and type(exc).__module__.startswith("google.")
+
+
+@contextmanager
+def _failing(verb: str, uri: str, dst: str | None = None) -> Iterator[None]:
+    """Turn any failure inside the block into a StorageError worded `cannot <verb> <uri>: ...`."""
+    try:
+        yield
+    except StorageError as exc:
+        if exc.verb is not None:
+            raise
+        raise _error(verb, uri, exc, dst) from exc
+    except Exception as exc:
+        raise _error(verb, uri, exc, dst) from exc
+
+
+def _backend(uri: str):
+    """The module implementing the verbs for this kind of path (imported on first use)."""
+    if is_gcs(uri):
+        from . import _storage_gcs
+
+        return _storage_gcs
+    from . import _storage_local
+
+    return _storage_local
+
+
+# ---------------------------------------------------------------------------------------------- checksums
 
 def crc32c_base64(crc: int) -> str:
     """A CRC32C value in the base64 big-endian form GCS reports as an object's crc32c."""
@@ -71,13 +183,19 @@ class Digest:
         return self._sha.hexdigest()
 
 
-def digest_of(stream, chunk: int = 1 << 22) -> Digest:
-    """Digest of everything left in a binary stream."""
-    digest = Digest()
-    while block := stream.read(chunk):
-        digest.update(block)
-    return digest
+def checksum(uri: str) -> tuple[int, str] | None:
+    """(size, crc32c in GCS form) of a file; None if absent. gs:// reads object metadata only;
+    a local file is read through once."""
+    with _failing("read", uri):
+        return _backend(uri).checksum(uri)
 
+
+def stores_checksums(uri: str) -> bool:
+    """Whether checksum() is metadata (gs://) rather than a full read (local files)."""
+    return is_gcs(uri)
+
+
+# ---------------------------------------------------------------------------------------------- client
 
 _client = None  # (STORAGE_EMULATOR_HOST it was made for, client)
 
@@ -107,10 +225,7 @@ def gcs_client():
     return _client[1]
 
 
-def _blob(uri: str):
-    bucket, name = split_gcs(uri)
-    return gcs_client().bucket(bucket).blob(name)
-
+# ---------------------------------------------------------------------------------------------- listing
 
 @dataclass(frozen=True)
 class Entry:
@@ -122,197 +237,241 @@ class Entry:
     message: str | None = None
 
 
-def walk(root: str) -> Iterator[Entry]:
-    """Every file under root, recursively, streamed; symlinks are never followed out of root or into folders."""
-    if is_gcs(root):
-        yield from _walk_gcs(root)
-    else:
-        yield from _walk_local(root)
-
-
-def _walk_local(root: str) -> Iterator[Entry]:
-    real_root = os.path.realpath(root)
-    pending = [""]
-    while pending:
-        rel_dir = pending.pop()
-        try:
-            with os.scandir(os.path.join(root, rel_dir)) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            yield Entry(rel_dir + "/", 0, "unreadable", f"folder cannot be listed: {exc.strerror or exc}")
-            continue
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                if entry.is_symlink():
-                    yield _symlink_entry(rel, entry.path, real_root)
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(rel)
-                elif entry.is_file(follow_symlinks=False):
-                    yield Entry(rel, entry.stat(follow_symlinks=False).st_size)
-                else:
-                    yield Entry(rel, 0, "not_regular_file", "not a regular file (device, pipe or socket)")
-            except OSError as exc:
-                yield Entry(rel, 0, "unreadable", f"cannot stat: {exc.strerror or exc}")
-
-
-def _symlink_entry(rel: str, path: str, real_root: str) -> Entry:
-    target = os.path.realpath(path)
-    if not os.path.exists(target):
-        return Entry(rel, 0, "symlink", "symbolic link is dangling or loops; not followed")
-    if os.path.commonpath([real_root, target]) != real_root:
-        return Entry(rel, 0, "symlink", "symbolic link leads outside the input folder; not followed")
-    if os.path.isdir(target):
-        return Entry(rel, 0, "symlink", "symbolic link to a folder; not followed")
-    return Entry(rel, os.path.getsize(target))
-
-
-LIST_PAGE_SIZE = 1000  # objects per listing request; the listing streams page by page
-
-
-def _gcs_prefix(uri: str) -> tuple[str, str]:
-    """gs://bucket/some/folder -> ('bucket', 'some/folder/'); the bucket root gives ('bucket', '')."""
-    bucket, prefix = split_gcs(uri.rstrip("/") + "/")
-    return bucket, prefix.lstrip("/")
-
-
-def _walk_gcs(root: str) -> Iterator[Entry]:
-    bucket, prefix = _gcs_prefix(root)
-    # One page at a time: the caller sees the first objects before the rest are listed, and
-    # nothing here holds more than a page, however many objects the bucket has.
-    for blob in gcs_client().list_blobs(bucket, prefix=prefix, page_size=LIST_PAGE_SIZE,
-                                        fields="items(name,size),nextPageToken"):
-        rel = blob.name[len(prefix):]
-        if not rel or rel.endswith("/"):
-            continue  # folder placeholder objects hold no data
-        yield Entry(rel, int(blob.size or 0))
-
-
-def top_level_dirs(root: str) -> list[str]:
-    """Names of the folders directly under root."""
-    if is_gcs(root):
-        bucket, prefix = _gcs_prefix(root)
-        pages = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/", page_size=LIST_PAGE_SIZE,
-                                        fields="items(name),prefixes,nextPageToken")
-        for _ in pages:
-            pass
-        return sorted(p[len(prefix):].rstrip("/") for p in pages.prefixes)
-    with os.scandir(root) as it:
-        return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
-
-
 def exists(uri: str) -> bool:
-    if is_gcs(uri):
-        return _blob(uri).exists()
-    return os.path.exists(uri)
+    """Whether a file, a folder (on gs://: any object under uri + '/') or a bucket is there."""
+    with _failing("stat", uri):
+        return _backend(uri).exists(uri)
 
 
-def is_dir(uri: str) -> bool:
-    """A local folder, or any gs:// prefix (buckets have no real folders)."""
-    return True if is_gcs(uri) else os.path.isdir(uri)
+def size(uri: str) -> int:
+    """Size in bytes of a file (a local symlink: of its target)."""
+    with _failing("stat", uri):
+        return _backend(uri).size(uri)
 
 
 def list_names(folder: str) -> list[str]:
-    """File names directly inside a folder (not recursive)."""
-    if is_gcs(folder):
-        bucket, prefix = _gcs_prefix(folder)
-        blobs = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/", page_size=LIST_PAGE_SIZE)
-        names = [b.name[len(prefix):] for b in blobs]
-        return sorted(n for n in names if n) + sorted(p[len(prefix):] for p in blobs.prefixes)
-    if not os.path.isdir(folder):
-        return []
-    return sorted(e.name + ("/" if e.is_dir() else "") for e in os.scandir(folder))
+    """Names directly inside a folder, sorted; sub-folders end with '/'. A missing folder is empty."""
+    with _failing("list", folder):
+        return sorted(_backend(folder).list_names(folder))
 
+
+def walk(root: str, follow_symlinks: bool = False) -> Iterator[Entry]:
+    """Every file under root, recursively, streamed (page by page on gs://).
+
+    Local symlinks are never followed out of root or into folders; with follow_symlinks=True links
+    to files are followed wherever they point. Links that dangle, loop or lead to folders, unreadable
+    files and folders come out as entries with a reason instead of being dropped.
+    """
+    with _failing("list", root):
+        yield from _backend(root).walk(root, follow_symlinks)
+
+
+def top_level_dirs(root: str) -> list[str]:
+    """Names of the folders directly under root, sorted."""
+    with _failing("list", root):
+        return sorted(_backend(root).top_level_dirs(root))
+
+
+# ---------------------------------------------------------------------------------------------- reading
 
 def read_bytes(uri: str) -> bytes:
     """The whole content of a (small) file."""
-    try:
-        if is_gcs(uri):
-            return _blob(uri).download_as_bytes()
-        with open(uri, "rb") as f:
-            return f.read()
-    except Exception as exc:
-        raise StorageError(f"cannot read {uri}: {_short(exc)}") from None
+    with _failing("read", uri):
+        return _backend(uri).read_bytes(uri)
 
+
+def read_range(uri: str, start: int, length: int) -> bytes:
+    """Exactly `length` bytes from offset `start` (one ranged GET on gs://); fewer is a StorageError."""
+    if start < 0 or length < 0:
+        raise ValueError(f"read_range needs start >= 0 and length >= 0, got {start}, {length}")
+    if length == 0:
+        return b""
+    with _failing("read", uri):
+        data = _backend(uri).read_range(uri, start, length)
+        if len(data) != length:
+            raise EOFError(f"short read at offset {start}: the file ends after {len(data)} of the "
+                           f"{length} bytes asked for")
+        return data
+
+
+def open_read(uri: str) -> IO[bytes]:
+    """A seekable binary stream over a large file, read in chunks (one version of it on gs://)."""
+    with _failing("read", uri):
+        return _Reader(_backend(uri).open_read(uri), uri)
+
+
+class _Reader(io.BufferedIOBase):
+    """A binary read stream whose failures are StorageErrors."""
+
+    def __init__(self, stream, uri: str):
+        super().__init__()
+        self._stream, self._uri = stream, uri
+
+    def read(self, n: int | None = -1) -> bytes:
+        with _failing("read", self._uri):
+            return self._stream.read(-1 if n is None else n)
+
+    read1 = read
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(memoryview(buffer)))
+        memoryview(buffer)[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        with _failing("read", self._uri):
+            return self._stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
+        super().close()
+
+
+# ---------------------------------------------------------------------------------------------- writing
 
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a file so that readers see the old content or the whole new one, never a part."""
-    try:
-        if is_gcs(uri):
-            from google.cloud.storage.retry import DEFAULT_RETRY
+    with _failing("write", uri):
+        _backend(uri).write_bytes(uri, data)
 
-            try:  # one request, retried with backoff on 429/5xx and dropped connections
-                _blob(uri).upload_from_string(data, retry=DEFAULT_RETRY)
-            except Exception as exc:
-                raise StorageError(f"cannot write {uri}: {gcs_problem(exc, uri)}") from exc
-            return
-        folder = os.path.dirname(os.path.abspath(uri))
-        os.makedirs(folder, exist_ok=True)  # as on gs://, where a name needs no folder made first
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, uri)
-    except StorageError:
+
+@contextmanager
+def open_write(uri: str) -> Iterator[IO[bytes]]:
+    """A binary writer for a large file that appears whole when the block ends, and not at all
+    if the block raises (a hidden temp file renamed on close; a resumable upload on gs://)."""
+    with _failing("write", uri):
+        upload = _backend(uri).start_write(uri)
+    try:
+        yield _Writer(upload, uri)
+    except BaseException:
+        upload.abort()
         raise
-    except Exception as exc:
-        raise StorageError(f"cannot write {uri}: {_short(exc)}") from None
+    with _failing("write", uri):
+        upload.commit()
+
+
+class _Writer:
+    """The writer handed out by open_write; its failures are StorageErrors."""
+
+    def __init__(self, upload, uri: str):
+        self._upload, self._uri = upload, uri
+
+    def write(self, data: bytes) -> int:
+        with _failing("write", self._uri):
+            return self._upload.write(data)
+
+    def tell(self) -> int:
+        return self._upload.tell()
+
+    def flush(self) -> None:
+        """Nothing to do: content becomes visible only when the block ends."""
+
+    def writable(self) -> bool:
+        return True
+
+
+def create_exclusive(uri: str, data: bytes) -> bool:
+    """Create a file with this content only if it does not exist; False if it already did.
+
+    The content is complete when the file becomes visible. On gs:// a False can, rarely, follow a
+    retry whose first try landed but whose answer was lost: callers that must know read it back
+    (so make data unique to the caller). replace_if_version behaves the same.
+    """
+    with _failing("create", uri):
+        return _backend(uri).create_exclusive(uri, data)
+
+
+def read_versioned(uri: str) -> tuple[bytes, str] | None:
+    """(content, version) of a file for a later replace_if_version or delete_if_version; None if absent."""
+    with _failing("read", uri):
+        return _backend(uri).read_versioned(uri)
+
+
+def replace_if_version(uri: str, data: bytes, version: str) -> bool:
+    """Replace a file's content only if it is still at `version` (compare-and-swap); False otherwise."""
+    with _failing("replace", uri):
+        return _backend(uri).replace_if_version(uri, data, version)
+
+
+def delete_if_version(uri: str, version: str) -> bool:
+    """Delete a file only if it is still at `version`; True if that version is gone (also when the
+    file was already absent), False if the file now holds another version."""
+    with _failing("delete", uri):
+        return _backend(uri).delete_if_version(uri, version)
+
+
+def make_folder(uri: str) -> None:
+    """Create a local folder and its parents (nothing to do on gs://, where names need no folders)."""
+    with _failing("create", uri):
+        _backend(uri).make_folder(uri)
+
+
+# ---------------------------------------------------------------------------------------------- moving
+
+def copy(src: str, dst: str) -> None:
+    """Copy a file to dst, replacing it (between local and gs:// too); dst appears whole."""
+    with _failing("copy", src, dst):
+        if is_gcs(src) == is_gcs(dst):
+            _backend(src).copy(src, dst)
+        else:
+            _stream_copy(src, dst)
+
+
+def rename(src: str, dst: str, *, size: int | None = None) -> None:
+    """Move a file to dst, replacing it (on gs:// a copy then a delete, retried).
+
+    With size given, a source already gone while dst exists with that size counts as done, so a
+    retried publish cannot fail on its own earlier success.
+    """
+    with _failing("rename", src, dst):
+        if is_gcs(src) == is_gcs(dst):
+            _backend(src).rename(src, dst, size)
+            return
+        if size is not None and not _backend(src).exists(src) and _done_already(dst, size):
+            return
+        _stream_copy(src, dst)
+        _backend(src).delete(src)
+
+
+def _done_already(dst: str, expected: int) -> bool:
+    found = _backend(dst).checksum(dst)
+    return found is not None and found[0] == expected
+
+
+def _stream_copy(src: str, dst: str) -> None:
+    with open_read(src) as reader, open_write(dst) as writer:
+        while block := reader.read(READ_CHUNK_SIZE):
+            writer.write(block)
 
 
 def delete(uri: str) -> None:
-    """Remove a file if it is there."""
-    if is_gcs(uri):
-        from google.api_core.exceptions import NotFound
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
-        try:
-            _blob(uri).delete(retry=DEFAULT_RETRY)
-        except NotFound:
-            pass
-    elif os.path.lexists(uri):
-        os.remove(uri)
+    """Remove a file; a missing one is fine."""
+    with _failing("delete", uri):
+        _backend(uri).delete(uri)
 
 
-def gcs_problem(exc: BaseException, uri: str) -> str:
-    """One line saying why a gs:// call failed, naming the bucket and what to check; never a credential."""
-    from google.api_core import exceptions as api
-    from google.auth.exceptions import DefaultCredentialsError, RefreshError
-
-    bucket = split_gcs(uri)[0]
-    if isinstance(exc, DefaultCredentialsError):
-        return ("no Application Default Credentials: run `gcloud auth application-default login`, "
-                "or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file")
-    if isinstance(exc, RefreshError):
-        return "the Application Default Credentials could not be refreshed; log in again"
-    if isinstance(exc, api.NotFound):
-        return f"bucket gs://{bucket} does not exist"
-    if isinstance(exc, (api.Forbidden, api.Unauthorized)):
-        return f"permission denied on gs://{bucket} ({exc.code}): {_api_detail(exc)}"
-    if isinstance(exc, api.GoogleAPICallError):
-        return f"{exc.code} {_api_detail(exc)}"
-    return _short(exc)
+def delete_prefix(folder: str) -> None:
+    """Remove a folder and everything under it (gs:// objects in batches); a missing one is fine."""
+    with _failing("delete", folder):
+        if _is_everything(folder):
+            raise StorageError("refusing to delete a whole bucket or file system")
+        _backend(folder).delete_prefix(folder)
 
 
-def _api_detail(exc) -> str:
-    """The server's own words from a GCS error, without the request URL."""
-    errors = getattr(exc, "errors", None) or []
-    detail = errors[0].get("message") if errors and isinstance(errors[0], dict) else None
-    text = str(getattr(exc, "message", "") or exc)
-    if not detail:  # uploads carry the JSON error body in the message text
-        found = re.search(r'"message":\s*"((?:[^"\\]|\\.)*)"', text)
-        detail = found.group(1) if found else text.split(": ", 1)[-1]
-    return (detail.splitlines() or [""])[0][:300]
-
-
-def object_crc32c(uri: str) -> tuple[int, str] | None:
-    """(size, crc32c) as GCS reports them for an object, without downloading it; None if absent."""
-    bucket, name = split_gcs(uri)
-    blob = gcs_client().bucket(bucket).get_blob(name)  # metadata only; retried like every call here
-    return None if blob is None else (int(blob.size), blob.crc32c)
-
-
-def _short(exc: Exception) -> str:
-    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]
+def _is_everything(folder: str) -> bool:
+    if is_gcs(folder):
+        return not split_gcs(folder)[1].strip("/")
+    return os.path.abspath(folder) == os.path.abspath(os.sep)

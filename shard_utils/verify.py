@@ -5,10 +5,10 @@ Returns problems as lines naming the shard and record, so a user can act on each
 from __future__ import annotations
 
 import io
-import os
 from typing import Iterator
 
 from . import schema, storage
+from .index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
 from .manifest import Manifest, ManifestError, Shard, load
 from .tfrecord import FramingError, iter_records
 
@@ -23,20 +23,21 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
     for split_name, split in m.splits.items():
         for shard in split.shards:
             problems.extend(check_shard(m, shard, deep))
+    problems.extend(check_indexes(m, deep))
     return problems
 
 
 def check_shard(m: Manifest, shard: Shard, deep: bool) -> list[str]:
     """Problems with one shard."""
     path = storage.join(m.location, shard.path)
-    if storage.is_gcs(path) and not deep:
-        return _check_gcs_metadata(path, shard)
+    if not deep and storage.stores_checksums(path):
+        return _check_stored_checksums(path, shard)  # no download: size and crc32c are metadata
     try:
-        data = _read(path)
-    except FileNotFoundError:
+        data = storage.read_bytes(path)
+    except storage.NotFoundError:
         return [f"{shard.path}: missing"]
-    except Exception as exc:
-        return [f"{shard.path}: cannot read: {storage._short(exc)}"]
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
     problems = []
     if len(data) != shard.num_bytes:
         problems.append(f"{shard.path}: size {len(data)} bytes, manifest says {shard.num_bytes}")
@@ -86,26 +87,14 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
                     yield f"image is {image.format}, not JPEG"
                 image.load()
         except Exception as exc:
-            yield f"image does not decode: {storage._short(exc)}"
+            yield f"image does not decode: {storage.problem(exc)}"
 
 
-def _read(path: str) -> bytes:
-    if storage.is_gcs(path):
-        from google.api_core.exceptions import NotFound
-
-        try:
-            return storage._blob(path).download_as_bytes()
-        except NotFound:
-            raise FileNotFoundError(path) from None
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _check_gcs_metadata(path: str, shard: Shard) -> list[str]:
+def _check_stored_checksums(path: str, shard: Shard) -> list[str]:
     try:
-        found = storage.object_crc32c(path)
-    except Exception as exc:
-        return [f"{shard.path}: cannot read object metadata: {storage._short(exc)}"]
+        found = storage.checksum(path)
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read object metadata: {storage.problem(exc, path)}"]
     if found is None:
         return [f"{shard.path}: missing"]
     size, crc = found
@@ -115,3 +104,150 @@ def _check_gcs_metadata(path: str, shard: Shard) -> list[str]:
     if crc != shard.crc32c:
         problems.append(f"{shard.path}: crc32c {crc}, manifest says {shard.crc32c}")
     return problems
+
+
+# ----------------------------------------------------------------------------- the record index
+
+MAX_INDEX_PROBLEMS = 20  # per index: a stale index would otherwise give a line per row
+
+
+def check_indexes(m: Manifest, deep: bool = False) -> list[str]:
+    """Problems with every split's index (splits without one have none to check)."""
+    return [p for name in m.splits for p in check_index(m, name, deep)]
+
+
+def check_index(m: Manifest, split_name: str, deep: bool = False) -> list[str]:
+    """Problems with one split's index: the file against the manifest, then every row against its shard.
+
+    Rows must be in shard order and contiguous (each shard's rows start at 0, each follows the last, the
+    last ends at the shard's size), as many per shard as the manifest says, and each must frame a real
+    record (both CRCs). That last check reads the shards, except on gs:// without `deep`. With `deep`,
+    each row's fields are compared with its record's.
+    """
+    entry = m.split(split_name).index
+    if entry is None:
+        return []
+    path = storage.join(m.location, entry.path)
+    try:
+        data = storage.read_bytes(path)
+    except storage.NotFoundError:
+        return [f"{entry.path}: missing"]
+    except storage.StorageError as exc:
+        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
+    problems = []
+    digest = storage.Digest()
+    digest.update(data)
+    if digest.size != entry.num_bytes:
+        problems.append(f"{entry.path}: size {digest.size} bytes, manifest says {entry.num_bytes}")
+    if digest.crc32c != entry.crc32c:
+        problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
+    if digest.sha256 != entry.sha256:
+        problems.append(f"{entry.path}: sha256 differs from the manifest")
+    rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep)
+    try:
+        for row in read_index(io.BytesIO(data)):
+            rows.check(row)
+    except IndexFormatError as exc:
+        rows.problem(f"{entry.path}: {exc}")
+    rows.finish()
+    problems.extend(rows.problems)
+    if rows.found > len(rows.problems):
+        problems.append(f"{entry.path}: ... and {rows.found - len(rows.problems)} more problems")
+    return problems
+
+
+class _IndexRows:
+    """Checks index rows one at a time in file order, holding one shard's bytes at most."""
+
+    def __init__(self, m: Manifest, split_name: str, read_shards: bool, deep: bool):
+        self.m, self.split, self.read_shards, self.deep = m, m.split(split_name), read_shards, deep
+        self.where = self.split.index.path
+        self.problems: list[str] = []
+        self.found = 0  # problems found, kept or not
+        self.row = 0
+        self.shard = -1  # the shard of the previous row
+        self.end = 0  # where the previous row's record ends
+        self.counts = [0] * len(self.split.shards)
+        self.data: bytes | None = None
+        self.fields = {field_name(k[len(schema.EXTRA_PREFIX):]): (k, v)
+                       for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
+
+    def problem(self, text: str) -> None:
+        self.found += 1
+        if len(self.problems) < MAX_INDEX_PROBLEMS:
+            self.problems.append(text)
+
+    def check(self, row: IndexRow) -> None:
+        i, self.row = self.row, self.row + 1
+        where = f"{self.where}: row {i}"
+        shards = self.split.shards
+        if not 0 <= row.shard < len(shards):
+            return self.problem(f"{where}: shard {row.shard} is not one of the split's {len(shards)} shards")
+        if row.shard < self.shard:
+            self.counts[row.shard] += 1
+            return self.problem(f"{where}: shard {row.shard} after shard {self.shard}; rows are not in shard order")
+        if row.shard > self.shard:
+            self._close_shard()
+            self.shard, self.end = row.shard, 0
+            self._load(row.shard)
+        shard = shards[row.shard]
+        self.counts[row.shard] += 1
+        if row.offset != self.end:
+            self.problem(f"{where}: offset {row.offset}, but the previous record ends at {self.end} "
+                         f"in {shard.path}; rows are not contiguous")
+        self.end = row.offset + row.length
+        bad = check_place(row.offset, row.length, shard.num_bytes)
+        if bad:
+            return self.problem(f"{where}: {bad} ({shard.path})")
+        if self.data is None:
+            return
+        try:
+            record = unframe(self.data[row.offset:row.offset + row.length])
+        except FramingError as exc:
+            return self.problem(f"{where}: no record at {shard.path} bytes {row.offset}..{self.end}: {exc}")
+        if self.deep:
+            for p in self._compare(row, record):
+                self.problem(f"{where}: {p}")
+
+    def _load(self, shard: int) -> None:
+        self.data = None
+        if self.read_shards:
+            try:
+                self.data = storage.read_bytes(storage.join(self.m.location, self.split.shards[shard].path))
+            except storage.StorageError as exc:
+                self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
+                             f"records: the shard cannot be read ({storage.problem(exc)})")
+
+    def _close_shard(self) -> None:
+        if self.shard >= 0 and self.end != self.split.shards[self.shard].num_bytes:
+            shard = self.split.shards[self.shard]
+            self.problem(f"{self.where}: the rows of {shard.path} end at byte {self.end}, the shard has "
+                         f"{shard.num_bytes}")
+
+    def finish(self) -> None:
+        self._close_shard()
+        for shard, count in zip(self.split.shards, self.counts):
+            if count != shard.num_records:
+                self.problem(f"{self.where}: {count} rows for {shard.path}, manifest says {shard.num_records} records")
+
+    def _compare(self, row: IndexRow, record: bytes) -> Iterator[str]:
+        try:
+            f = schema.decode_lists(record)
+        except ValueError as exc:
+            yield str(exc)
+            return
+        labels = tuple(v - self.m.label_offset for v in f.get(schema.LABEL, []))
+        expect = {"source_id": b"".join(f.get(schema.SOURCE_ID, [])).decode("utf-8", "replace"),
+                  "sha256": b"".join(f.get(schema.SHA256, [])).decode("utf-8", "replace"),
+                  "height": (f.get(schema.IMAGE_HEIGHT) or [None])[0],
+                  "width": (f.get(schema.IMAGE_WIDTH) or [None])[0],
+                  "labels": labels, "label": labels[0] if labels else NO_LABEL}
+        for name, value in expect.items():
+            if getattr(row, name) != value:
+                yield f"{name} is {getattr(row, name)!r}, the record has {value!r}"
+        extra = row.extra or {}
+        for fname, (key, spec) in self.fields.items():
+            values = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in f.get(key, [])]
+            want = values if spec.get("shape") == [schema.VARIABLE] else (values[0] if values else None)
+            if extra.get(fname) != want:
+                yield f"extra {fname} is {extra.get(fname)!r}, the record's {key} has {want!r}"

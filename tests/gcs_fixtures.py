@@ -237,6 +237,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.counts = {"forwarded": 0, "503": 0, "429": 0, "reset": 0, "403": 0}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request received
+        self.served: list[tuple[str, str, int]] = []  # (method, path, response body bytes) of forwarded ones
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -276,6 +277,8 @@ class FaultProxy:
                     conn.close()
                 if page and resp.status == 200:
                     data = proxy._page_of(data, *page[1:])
+                with proxy.lock:
+                    proxy.served.append((self.command, self.path, len(data)))
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
@@ -333,6 +336,98 @@ class FaultProxy:
 
     def __enter__(self) -> "FaultProxy":
         self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PreconditionProxy:
+    """Forwards to the emulator, adding the generation checks GCS makes and the emulator ignores.
+
+    gcp-storage-emulator accepts ifGenerationMatch and generation parameters but never checks them.
+    This proxy serializes every request and, before forwarding one, compares them with the
+    object's current generation as the emulator reports it: a failed ifGenerationMatch gets GCS's
+    412, a request pinned to a generation that is no longer current gets 404.
+    """
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream.removeprefix("http://")
+        self.lock = threading.Lock()
+        self.counts = {"412": 0, "404": 0, "forwarded": 0}
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy.lock:
+                    status, headers, data = proxy._answer(self.command, self.path, dict(self.headers), body)
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _request(self, method, path, headers=None, body=None):
+        conn = http.client.HTTPConnection(self.upstream, timeout=60)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.getheaders(), resp.read()
+        finally:
+            conn.close()
+
+    def _generation(self, bucket: str, name: str) -> str:
+        status, _, data = self._request("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
+        return json.loads(data)["generation"] if status == 200 else "0"
+
+    @staticmethod
+    def _target(path: str, query: dict, body: bytes) -> tuple[str, str] | None:
+        found = re.fullmatch(r"(?:/upload)?/storage/v1/b/([^/]+)/o(?:/([^/]+))?", path)
+        if not found:
+            return None
+        name = urllib.parse.unquote(found.group(2)) if found.group(2) else query.get("name", [None])[0]
+        if name is None:  # a multipart upload names the object in its JSON part
+            named = re.search(rb'"name":\s*"((?:[^"\\]|\\.)*)"', body)
+            name = json.loads(b'"' + named.group(1) + b'"') if named else None
+        return (found.group(1), name) if name else None
+
+    def _answer(self, method, raw_path, headers, body):
+        url = urllib.parse.urlsplit(raw_path)
+        query = urllib.parse.parse_qs(url.query)
+        target = self._target(url.path, query, body)
+        if target and ("ifGenerationMatch" in query or "generation" in query):
+            current = self._generation(*target)
+            if "ifGenerationMatch" in query and query["ifGenerationMatch"][0] != current:
+                self.counts["412"] += 1
+                return 412, [("Content-Type", "application/json")], json.dumps({"error": {
+                    "code": 412, "message": "At least one of the pre-conditions you specified did not hold.",
+                    "errors": [{"reason": "conditionNotMet"}]}}).encode()
+            if "generation" in query and query["generation"][0] != current:
+                self.counts["404"] += 1
+                return 404, [("Content-Type", "application/json")], json.dumps({"error": {
+                    "code": 404, "message": f"No such object: {target[0]}/{target[1]}"}}).encode()
+        self.counts["forwarded"] += 1
+        headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+        return self._request(method, raw_path, headers, body)
+
+    def __enter__(self) -> "PreconditionProxy":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,5 +1,6 @@
 """The core job on the real Beam runner: balance, determinism, labels, splits, accounting."""
 import json
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -126,7 +127,8 @@ def test_hidden_system_and_non_media_files_are_skipped_and_counted(images, tmp_p
     (images / "__MACOSX").mkdir()
     (images / "__MACOSX" / "y.jpg").write_bytes(b"junk")
     m = run_job(images, tmp_path / "out")
-    assert m.skipped == {"count": 6, "by_reason": {"hidden": 3, "not_media": 1, "system": 2}}
+    assert m.skipped == {"count": 6, "by_reason": {"hidden": 3, "not_media": 1, "system": 2},
+                         "by_extension": {".txt": 1}, "path": "skipped.jsonl"}
     assert m.files_seen == 42 and m.splits["train"].num_records == 36 and m.rejected["count"] == 0
 
 
@@ -154,3 +156,119 @@ def test_summary_is_printed(images, tmp_path, capsys):
     run_job(images, tmp_path / "out")
     text = capsys.readouterr().out
     assert "train: 36 records in 8 shards of 4/5 records" in text and "files seen 36" in text
+
+
+@pytest.mark.parametrize("bits", [0, 2])
+def test_every_hash_bucket_size_gives_the_same_bytes_on_one_and_two_workers(tmp_path, bits):
+    """Tiny buckets (about 4 records each with 2 bits on 16 records a split) and one bucket for everything
+    rank exactly like the default 2**16 buckets, in-process and with Beam's worker processes."""
+    write_images(tmp_path / "in", {"a": 20, "b": 16})
+    reference = tmp_path / "ref"
+    run_job(tmp_path / "in", reference, "--splits", "train=0.5,validation=0.5", "--num-cores", "4")
+    one = tmp_path / "one"
+    run_job(tmp_path / "in", one, "--splits", "train=0.5,validation=0.5", "--num-cores", "4",
+            "--hash-bucket-bits", str(bits), "--workers", "1")
+    two = tmp_path / "two"
+    done = run_cli("build", "--input", tmp_path / "in", "--output", two, "--splits", "train=0.5,validation=0.5",
+                   "--num-cores", "4", "--hash-bucket-bits", str(bits), "--direct_num_workers=2",
+                   "--direct_running_mode=multi_processing")
+    assert done.returncode == 0, done.stderr
+    assert shard_bytes(reference) == shard_bytes(one) == shard_bytes(two)
+    m = load(str(one))
+    for split in ("train", "validation"):
+        sizes = [s.num_records for s in m.splits[split].shards]
+        assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+        order = [plan.sort_key(0, r[schema.SOURCE_ID].decode()) for r in all_records(one, split)]
+        assert order == sorted(order)  # shards hold contiguous runs of the seeded order
+
+
+def test_label_offset_is_stored_and_recorded(images, tmp_path):
+    m = run_job(images, tmp_path / "out", "--label-offset", "1")
+    assert m.label_offset == 1 and m.options["label_offset"] == 1
+    recs = by_source(tmp_path / "out")
+    assert recs["cat/img0000.jpg"][schema.LABEL] == 1 and recs["fish/img0000.jpg"][schema.LABEL] == 3
+
+
+def test_tfrec_extension_for_kaggle_notebooks(images, tmp_path):
+    m = run_job(images, tmp_path / "out", "--shard-extension", "tfrec")
+    assert [s.path for s in m.splits["train"].shards] == [plan.shard_name("train", i, 8, "tfrec") for i in range(8)]
+    assert len(list((tmp_path / "out").glob("*.tfrec"))) == 8
+    from shard_utils.verify import verify
+
+    assert verify(str(tmp_path / "out"), deep=True) == []
+
+
+def test_skipped_files_are_named_with_their_extensions(images, tmp_path, capsys):
+    for name in ("clip.mp4", "CLIP2.MOV", "notes.txt"):
+        (images / "cat" / name).write_bytes(b"x")
+    (images / ".DS_Store").write_bytes(b"x")
+    out = tmp_path / "out"
+    m = run_job(images, out)
+    assert m.skipped["by_reason"] == {"hidden": 1, "not_media": 3}
+    assert m.skipped["by_extension"] == {".mov": 1, ".mp4": 1, ".txt": 1}
+    listed = [json.loads(l)["source"] for l in (out / "skipped.jsonl").read_text().splitlines()]
+    assert listed == ["cat/CLIP2.MOV", "cat/clip.mp4", "cat/notes.txt"]  # hidden files stay counts
+    printed = capsys.readouterr().out
+    assert "not media: .mov 1, .mp4 1, .txt 1" in printed and "skipped.jsonl" in printed
+
+
+def test_when_every_file_is_rejected_the_error_names_reasons_and_where_they_are(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(5):
+        (src / f"img{i:03d}.jpg").write_bytes(b"x")
+    (src / "x").mkdir()
+    (src / "x" / "y.jpg").write_text("not an image")
+    done = run_cli("build", "--input", src, "--output", tmp_path / "out")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    line = lines[0]
+    assert line.startswith("tpu-shards: error: no input file could be used (0 records); rejected: 5 no_label "
+                           "(e.g. img000.jpg: file sits directly in the input folder), 1 not_image (e.g. x/y.jpg")
+    report = Path(line.rsplit(" ", 1)[-1])
+    assert report.name == "rejected.jsonl" and report.read_text().count("\n") == 6
+
+
+def test_too_many_rejects_fail_the_build_and_publish_nothing(images, tmp_path):
+    for i in range(3):
+        (images / "cat" / f"broken{i}.jpg").write_bytes(b"nope")
+    out = tmp_path / "out"
+    done = run_cli("build", "--input", images, "--output", out, "--max-rejected", "2")
+    assert done.returncode == 1 and "3 of 39 files were rejected, more than --max-rejected 2" in done.stderr
+    assert not (out / "manifest.json").exists()
+    assert run_cli("build", "--input", images, "--output", out, "--max-rejected", "10%").returncode == 0
+
+
+def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys):
+    src = tmp_path / "in"
+    write_images(src, {"a": 12, "b": 12})
+    halves = [("train", 0.5), ("validation", 0.5)]
+    copy = next(f"a/copy{i}.jpg" for i in range(100)
+                if plan.choose_split(halves, 0, f"a/copy{i}.jpg") != plan.choose_split(halves, 0, "b/img0003.jpg"))
+    (src / copy).write_bytes((src / "b" / "img0003.jpg").read_bytes())
+    (src / "a" / "zz_again.jpg").write_bytes((src / "a" / "img0001.jpg").read_bytes())
+    out = tmp_path / "out"
+    m = run_job(src, out, "--dedup", "--splits", "train=0.5,validation=0.5", "--num-cores", "2")
+    rejected_lines = [json.loads(l) for l in (out / "rejected.jsonl").read_text().splitlines()]
+    assert {(r["source"], r["reason"]) for r in rejected_lines} == {("a/zz_again.jpg", "duplicate"),
+                                                                   ("b/img0003.jpg", "duplicate")}
+    assert f"same bytes as {copy}" in next(r["message"] for r in rejected_lines if r["source"] == "b/img0003.jpg")
+    written = set(by_source(out, "train")) | set(by_source(out, "validation"))
+    assert len(written) == 24 and copy in written and "b/img0003.jpg" not in written
+    assert m.duplicates["count"] == 2 and m.files_seen == 26
+    assert m.duplicates["cross_split"] == {"train|validation": 1}
+    assert "1 duplicate files were in two splits (train/validation 1)" in capsys.readouterr().out
+    for split in m.splits.values():
+        sizes = [s.num_records for s in split.shards]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_a_jpeg_with_a_trailer_is_kept_without_it_and_counted(images, tmp_path, capsys):
+    photo_bytes = (images / "dog" / "img0002.jpg").read_bytes()
+    (images / "dog" / "motion.jpg").write_bytes(photo_bytes + b"\x00\x00\x00\x18ftypmp42" + bytes(200))
+    out = tmp_path / "out"
+    m = run_job(images, out)
+    assert m.rejected["count"] == 0 and m.splits["train"].num_records == 37
+    rec = by_source(out)["dog/motion.jpg"]
+    assert rec[schema.IMAGE_ENCODED] == photo_bytes
+    assert "jpeg_trailers_dropped 1" in capsys.readouterr().out

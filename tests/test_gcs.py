@@ -105,7 +105,7 @@ def test_manifest_crc32c_is_what_gcs_reports(gcs, built):
         assert blob.size == shard.num_bytes
         data = blob.download_as_bytes()
         assert storage.crc32c_base64(google_crc32c.value(data)) == shard.crc32c
-        assert storage.object_crc32c(built.uri + "/" + shard.path) == (shard.num_bytes, shard.crc32c)
+        assert storage.checksum(built.uri + "/" + shard.path) == (shard.num_bytes, shard.crc32c)
 
 
 def test_local_run_prints_beam_counters(built):
@@ -317,3 +317,20 @@ def test_a_split_too_small_on_a_bucket_is_one_line_and_leaves_nothing(gcs, sourc
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("tpu-shards: error: split 'train': 18 records cannot fill 32 shards")
     assert gcs.names(bucket) == []  # no shard, no manifest, and the run's temporary objects are gone
+
+
+def test_shard_writers_download_each_record_once(gcs, tmp_path):
+    """Many small fragments per shard: the write step's ranged reads of fragments stay within 1.2x the shards."""
+    import urllib.parse
+
+    write_images(tmp_path / "in", {"a": 120, "b": 120}, size=(64, 48))
+    out = f"gs://{gcs.new_bucket('reads')}/ds"
+    with contextlib.redirect_stdout(io.StringIO()), FaultProxy(gcs.url) as proxy, storage_host(proxy.url):
+        m = run_job(tmp_path / "in", out, "--fragment-mb", "0.05", "--workers", "1", "--num-shards", "8")
+    fragment_gets = [(urllib.parse.unquote(p), n) for method, p, n in proxy.served
+                     if method == "GET" and "alt=media" in p and "/fragments/" in urllib.parse.unquote(p)]
+    fragments = {p.split("?")[0] for p, _ in fragment_gets}
+    written = m.splits["train"].num_bytes
+    read = sum(n for _, n in fragment_gets)
+    assert len(fragments) >= 8  # several fragments, every shard takes records from each
+    assert written <= read <= 1.2 * written, (read, written)

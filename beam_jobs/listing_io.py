@@ -1,0 +1,351 @@
+"""Reading listings (CSV/TSV, JSONL, Avro; local or gs://) as Beam sources that stream, never whole in memory.
+
+- CSV/TSV: one file is read by one worker, streamed row by row (a quoted field may hold line breaks, so
+  a reader starting mid-file cannot tell where a row begins); row positions are exact line numbers.
+- JSONL: split by byte ranges like Beam's text source; a row's position is the byte offset of its line.
+- Avro: split at sync markers like Beam's `ReadFromAvro`, decoded by fastavro (arrays, nullable unions);
+  a row's position is its block's byte offset and its number in the block.
+Compressed CSV/JSONL (.gz, .bz2) are read whole, unsplit, and their offsets count decompressed bytes.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+from typing import Iterator, Sequence
+
+import apache_beam as beam
+from apache_beam.io import filebasedsource
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from shard_utils import listings
+from shard_utils.listings import ListingOptions, ListingRow
+
+BOM = b"\xef\xbb\xbf"
+SYNC_SIZE = 16  # bytes of an Avro sync marker
+
+
+class ListingSource(filebasedsource.FileBasedSource):
+    """Rows of the listing files matching a pattern, as ListingRow. Bad rows are rows with an `error`."""
+
+    def __init__(self, pattern: str, fmt: str):
+        super().__init__(pattern, compression_type=CompressionTypes.AUTO, splittable=fmt in ("jsonl", "avro"),
+                         validate=False)
+        self.fmt = fmt
+
+    def read_records(self, file_name: str, range_tracker) -> Iterator[ListingRow]:
+        read = {"csv": _read_csv, "tsv": _read_csv, "jsonl": _read_jsonl, "avro": _read_avro}[self.fmt]
+        with self.open_file(file_name) as f:
+            yield from read(f, file_name, range_tracker, self.fmt)
+
+
+def _lines(f) -> Iterator[bytes]:
+    return iter(f.readline, b"")
+
+
+def _read_csv(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
+    if not tracker.try_claim(tracker.start_position() or 0):
+        return
+    reader = csv.reader(_text_lines(f), delimiter=listings.DELIMITERS[fmt])
+    header: list[str] | None = None
+    start = 1
+    try:
+        for fields in reader:
+            if not fields:  # a blank line is no row
+                start = reader.line_num + 1
+                continue
+            if header is None:
+                header = [h.strip() for h in fields]
+                problem = _header_problem(header)
+                if problem:
+                    yield ListingRow(name, "line", (start, 0), None, problem + "; the listing is not read")
+                    return
+            else:
+                yield _csv_row(name, start, reader.line_num, header, fields)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        yield ListingRow(name, "line", (start, 0), None, f"not readable as {fmt.upper()} ({exc}); "
+                                                           "the rest of the listing is not read")
+
+
+def _text_lines(f) -> Iterator[str]:
+    """Lines as text with their line ends (what csv needs for quoted line breaks); bad UTF-8 kept as escapes."""
+    first = True
+    for line in _lines(f):
+        if first:
+            line, first = line.removeprefix(BOM), False
+        yield line.decode("utf-8", "surrogateescape")
+
+
+def _header_problem(header: list[str]) -> str | None:
+    if len(set(header)) != len(header):
+        twice = sorted({h for h in header if header.count(h) > 1})
+        return f"the header names column {twice[0]!r} twice"
+    return None
+
+
+def _csv_row(name: str, start: int, end: int, header: list[str], fields: list[str]) -> ListingRow:
+    where = (start, 0)
+    span = f" (the row runs to line {end}: an unclosed quote?)" if end > start + 1 else ""
+    if len(fields) != len(header):
+        return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}{span}")
+    try:
+        "".join(fields).encode("utf-8")
+    except UnicodeEncodeError:
+        return ListingRow(name, "line", where, None, "is not UTF-8 text")
+    return ListingRow(name, "line", where, dict(zip(header, fields)))
+
+
+def _read_jsonl(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
+    start = tracker.start_position() or 0
+    position = 0
+    if start > 0:  # a line starting before `start` belongs to the range before
+        f.seek(start - 1)
+        position = start - 1 + len(f.readline())
+    while tracker.try_claim(position):
+        line = f.readline()
+        if not line:
+            return
+        row = _json_row(name, position, line.removeprefix(BOM) if position == 0 else line)
+        position += len(line)
+        if row is not None:
+            yield row
+
+
+def _json_row(name: str, position: int, line: bytes) -> ListingRow | None:
+    where = (position, 0)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return ListingRow(name, "byte", where, None, "is not UTF-8 text")
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return ListingRow(name, "byte", where, None, f"is not JSON ({exc})")
+    if not isinstance(value, dict):
+        return ListingRow(name, "byte", where, None, f"is a JSON {type(value).__name__}, not an object")
+    return ListingRow(name, "byte", where, value)
+
+
+def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
+    import fastavro
+
+    blocks = fastavro.block_reader(f)
+    header_end = f.tell()
+    f.seek(header_end - SYNC_SIZE)
+    sync = f.read(SYNC_SIZE)
+    start = tracker.start_position() or 0
+    next_block = header_end if start <= header_end else _after_sync(f, start - SYNC_SIZE, sync)
+    if next_block is None:
+        return
+    f.seek(next_block)
+    while tracker.try_claim(next_block):
+        try:
+            block = next(blocks)
+        except StopIteration:
+            return
+        for number, record in enumerate(block, start=1):
+            if isinstance(record, dict):
+                yield ListingRow(name, "block", (block.offset, number), record)
+            else:
+                yield ListingRow(name, "block", (block.offset, number), None, "is not an Avro record")
+        next_block = block.offset + block.size
+
+
+def _after_sync(f, offset: int, sync: bytes, chunk: int = 1 << 16) -> int | None:
+    """The position just after the first sync marker at or after `offset`, or None at the end of the file."""
+    f.seek(offset)
+    carried = b""
+    base = offset
+    while True:
+        data = f.read(chunk)
+        if not data:
+            return None
+        window = carried + data
+        found = window.find(sync)
+        if found >= 0:
+            return base + found + SYNC_SIZE
+        carried = window[-(SYNC_SIZE - 1):]
+        base += len(window) - len(carried)
+
+
+class ReadListings(beam.PTransform):
+    """Every row of the listings matching `patterns` (local or gs:// files or globs), as ListingRow.
+
+    Args:
+      patterns: listing files or globs; each is one source.
+      fmt: csv, tsv, jsonl or avro for all of them; None: from each pattern's (or its files') extension.
+    Rows that cannot be parsed come out with `fields` None and an `error`; nothing is dropped.
+    """
+
+    def __init__(self, patterns: Sequence[str], fmt: str | None = None):
+        super().__init__()
+        self.patterns = list(patterns)
+        self.fmt = fmt
+
+    def expand(self, pbegin):
+        reads = [pbegin | f"Read[{i}]" >> beam.io.Read(ListingSource(p, pattern_format(p, self.fmt)))
+                 for i, p in enumerate(self.patterns)]
+        return reads | "AllRows" >> beam.Flatten()
+
+
+class ListingItems(beam.PTransform):
+    """Listing rows as media items, keyed for de-duplication; rows that cannot be items go to `rejected`.
+
+    Args:
+      options: checked ListingOptions with the path column chosen (see `prepare_listings`).
+      root: --input, the folder relative paths are under (None: only absolute paths are accepted).
+    Main output `items`: (duplicate key, (row order, MediaItem)), ready for DropDuplicateRows;
+    tagged `rejected`: rejected.jsonl dicts (bad_row, no_label).
+    """
+
+    def __init__(self, options: ListingOptions, root: str | None):
+        super().__init__()
+        self.options = options
+        self.root = root
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "ReadListings" >> ReadListings(self.options.listings, self.options.format)
+                | "RowToItem" >> beam.FlatMap(_row_to_item, self.options, self.root).with_outputs(
+                    "rejected", main="items"))
+
+
+def _row_to_item(row: ListingRow, options: ListingOptions, root: str | None):
+    out = listings.item_from_row(row, options, root)
+    if isinstance(out, listings.Rejection):
+        yield beam.pvalue.TaggedOutput("rejected", out.as_dict())
+    else:
+        yield listings.duplicate_key(out), (row.order, out)
+
+
+class DropDuplicateRows(beam.PTransform):
+    """Of rows naming the same file, keeps the first (by listing, position); the others go to `rejected`.
+
+    Input: ListingItems' `items`. Main output `items`: MediaItem; tagged `rejected`: duplicate_row dicts.
+    """
+
+    def expand(self, keyed):
+        return (keyed
+                | "ByFile" >> beam.GroupByKey()
+                | "KeepFirst" >> beam.FlatMap(_keep_first).with_outputs("rejected", main="items"))
+
+
+def _keep_first(grouped):
+    kept, duplicates = listings.pick_first(grouped[1])
+    yield kept
+    for rejection in duplicates:
+        yield beam.pvalue.TaggedOutput("rejected", rejection.as_dict())
+
+
+# ---- checks at launch (driver side) ---------------------------------------------------------------------------
+
+def match_listings(patterns: Sequence[str]) -> dict[str, list[str]]:
+    """The files each --listing pattern matches; raises ValueError if one matches none or two match one file."""
+    matched: dict[str, list[str]] = {}
+    owner: dict[str, str] = {}
+    for pattern in patterns:
+        try:
+            files = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        except Exception as exc:  # BeamIOError and storage errors: say which listing, in one line
+            raise ValueError(f"--listing {pattern!r} cannot be listed: {_first_line(exc)}") from None
+        if not files:
+            raise ValueError(f"--listing {pattern!r} matches no file")
+        for path in files:
+            if path in owner:
+                raise ValueError(f"listing {path} is matched by --listing {owner[path]!r} and {pattern!r}; "
+                                 "its rows would be read twice")
+            owner[path] = pattern
+        matched[pattern] = files
+    return matched
+
+
+def pattern_format(pattern: str, forced: str | None = None, files: Sequence[str] | None = None) -> str:
+    """The format of a listing pattern: forced, from its extension, or the one extension all its files share."""
+    try:
+        return listings.format_of(pattern, forced)
+    except ValueError:
+        if files is None:
+            files = match_listings([pattern])[pattern]
+        kinds = {listings.format_of(f) for f in files}
+        if len(kinds) > 1:
+            raise ValueError(f"--listing {pattern!r} matches files of several formats ({', '.join(sorted(kinds))}); "
+                             "give one --listing per format") from None
+        return kinds.pop()
+
+
+def listing_columns(uri: str, fmt: str) -> list[str] | None:
+    """The column names of a listing: the CSV/TSV header, the Avro record's fields, or the keys of the first
+    JSONL row (None if it has no rows). Raises ValueError if the file cannot be read as that format."""
+    try:
+        with FileSystems.open(uri, compression_type=CompressionTypes.AUTO) as f:
+            if fmt == "avro":
+                return _avro_fields(f, uri)
+            if fmt == "jsonl":
+                return _first_json_keys(f, uri)
+            return _csv_header(f, uri, fmt)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"listing {uri} cannot be read: {_first_line(exc)}") from None
+
+
+def _avro_fields(f, uri: str) -> list[str]:
+    import fastavro
+
+    try:
+        schema = fastavro.reader(f).writer_schema
+    except Exception as exc:
+        raise ValueError(f"listing {uri} is not an Avro file: {_first_line(exc)}") from None
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise ValueError(f"listing {uri} holds Avro values that are not records; its rows need named fields")
+    return [field["name"] for field in schema["fields"]]
+
+
+def _first_json_keys(f, uri: str) -> list[str] | None:
+    for line in _lines(f):
+        if line.strip(BOM + b" \t\r\n"):
+            row = _json_row(uri, 0, line.removeprefix(BOM))
+            if row is None or row.fields is None:
+                raise ValueError(f"listing {uri}: the first row {row.error if row else 'is empty'}")
+            return list(row.fields)
+    return None
+
+
+def _csv_header(f, uri: str, fmt: str) -> list[str]:
+    for fields in csv.reader(_text_lines(f), delimiter=listings.DELIMITERS[fmt]):
+        if fields:
+            header = [h.strip() for h in fields]
+            problem = _header_problem(header)
+            if problem:
+                raise ValueError(f"listing {uri}: {problem}")
+            return header
+    raise ValueError(f"listing {uri} is empty: a {fmt.upper()} listing starts with a header row")
+
+
+def prepare_listings(options: ListingOptions) -> tuple[ListingOptions, list[str]]:
+    """Check the listings before the job starts: each matches files, formats are known, the named columns
+    exist (CSV/TSV headers and Avro schemas; JSONL rows are free-form). Returns the options with the path
+    column chosen, and notes to print (which column was chosen). Raises ValueError with a one-line message.
+    """
+    notes: list[str] = []
+    for pattern, files in match_listings(options.listings).items():
+        fmt = pattern_format(pattern, options.format, files)
+        columns = listing_columns(files[0], fmt)
+        if options.path_column is None:
+            if columns is None:
+                raise ValueError(f"listing {files[0]} has no rows to find the path column in; give --path-column")
+            column, note = listings.choose_path_column(columns, options, files[0])
+            options = replace(options, path_column=column)
+            notes += [note] if note else []
+        if fmt != "jsonl":
+            listings.check_columns(columns or [], options, files[0])
+    return options, notes
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]

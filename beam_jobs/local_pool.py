@@ -1,0 +1,269 @@
+"""A pool of worker processes that encode media for a local build, one per core.
+
+Beam's in-process runner uses about one core, and its multi-process mode sends every element
+over gRPC. The encode step instead hands batches of items to these workers and gets framed
+records back. Workers are plain `python -m beam_jobs.local_pool` processes talking over pipes:
+they import no Beam, ignore Ctrl-C (the parent stops them), die with their parent, and a worker
+that crashes on a hostile file costs only that file: its batch is retried item by item and the
+item that crashes again is rejected.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+_HEADER = struct.Struct("<Q")
+MAX_STARTUP_FAILURES = 3
+
+
+def _send(stream, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def _receive(stream) -> Any:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+@dataclass
+class _Task:
+    ident: int
+    items: list
+    isolated: bool = False  # a single item re-run after its batch crashed a worker
+
+
+@dataclass
+class _Worker:
+    proc: subprocess.Popen
+    outstanding: collections.deque = field(default_factory=collections.deque)
+    answered: bool = False
+
+
+class LocalPool:
+    """Runs `fn(items, settings)` for batches of items in `workers` processes; results come back per batch.
+
+    `fn` is named by module and attribute so workers import only what it needs. `on_crash(item, why)`
+    gives the result for an item that crashed a worker twice (e.g. a rejection).
+    """
+
+    _live: "weakref.WeakSet[LocalPool]" = weakref.WeakSet()
+
+    def __init__(self, workers: int, fn: str, settings: Any, on_crash: Callable[[Any, str], Any],
+                 depth: int = 2):
+        if workers < 1:
+            raise ValueError("a pool needs at least one worker")
+        self._fn, self._settings, self._on_crash, self._depth = fn, settings, on_crash, depth
+        self._events: queue.Queue = queue.Queue()
+        self._pending: collections.deque = collections.deque()
+        self._workers: dict[int, _Worker] = {}
+        self._next_task = 0
+        self._next_worker = 0
+        self._startup_failures = 0
+        self._closed = False
+        LocalPool._live.add(self)
+        for _ in range(workers):
+            self._spawn()
+
+    @classmethod
+    def kill_all(cls) -> None:
+        """Stop every pool of this process at once (Ctrl-C)."""
+        for pool in list(cls._live):
+            pool.kill()
+
+    # ------------------------------------------------------------------ public
+
+    def submit(self, items: list) -> None:
+        """Queue a batch; its results arrive through `results`."""
+        self._pending.append(_Task(self._new_task_id(), list(items)))
+        self._dispatch()
+
+    @property
+    def in_flight(self) -> int:
+        """Batches submitted and not yet returned."""
+        return len(self._pending) + sum(len(w.outstanding) for w in self._workers.values())
+
+    def results(self, block: bool = False) -> Iterator[list]:
+        """Finished batches' results: those ready now, or (block) at least one, waiting for it."""
+        got_one = False
+        while True:
+            try:
+                event = self._events.get(block=block and not got_one and self.in_flight > 0)
+            except queue.Empty:
+                return
+            out = self._handle(event)
+            if out is not None:
+                got_one = True
+                yield out
+
+    def drain(self) -> Iterator[list]:
+        """Every remaining batch's results, waiting for all of them."""
+        while self.in_flight:
+            yield from self.results(block=True)
+
+    def close(self) -> None:
+        """Stop the workers (they exit when their input closes; stragglers are killed)."""
+        if self._closed:
+            return
+        self._closed = True
+        LocalPool._live.discard(self)
+        for w in self._workers.values():
+            try:
+                w.proc.stdin.close()
+            except OSError:
+                pass
+        for w in self._workers.values():
+            try:
+                w.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+
+    def kill(self) -> None:
+        """Stop the workers at once (Ctrl-C)."""
+        self._closed = True
+        LocalPool._live.discard(self)
+        for w in self._workers.values():
+            if w.proc.poll() is None:
+                w.proc.kill()
+        for w in self._workers.values():
+            try:
+                w.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers.values()]
+
+    # ------------------------------------------------------------------ internals
+
+    def _new_task_id(self) -> int:
+        self._next_task += 1
+        return self._next_task
+
+    def _spawn(self) -> None:
+        proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local_pool"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wid = self._next_worker
+        self._next_worker += 1
+        _send(proc.stdin, (self._fn, self._settings))
+        self._workers[wid] = _Worker(proc)
+        threading.Thread(target=self._read, args=(wid, proc), daemon=True, name=f"local-pool-{wid}").start()
+
+    def _read(self, wid: int, proc: subprocess.Popen) -> None:
+        try:
+            while True:
+                self._events.put(("result", wid, _receive(proc.stdout)))
+        except (EOFError, OSError, pickle.UnpicklingError):
+            proc.wait()
+            self._events.put(("died", wid, proc.returncode))
+
+    def _dispatch(self) -> None:
+        for wid, w in sorted(self._workers.items(), key=lambda kv: len(kv[1].outstanding)):
+            while self._pending and len(w.outstanding) < self._depth:
+                task = self._pending.popleft()
+                try:
+                    _send(w.proc.stdin, (task.ident, task.items))
+                except (BrokenPipeError, OSError):
+                    self._pending.appendleft(task)  # its reader reports the death
+                    break
+                w.outstanding.append(task)
+
+    def _handle(self, event) -> list | None:
+        kind, wid, payload = event
+        w = self._workers.get(wid)
+        if w is None:
+            return None
+        if kind == "result":
+            ident, result = payload
+            task = w.outstanding.popleft()
+            if task.ident != ident:
+                raise RuntimeError(f"local pool: worker answered task {ident}, expected {task.ident}")
+            w.answered = True
+            self._startup_failures = 0
+            self._dispatch()
+            return result
+        # The worker died: its first outstanding batch crashed it; the others never started.
+        del self._workers[wid]
+        if self._closed:
+            return None
+        if not w.answered:
+            self._startup_failures += 1
+            if self._startup_failures >= MAX_STARTUP_FAILURES:
+                raise RuntimeError(f"local pool: worker processes exit at start-up (exit code {payload}); "
+                                   "run with --workers 1 to see why")
+        why = _describe_exit(payload)
+        out = None
+        tasks = list(w.outstanding)
+        if tasks:
+            crashed, rest = tasks[0], tasks[1:]
+            if crashed.isolated or len(crashed.items) == 1:
+                out = [self._on_crash(crashed.items[0], why)]
+            else:
+                rest = [_Task(self._new_task_id(), [item], True) for item in crashed.items] + rest
+            self._pending.extendleft(reversed(rest))
+        self._spawn()
+        self._dispatch()
+        return out
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"the decoder crashed the worker process ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"the decoder crashed the worker process (signal {-code})"
+    return f"the worker process exited with code {code}"
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when its parent dies, so a killed build leaves no orphans."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: workers still exit when their input pipe closes
+        pass
+
+
+def worker_main() -> None:
+    """A worker: read (fn, settings), then answer (task id, items) messages until the input closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _die_with_parent()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but results may go to the pipe
+    try:
+        fn_name, settings = _receive(stdin)
+    except EOFError:
+        return
+    module, _, attr = fn_name.rpartition(".")
+    fn = getattr(__import__(module, fromlist=[attr]), attr)
+    while True:
+        try:
+            ident, items = _receive(stdin)
+        except EOFError:
+            return
+        _send(stdout, (ident, fn(items, settings)))
+
+
+if __name__ == "__main__":
+    worker_main()

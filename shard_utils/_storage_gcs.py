@@ -1,0 +1,354 @@
+"""The gs:// implementation of `shard_utils.storage` (use that module, not this one).
+
+Everything goes through google-cloud-storage with its retry policies: `DEFAULT_RETRY` where
+repeating the call leaves the same state (reads, whole-object writes, copies, deletes of a pinned
+generation), the conditional policy where a generation precondition makes a write safe to repeat.
+Functions raise the library's exceptions; `storage` words them with describe().
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from google.api_core import exceptions as api
+from google.cloud.storage.fileio import BlobWriter
+from google.cloud.storage.retry import DEFAULT_RETRY, DEFAULT_RETRY_IF_GENERATION_SPECIFIED
+
+from . import storage
+
+_BATCH = 100  # deletes per batch request (the JSON API's documented limit)
+
+
+def _bucket(uri: str):
+    """(Bucket, object name) of a URI."""
+    bucket, name = storage.split_gcs(uri)
+    return storage.gcs_client().bucket(bucket), name
+
+
+def _blob(uri: str):
+    bucket, name = _bucket(uri)
+    if not name or name.endswith("/"):
+        raise IsADirectoryError(f"{uri} names a bucket or folder, not an object")
+    return bucket.blob(name)
+
+
+def _prefix(uri: str) -> tuple[str, str]:
+    """gs://bucket/some/folder -> ('bucket', 'some/folder/'); the bucket root gives ('bucket', '')."""
+    bucket, prefix = storage.split_gcs(uri.rstrip("/") + "/")
+    return bucket, prefix.lstrip("/")
+
+
+def _missing(uri: str) -> api.NotFound:
+    return api.NotFound(f"not found: {uri}")
+
+
+def _get(uri: str):
+    """The object's metadata (with its generation), or None if it or its bucket is absent."""
+    blob = _blob(uri)
+    return blob.bucket.get_blob(blob.name, retry=DEFAULT_RETRY)
+
+
+def _pinned(meta):
+    """A handle on exactly the generation `meta` describes. Downloads through it use the client's
+    endpoint (not the server's mediaLink), so STORAGE_EMULATOR_HOST and proxies hold for them too."""
+    return meta.bucket.blob(meta.name, generation=meta.generation)
+
+
+# ---------------------------------------------------------------------------------------------- listing
+
+def exists(uri: str) -> bool:
+    bucket, name = _bucket(uri)
+    if not name.strip("/"):
+        return bucket.exists(retry=DEFAULT_RETRY)
+    if not name.endswith("/") and bucket.blob(name).exists(retry=DEFAULT_RETRY):
+        return True
+    try:  # a "folder": any object under name/
+        found = storage.gcs_client().list_blobs(bucket.name, prefix=name.rstrip("/") + "/", max_results=1,
+                                                fields="items(name),nextPageToken", retry=DEFAULT_RETRY)
+        return any(True for _ in found)
+    except api.NotFound:
+        return False
+
+
+def size(uri: str) -> int:
+    blob = _get(uri)
+    if blob is None:
+        raise _missing(uri)
+    return int(blob.size)
+
+
+def list_names(folder: str) -> list[str]:
+    bucket, prefix = _prefix(folder)
+    pages = storage.gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/", page_size=storage.LIST_PAGE_SIZE,
+                                            fields="items(name),prefixes,nextPageToken", retry=DEFAULT_RETRY)
+    names = [blob.name[len(prefix):] for blob in pages]  # iterating every page also gathers the prefixes
+    return [n for n in names if n] + [p[len(prefix):] for p in pages.prefixes]
+
+
+def top_level_dirs(root: str) -> list[str]:
+    return [name.rstrip("/") for name in list_names(root) if name.endswith("/")]
+
+
+def walk(root: str, follow_symlinks: bool) -> Iterator[storage.Entry]:
+    """Objects have no symlinks: follow_symlinks changes nothing here."""
+    bucket, prefix = _prefix(root)
+    # One page at a time: the caller sees the first objects before the rest are listed, and
+    # nothing here holds more than a page, however many objects the bucket has.
+    for blob in storage.gcs_client().list_blobs(bucket, prefix=prefix, page_size=storage.LIST_PAGE_SIZE,
+                                                fields="items(name,size),nextPageToken", retry=DEFAULT_RETRY):
+        rel = blob.name[len(prefix):]
+        if not rel or rel.endswith("/"):
+            continue  # folder placeholder objects hold no data
+        yield storage.Entry(rel, int(blob.size or 0))
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+def read_bytes(uri: str) -> bytes:
+    return _blob(uri).download_as_bytes(retry=DEFAULT_RETRY)
+
+
+def read_range(uri: str, start: int, length: int) -> bytes:
+    """One ranged GET of the stored bytes; past the end gives b''."""
+    try:
+        return _blob(uri).download_as_bytes(start=start, end=start + length - 1, raw_download=True,
+                                            checksum=None, retry=DEFAULT_RETRY)
+    except api.RequestRangeNotSatisfiable:
+        return b""
+
+
+def open_read(uri: str):
+    """A BlobReader pinned to the generation current now, so a concurrent overwrite is never mixed in."""
+    meta = _get(uri)
+    if meta is None:
+        raise _missing(uri)
+    return _pinned(meta).open("rb", chunk_size=storage.READ_CHUNK_SIZE, raw_download=True, retry=DEFAULT_RETRY)
+
+
+def checksum(uri: str) -> tuple[int, str] | None:
+    blob = _get(uri)
+    return None if blob is None else (int(blob.size), blob.crc32c)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+def write_bytes(uri: str, data: bytes) -> None:
+    # One request, retried with backoff: writing the same whole content again leaves the same object.
+    _blob(uri).upload_from_string(data, retry=DEFAULT_RETRY)
+
+
+class _Upload(BlobWriter):
+    """A resumable upload that becomes an object on commit() and never if aborted (even when garbage
+    collected: io's finalizer calls close(), which would otherwise finish the upload)."""
+
+    _abandoned = False
+
+    def commit(self) -> None:
+        super().close()
+
+    def abort(self) -> None:
+        self._abandoned = True
+        try:
+            self.terminate()  # cancels the upload session if one was started
+        except Exception:
+            pass  # an unfinished session is never visible and expires on its own
+
+    def close(self) -> None:
+        if not self._abandoned:
+            super().close()
+
+
+def start_write(uri: str) -> _Upload:
+    return _Upload(_blob(uri), chunk_size=storage.WRITE_CHUNK_SIZE, ignore_flush=True, retry=DEFAULT_RETRY)
+
+
+def create_exclusive(uri: str, data: bytes) -> bool:
+    try:
+        _blob(uri).upload_from_string(data, if_generation_match=0, retry=DEFAULT_RETRY_IF_GENERATION_SPECIFIED)
+        return True
+    except api.PreconditionFailed:
+        return False
+
+
+def _generation(version: str) -> int:
+    if not str(version).isdigit():
+        raise ValueError(f"{version!r} is not a version given by read_versioned")
+    return int(version)
+
+
+def read_versioned(uri: str) -> tuple[bytes, str] | None:
+    for _ in range(10):
+        meta = _get(uri)
+        if meta is None:
+            return None
+        try:  # the download is pinned to that generation: content and version always agree
+            return _pinned(meta).download_as_bytes(retry=DEFAULT_RETRY), str(meta.generation)
+        except api.NotFound:
+            continue  # replaced or deleted between the two requests: look again
+    raise RuntimeError("the object changed on every one of 10 reads")
+
+
+def replace_if_version(uri: str, data: bytes, version: str) -> bool:
+    try:
+        _blob(uri).upload_from_string(data, if_generation_match=_generation(version),
+                                      retry=DEFAULT_RETRY_IF_GENERATION_SPECIFIED)
+        return True
+    except api.PreconditionFailed:
+        return False
+
+
+def delete_if_version(uri: str, version: str) -> bool:
+    blob = _blob(uri)
+    try:
+        blob.delete(if_generation_match=_generation(version), retry=DEFAULT_RETRY_IF_GENERATION_SPECIFIED)
+    except api.NotFound:
+        return True
+    except api.PreconditionFailed:
+        return not blob.exists(retry=DEFAULT_RETRY)  # absent counts as gone, whichever answer GCS gave
+    return True
+
+
+def make_folder(uri: str) -> None:
+    storage.split_gcs(uri)  # names need no folders; only check that it is a gs:// URI
+
+
+# ---------------------------------------------------------------------------------------------- moving
+
+def copy(src: str, dst: str) -> None:
+    source = _get(src)
+    if source is None:
+        raise _missing(src)
+    _rewrite(source, dst)
+
+
+def _rewrite(source, dst: str) -> None:
+    """Server-side copy of one pinned generation, in as many rewrite calls as the server needs."""
+    target, token = _blob(dst), None
+    try:
+        while True:
+            token, _, _ = target.rewrite(source, token=token, retry=DEFAULT_RETRY)
+            if token is None:
+                return
+    except api.NotFound:
+        if not target.bucket.exists(retry=DEFAULT_RETRY):
+            raise storage.NotFoundError(f"bucket gs://{target.bucket.name} does not exist") from None
+        raise
+
+
+def rename(src: str, dst: str, size: int | None) -> None:
+    source = _get(src)
+    if source is None:
+        if size is not None:
+            done = _get(dst)
+            if done is not None and int(done.size) == size:
+                return  # an earlier attempt already moved it
+        raise _missing(src)
+    if storage.split_gcs(src) == storage.split_gcs(dst):
+        return
+    _rewrite(source, dst)
+    try:  # source has its generation set: this deletes exactly the copied version, so it may be retried
+        source.delete(retry=DEFAULT_RETRY)
+    except api.NotFound:
+        pass  # deleted by an earlier try, or replaced by a newer object that is not ours to delete
+
+
+def delete(uri: str) -> None:
+    try:
+        _blob(uri).delete(retry=DEFAULT_RETRY)
+    except api.NotFound:
+        pass
+
+
+def delete_prefix(folder: str) -> None:
+    """Batched deletes page by page, then one retried delete for anything a failed batch left."""
+    bucket_name, prefix = _prefix(folder)
+    client = storage.gcs_client()
+    bucket = client.bucket(bucket_name)
+
+    def listing():
+        return client.list_blobs(bucket_name, prefix=prefix, page_size=storage.LIST_PAGE_SIZE,
+                                 fields="items(name),nextPageToken", retry=DEFAULT_RETRY)
+
+    try:
+        names: list[str] = []
+        for blob in listing():
+            names.append(blob.name)
+            if len(names) == _BATCH:
+                _delete_batch(client, bucket, names)
+                names = []
+        if names:
+            _delete_batch(client, bucket, names)
+        for blob in listing():
+            try:
+                bucket.blob(blob.name).delete(retry=DEFAULT_RETRY)
+            except api.NotFound:
+                pass
+    except api.NotFound:
+        return  # no bucket: nothing under the folder
+
+
+def _delete_batch(client, bucket, names: list[str]) -> None:
+    try:
+        with client.batch(raise_exception=False):
+            for name in names:
+                bucket.delete_blob(name)
+    except Exception:
+        pass  # batches are not retried: the pass after the last batch deletes leftovers one by one
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+def describe(exc: BaseException, uri: str) -> str | None:
+    """One line for a google-cloud-storage or google-auth failure on uri; None if it is neither."""
+    from google.auth import exceptions as auth
+
+    bucket = storage.split_gcs(uri)[0] if storage.is_gcs(uri) and len(uri) > len(storage.GCS) else "?"
+    if isinstance(exc, auth.DefaultCredentialsError):
+        return ("no Application Default Credentials: run `gcloud auth application-default login`, "
+                "or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file")
+    if isinstance(exc, auth.RefreshError):
+        return "the Application Default Credentials could not be refreshed; log in again"
+    if isinstance(exc, auth.TransportError):
+        return "cannot reach the token server to refresh the Application Default Credentials"
+    response = getattr(exc, "response", None)
+    if not isinstance(exc, api.GoogleAPICallError) and isinstance(getattr(response, "status_code", None), int):
+        try:  # an upload's InvalidResponse: worded as the same status from any other call
+            exc = api.from_http_response(response)
+        except Exception:
+            return f"{response.status_code} from Cloud Storage"
+    if isinstance(exc, api.NotFound):
+        return _not_found(exc, uri, bucket)
+    if isinstance(exc, (api.Forbidden, api.Unauthorized)):
+        return f"permission denied on gs://{bucket} ({exc.code}): {_api_detail(exc)}"
+    if isinstance(exc, api.GoogleAPICallError):
+        return f"{exc.code} {_api_detail(exc)}".strip()
+    if type(exc).__module__.startswith(("requests.", "urllib3.")):
+        return f"no answer from Cloud Storage ({type(exc).__name__})"
+    return None
+
+
+def _not_found(exc: api.NotFound, uri: str, bucket: str) -> str:
+    """A 404 names the bucket or the object: from the server's words, else by asking for the bucket."""
+    text = str(exc).lower()
+    gone = f"bucket gs://{bucket} does not exist"
+    name = storage.split_gcs(uri)[1] if bucket != "?" else ""
+    if "bucket does not exist" in text or not name.strip("/"):
+        return gone
+    if "no such object" not in text:
+        try:
+            if not storage.gcs_client().bucket(bucket).exists(retry=DEFAULT_RETRY):
+                return gone
+        except Exception:
+            pass
+    return f"object {uri} does not exist"
+
+
+def _api_detail(exc) -> str:
+    """The server's own words from a GCS error, without the request URL."""
+    errors = getattr(exc, "errors", None) or []
+    detail = errors[0].get("message") if errors and isinstance(errors[0], dict) else None
+    text = str(getattr(exc, "message", "") or exc)
+    if not detail:  # uploads carry the JSON error body in the message text
+        found = re.search(r'"message":\s*"((?:[^"\\]|\\.)*)"', text)
+        detail = found.group(1) if found else text.split(": ", 1)[-1]
+    return (detail.splitlines() or [""])[0][:300]

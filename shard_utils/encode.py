@@ -1,0 +1,119 @@
+"""One media item to one framed tf.Example: read, validate, encode, frame. Pure and picklable.
+
+This is the CPU-heavy work of a build. The Beam job runs it inline (one process per core on
+Dataflow) or in a local pool of worker processes; either way the bytes are the same.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Union
+
+from . import plan, schema, storage
+from .images import ImageOptions, Rejected, prepare_image
+from .inputs import MediaItem
+from .tfrecord import frame
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """What encoding needs besides the item: image options, split rule, label ids and record shape."""
+
+    image: ImageOptions = ImageOptions()
+    seed: int = 0
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    label_ids: dict[str, int] = field(default_factory=dict)
+    label_offset: int = 0
+    extras: tuple[schema.ExtraSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordMeta:
+    """What the planner, the shard writer and the index need to know of one record, without its bytes."""
+
+    sort_key: int
+    source_id: str
+    length: int  # of the framed record
+    labels: tuple[int, ...]  # label ids (0-based, before any label offset)
+    sha256: str
+    height: int
+    width: int
+    extras: tuple[tuple[str, tuple], ...] = ()
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """The record's place in its split's total order."""
+        return (self.sort_key, self.source_id)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A framed record ready for a fragment, with its split and metadata."""
+
+    split: str
+    meta: RecordMeta
+    framed: bytes
+    passed_through: bool = False
+    trailer_bytes: int = 0
+
+
+Reject = dict  # {"source": ..., "reason": ..., "message": ...}
+Outcome = Union[Encoded, Reject]
+
+
+def reject(item: MediaItem, reason: str, message: str) -> Reject:
+    """A rejection naming the item (and the listing row it came from, if any)."""
+    where = f"{item.origin}: " if item.origin else ""
+    return {"source": item.source_id, "reason": reason, "message": where + message}
+
+
+def read_source(uri: str) -> bytes:
+    """A source file's bytes (local files with open(): cheaper than any abstraction per small file)."""
+    if storage.is_gcs(uri):
+        return storage.read_bytes(uri)
+    with open(uri, "rb") as f:
+        return f.read()
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type if it has none), at most 300 characters."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
+    """Read, validate and encode one item into a framed record, or say why it cannot be one."""
+    try:
+        data = read_source(item.uri)
+    except (FileNotFoundError, storage.NotFoundError):
+        return reject(item, "missing", f"{item.uri} does not exist")
+    except Exception as exc:  # noqa: BLE001 - unreadable files are accounted for, never fatal
+        return reject(item, "unreadable", first_line(exc))
+    try:
+        image = prepare_image(data, settings.image)
+    except Rejected as exc:
+        return reject(item, exc.reason, exc.message)
+    except Exception as exc:  # noqa: BLE001 - a decoder bug must not end a three-hour job
+        return reject(item, "corrupt", f"{type(exc).__name__}: {first_line(exc)}")
+    labels = tuple(settings.label_ids[name] for name in item.labels)
+    sha256 = hashlib.sha256(data).hexdigest()
+    record = schema.ImageRecord(
+        encoded=image.encoded, height=image.height, width=image.width, channels=image.channels,
+        label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id, sha256=sha256,
+        labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
+        extras=_extras(item, settings.extras))
+    framed = frame(schema.encode_example(record))
+    split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)
+    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, len(framed), labels, sha256,
+                      image.height, image.width, item.extras)
+    return Encoded(split, meta, framed, image.passed_through, image.trailer_bytes)
+
+
+def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:
+    values = dict(item.extras)
+    return tuple((spec, tuple(values.get(spec.name, ()))) for spec in specs)
+
+
+def encode_batch(items: list[MediaItem], settings: EncodeSettings) -> list[Outcome]:
+    """encode_item over a batch, in order: the unit of work of a pool worker."""
+    return [encode_item(item, settings) for item in items]

@@ -1,0 +1,103 @@
+"""The files TensorFlow Datasets needs beside our shards, so `tfds.builder_from_directory(output)` loads them.
+
+From the manifest alone, without TFDS or TensorFlow: `dataset_info.json` (every split's shard lengths,
+bytes and a `filepathTemplate` that names our own shard files), `features.json` and the label names file.
+Features follow the records' keys, which TFDS reads as nested dicts:
+
+    {"image": {"encoded": Image(jpeg), "class": {"label": ClassLabel(names)}, "source_id": Text}}
+
+so `example["image"]["encoded"]` is a uint8 image and `example["image"]["class"]["label"]` the label
+(a Sequence of ClassLabel for a multi-label dataset). TFDS's JSON parsers are strict: nothing else is
+written. With a `label_offset`, the first `label_offset` class names are placeholders (`unused-0`, ...),
+as the stored ids are shifted by that much.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from typing import Any
+
+from . import plan
+from .manifest import Manifest
+
+DATASET_INFO = "dataset_info.json"
+FEATURES = "features.json"
+LABELS = "image-class-label.labels.txt"  # TFDS names a nested ClassLabel's file after its path
+_SPLIT = re.compile(r"^[A-Za-z0-9_-]+$")  # TFDS split names: word characters and '-'
+_FEATURES = "tensorflow_datasets.core.features."
+
+
+def tfds_files(m: Manifest, *, name: str = "tpu_shards", version: str = "1.0.0") -> dict[str, bytes]:
+    """{file name: bytes} to write in the dataset folder (beside manifest.json) for TFDS to read it."""
+    if m.media != "image":
+        raise ValueError(f"TFDS metadata is written for image datasets; this one holds {m.media}")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise ValueError(f"TFDS needs a snake_case dataset name and an x.y.z version, got {name!r}, {version!r}")
+    names = class_names(m)
+    info = {"name": name, "version": version, "fileFormat": "tfrecord",
+            "description": f"Image classification records written by tpu-shards {m.tool_version}".strip(),
+            "splits": [_split_info(split, m) for split in m.splits]}
+    return {
+        DATASET_INFO: _json(info),
+        FEATURES: _json(_features(m, len(names))),
+        LABELS: "".join(n + "\n" for n in names).encode("utf-8"),
+    }
+
+
+def class_names(m: Manifest) -> list[str]:
+    """ClassLabel names indexed by stored id: label_offset placeholders, then the labels."""
+    placeholders = [f"unused-{i}" for i in range(m.label_offset)]
+    names = placeholders + list(m.labels)
+    for label in m.labels:
+        if not label or label != label.strip() or "\n" in label or "\r" in label or label in placeholders:
+            raise ValueError(f"label {label!r} cannot be a TFDS class name (one per line, no surrounding blanks, "
+                             "not a placeholder)")
+    if not names:
+        raise ValueError("a dataset with no labels has no TFDS ClassLabel")
+    return names
+
+
+def _split_info(split: str, m: Manifest) -> dict[str, Any]:
+    if not _SPLIT.match(split):
+        raise ValueError(f"split {split!r} is not a TFDS split name (letters, digits, '_' and '-' only)")
+    entry = m.split(split)
+    template = _template(split, [s.path for s in entry.shards])
+    return {"name": split, "numBytes": str(entry.num_bytes), "shardLengths": [str(s.num_records) for s in entry.shards],
+            "filepathTemplate": template}
+
+
+def _template(split: str, paths: list[str]) -> str:
+    """TFDS's filepathTemplate for our shard names; refuses names it would not reproduce exactly."""
+    first = re.match(plan.SHARD_PATTERN, posixpath.basename(paths[0]))
+    folder = posixpath.dirname(paths[0])
+    template = posixpath.join(folder, "{SPLIT}-{SHARD_X_OF_Y}." + first["extension"]) if first else ""
+    digits = max(len(str(len(paths))), 5)  # TFDS pads index and count to this width
+    for i, path in enumerate(paths):
+        expected = template.format(SPLIT=split, SHARD_X_OF_Y=f"{i:0{digits}d}-of-{len(paths):0{digits}d}")
+        if path != expected:
+            raise ValueError(f"split {split!r}: shard {path!r} is not named as TFDS expects ({expected!r})")
+    return template
+
+
+def _feature(kind: str, cls: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"pythonClassName": _FEATURES + cls, kind: body}
+
+
+def _dict(features: dict[str, Any]) -> dict[str, Any]:
+    return _feature("featuresDict", "features_dict.FeaturesDict", {"features": features})
+
+
+def _features(m: Manifest, num_classes: int) -> dict[str, Any]:
+    height, width = m.image_size or (-1, -1)
+    image = _feature("image", "image_feature.Image", {
+        "shape": {"dimensions": [str(height), str(width), "3"]}, "dtype": "uint8", "encodingFormat": "jpeg"})
+    label = _feature("classLabel", "class_label_feature.ClassLabel", {"numClasses": str(num_classes)})
+    if m.multi_label:
+        label = _feature("sequence", "sequence_feature.Sequence", {"feature": label, "length": "-1"})
+    text = _feature("text", "text_feature.Text", {})
+    return _dict({"image": _dict({"encoded": image, "class": _dict({"label": label}), "source_id": text})})
+
+
+def _json(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")

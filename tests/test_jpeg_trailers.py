@@ -1,0 +1,161 @@
+"""The JPEG marker walk that finds where the primary image ends, and what prepare_image keeps of a JPEG
+with bytes after its end-of-image marker (motion photos, maker data)."""
+import io
+import struct
+
+import numpy as np
+import pytest
+from conftest import photo
+from PIL import ExifTags, Image
+
+from shard_utils.images import ImageOptions, Rejected, jpeg_primary_end, prepare_image
+
+
+def jpeg(image, **kw) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", **kw)
+    return buf.getvalue()
+
+
+def with_exif_thumbnail(data: bytes, thumbnail: bytes) -> bytes:
+    """`data` with an APP1 EXIF segment whose IFD1 carries `thumbnail` (a complete JPEG, SOI to EOI)."""
+    ifd0 = struct.pack(">H", 0) + struct.pack(">I", 8 + 6)  # no entries; IFD1 follows
+    ifd1 = struct.pack(">H", 2) + struct.pack(">HHII", 0x0201, 4, 1, 8 + 6 + 30) \
+        + struct.pack(">HHII", 0x0202, 4, 1, len(thumbnail)) + struct.pack(">I", 0)
+    tiff = b"MM\x00\x2a" + struct.pack(">I", 8) + ifd0 + ifd1 + thumbnail
+    payload = b"Exif\x00\x00" + tiff
+    return data[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + data[2:]
+
+
+@pytest.fixture(scope="module")
+def baseline() -> bytes:
+    return jpeg(photo(64, 48, 1), quality=90)
+
+
+def test_baseline_ends_at_its_last_byte(baseline):
+    assert jpeg_primary_end(baseline) == len(baseline)
+
+
+def test_progressive_with_many_scans_ends_at_its_last_byte():
+    data = jpeg(photo(64, 48, 2), quality=90, progressive=True)
+    assert data.count(b"\xff\xda") > 3
+    assert jpeg_primary_end(data) == len(data)
+
+
+def test_restart_markers_inside_the_scan_are_not_the_end():
+    data = jpeg(photo(64, 48, 3), quality=90, restart_marker_blocks=1)
+    assert sum(data.count(bytes([0xFF, m])) for m in range(0xD0, 0xD8)) > 5
+    assert jpeg_primary_end(data) == len(data)
+
+
+def test_exif_thumbnail_markers_do_not_end_the_image(baseline):
+    thumb = jpeg(photo(8, 8, 4))
+    data = with_exif_thumbnail(baseline, thumb)
+    ifd1 = Image.open(io.BytesIO(data)).getexif().get_ifd(ExifTags.IFD.IFD1)  # Pillow finds the thumbnail
+    start = 4 + 2 + 6 + ifd1[0x0201]  # SOI, APP1 marker and length, "Exif\0\0", then the TIFF offset
+    assert data[start:start + ifd1[0x0202]] == thumb and data.find(b"\xff\xd9") < start + len(thumb)
+    assert jpeg_primary_end(data) == len(data)
+    assert jpeg_primary_end(data + b"trailer") == len(data)
+
+
+def test_fill_bytes_before_markers_are_skipped(baseline):
+    dqt = baseline.index(b"\xff\xdb")
+    data = baseline[:dqt] + b"\xff\xff\xff" + baseline[dqt:-2] + b"\xff\xff\xff\xd9"
+    Image.open(io.BytesIO(data)).load()  # libjpeg accepts it too
+    assert jpeg_primary_end(data) == len(data)
+
+
+@pytest.mark.parametrize("trailer", [
+    b"\x00" * 100,
+    b"MotionPhoto_Data" + b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40,
+    b"\xff\xd9\xff\xd9 maker notes \xff\xd8",
+    "second_jpeg",
+])
+def test_trailer_is_not_part_of_the_image(baseline, trailer):
+    trailer = jpeg(photo(16, 16, 5)) if trailer == "second_jpeg" else trailer
+    assert jpeg_primary_end(baseline + trailer) == len(baseline)
+
+
+@pytest.mark.parametrize("cut,why", [
+    (1, "start-of-image"), (12, "truncated in the header"), (160, "truncated in the header"),
+    ("half", "no end-of-image marker after the scan data"), (-1, "no end-of-image marker after the scan data"),
+])
+def test_truncated_jpeg_raises(baseline, cut, why):
+    data = baseline[:len(baseline) // 2] if cut == "half" else baseline[:cut]
+    with pytest.raises(ValueError, match=why):
+        jpeg_primary_end(data)
+
+
+@pytest.mark.parametrize("data,why", [
+    (b"", "start-of-image"),
+    (b"GIF89a not a jpeg", "start-of-image"),
+    (b"\xff\xd8\xff\xd9", "no scan data"),
+    (b"\xff\xd8" + b"random text without markers" * 10, "no end-of-image marker and no scan data"),
+    (b"\xff\xd8\xff\xe0\x00\x01", "bad segment length"),
+])
+def test_garbage_raises(data, why):
+    with pytest.raises(ValueError, match=why):
+        jpeg_primary_end(data)
+
+
+def test_a_thumbnail_whose_segment_length_is_wrong_is_not_taken_for_the_image(baseline):
+    data = with_exif_thumbnail(baseline, jpeg(photo(8, 8, 4)))
+    broken = data[:4] + b"\x00\x10" + data[6:]  # APP1 now claims 14 payload bytes: the thumbnail's SOI is next
+    with pytest.raises(ValueError, match="second start-of-image"):
+        jpeg_primary_end(broken)
+
+
+@pytest.mark.parametrize("validate", ["decode", "structure"])
+@pytest.mark.parametrize("ends_with_eoi", [False, True])  # was rejected as truncated / was kept whole
+def test_pass_through_keeps_the_image_and_counts_the_dropped_trailer(baseline, validate, ends_with_eoi):
+    video = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 64 + (b"\xff\xd9" if ends_with_eoi else b"")
+    out = prepare_image(baseline + video, ImageOptions(validate=validate))
+    assert out.passed_through and out.encoded == baseline and out.trailer_bytes == len(video)
+    assert (out.width, out.height, out.channels) == (64, 48, 3)
+
+
+def test_pass_through_of_a_jpeg_followed_by_another_jpeg_keeps_the_first(baseline):
+    second = jpeg(photo(16, 16, 6))
+    out = prepare_image(baseline + second, ImageOptions())
+    assert out.encoded == baseline and out.trailer_bytes == len(second)
+
+
+def test_without_a_trailer_nothing_is_dropped(baseline):
+    out = prepare_image(baseline, ImageOptions())
+    assert out.encoded == baseline and out.trailer_bytes == 0
+
+
+@pytest.mark.parametrize("validate", ["decode", "structure"])
+def test_truncated_jpeg_with_something_appended_is_still_rejected(baseline, validate):
+    with pytest.raises(Rejected) as info:
+        prepare_image(baseline[:len(baseline) // 2] + b"\x00" * 64, ImageOptions(validate=validate))
+    assert info.value.reason == "corrupt" and "truncated" in info.value.message
+
+
+def test_reencoded_jpeg_with_a_trailer_decodes_and_drops_nothing_it_counts():
+    source = photo(120, 90, 7)
+    data = jpeg(source, quality=95) + b"MotionPhoto_Data" + bytes(range(256)) * 16
+    for options in (ImageOptions(size=(30, 40)), ImageOptions(quality=100, size=(90, 120))):
+        out = prepare_image(data, options)
+        assert not out.passed_through and out.trailer_bytes == 0
+        image = Image.open(io.BytesIO(out.encoded))
+        image.load()
+        assert image.format == "JPEG" and image.size == (options.size[1], options.size[0])
+    reference = np.asarray(Image.open(io.BytesIO(data)), dtype=np.int16)  # same size as the last options
+    assert np.abs(np.asarray(Image.open(io.BytesIO(out.encoded)), dtype=np.int16) - reference).mean() < 3
+
+
+def mpo(first: Image.Image, second: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    first.save(buf, "MPO", save_all=True, append_images=[second], quality=95)
+    return buf.getvalue()
+
+
+def test_mpo_is_reencoded_from_its_first_picture():
+    data = mpo(Image.new("RGB", (32, 24), (200, 30, 30)), Image.new("RGB", (32, 24), (30, 30, 200)))
+    assert Image.open(io.BytesIO(data)).format == "MPO"
+    for options in (ImageOptions(), ImageOptions(size=(12, 16), resize="fill")):
+        out = prepare_image(data, options)
+        assert not out.passed_through and out.trailer_bytes == 0
+        pixels = np.asarray(Image.open(io.BytesIO(out.encoded)).convert("RGB"), dtype=np.int16)
+        assert np.abs(pixels.reshape(-1, 3).mean(0) - (200, 30, 30)).max() < 8

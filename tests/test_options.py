@@ -1,0 +1,117 @@
+"""Every option is checked before any pipeline exists: one line, the right exit code, nothing written.
+
+These run the command line in this process (no Beam subprocess): errors found before the pipeline is
+built need no runner.
+"""
+import pytest
+from conftest import run_job
+
+from beam_jobs import options
+from beam_jobs.cli import main
+from beam_jobs.config import RejectLimit
+from beam_jobs.errors import UsageError
+
+
+def one_line_error(capsys, argv, *fragments, code=2):
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("typo,hint", [
+    ("--overwirte", "--overwrite"),
+    ("--imagesize", "--image-size"),
+    ("--num_core", "--num-cores"),
+    ("--input_dir", "--input"),
+    ("--runer", "--runner"),
+])
+def test_unknown_options_are_refused_with_the_closest_one(capsys, images, tmp_path, typo, hint):
+    line = one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), typo],
+                          f"unknown option {typo}", f"did you mean {hint}?")
+    assert "Unparseable" not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_path):
+    one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "o"), "--zzzz=1"],
+                   "unknown option --zzzz")
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--resize", "crop"], "argument --resize: invalid choice: 'crop'"),
+    (["--jpeg-quality", "high"], "argument --jpeg-quality: invalid int value"),
+    (["--max-rejected", "lots"], "--max-rejected 'lots'"),
+    (["--max-rejected", "150%"], "--max-rejected '150%'"),
+    (["--label-offset", "-1"], "--label-offset"),
+    (["--shard-extension", "rec"], "argument --shard-extension"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--target-shard-mb", "0"], "--target-shard-mb"),
+    (["--num-cores", "0"], "--num-cores"),
+    (["--hash-bucket-bits", "30"], "--hash-bucket-bits"),
+])
+def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
+    one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_required_option_is_one_line(capsys, images):
+    one_line_error(capsys, ["build", "--input", str(images)], "the following arguments are required: --output")
+
+
+def test_verify_and_inspect_arguments_are_one_line_too(capsys):
+    one_line_error(capsys, ["verify"], "the following arguments are required: dataset")
+    one_line_error(capsys, ["inspect", "a", "--bogus"], "unrecognized arguments: --bogus")
+
+
+def test_underscore_spellings_of_our_options_are_aliases(images, tmp_path):
+    m = run_job(images, tmp_path / "out", "--image_size", "24", "--jpeg_quality=50", "--num_cores", "4")
+    assert m.image_size == [24, 24] and m.options["jpeg_quality"] == 50 and m.num_cores == 4
+    assert len(m.splits["train"].shards) % 4 == 0
+
+
+def test_beams_own_options_pass_through():
+    args, beam_args = options.parse(["--input", "i", "--output", "o", "--runner", "FnApiRunner",
+                                     "--direct_num_workers=2", "--no_pipeline_type_check"])
+    assert args.input == "i" and beam_args == ["--runner", "FnApiRunner", "--direct_num_workers=2",
+                                               "--no_pipeline_type_check"]
+
+
+def test_reject_limits():
+    assert options.reject_limit("0") == RejectLimit(count=0)
+    assert options.reject_limit("5%") == RejectLimit(fraction=0.05)
+    assert RejectLimit(count=2).exceeded(3, 100) and not RejectLimit(count=2).exceeded(2, 100)
+    assert RejectLimit(fraction=0.5).exceeded(6, 10) and not RejectLimit(fraction=0.5).exceeded(5, 10)
+    assert not RejectLimit(fraction=1.0).exceeded(10, 10)
+
+
+@pytest.mark.parametrize("requested,runner,direct,mode,cores,expected", [
+    (None, "FnApiRunner", 1, "", 8, 8),  # locally: every core
+    (3, "FnApiRunner", 1, "", 8, 3),
+    (None, "FnApiRunner", 4, "multi_processing", 8, 2),  # Beam's own processes share the cores
+    (None, "FnApiRunner", 4, "multi_threading", 8, 8),
+    (None, "DataflowRunner", 1, "", 96, 1),  # one SDK process per vCPU already: never a pool
+    (1, "DataflowRunner", 1, "", 96, 1),
+])
+def test_how_many_encode_processes(requested, runner, direct, mode, cores, expected):
+    assert options.local_workers(requested, runner, direct, mode, cores) == expected
+
+
+def test_workers_on_dataflow_is_refused():
+    with pytest.raises(UsageError, match="--workers is for local builds"):
+        options.local_workers(4, "DataflowRunner", 1, "", 8)
+
+
+def test_internal_consistency_failures_are_not_reported_as_bad_input(capsys):
+    from beam_jobs.cli import guarded
+    from shard_utils.plan import InternalError
+
+    def broken(argv):
+        raise InternalError("shard 3 of split 'train' got 5 records, planned 6")
+
+    assert guarded(broken, []) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu-shards: internal error: InternalError: shard 3") and "\n" not in err

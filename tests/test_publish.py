@@ -1,0 +1,136 @@
+"""Publishing without Beam: order of visibility, retries after a partial publish, stale files, the lock."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from beam_jobs import publish
+from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.errors import UsageError
+from shard_utils import plan, runlock, storage
+from shard_utils.manifest import load
+from shard_utils.plan import InternalError
+from shard_utils.tfrecord import frame
+
+
+def make_run(tmp_path, n_shards=2, records=(3, 2)):
+    """A config, a run holding the output's lock, and shards written under the run's temp folder."""
+    out = tmp_path / "out"
+    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT),
+                         num_cores=1, run_id="r1", created="2026-01-01T00:00:00+00:00")
+    run = RunInfo("r1", config.temp_dir("r1"), config.created)
+    runlock.acquire(str(out), "r1", config.created)
+    results, total = [], 0
+    for i in range(n_shards):
+        name = plan.shard_name("train", i, n_shards)
+        data = b"".join(frame(f"record {i}.{j}".encode()) for j in range(records[i]))
+        temp = storage.join(run.temp_dir, "shards", name)
+        storage.write_bytes(temp, data)
+        d = storage.Digest()
+        d.update(data)
+        results.append(publish.ShardResult("train", i, temp, name, records[i], d.size, d.crc32c, d.sha256,
+                                           ((0, records[i]),)))
+        total += records[i]
+    plans = {"train": plan.SplitPlan("train", total, 0, n_shards)}
+    tally = publish.Tally(seen=total + 1)
+    rejected = [{"source": "a/bad.jpg", "reason": "corrupt", "message": "broken"}]
+    return config, run, results, plans, tally, rejected
+
+
+def finish(config, run, results, plans, tally, rejected, **kw):
+    return publish.finish(results, config, plans=[plans], failure=[], rejected=rejected, skipped_files=[],
+                          tally=tally, labels=["a"], run=run, **kw)
+
+
+def test_publish_moves_shards_writes_reports_and_manifest_and_tidies(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    out = tmp_path / "out"
+    (out / "train-00000-of-00004.tfrecord").write_bytes(b"stale shard of an earlier build")
+    finish(config, run, results, plans, tally, rejected)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rejected.jsonl",
+                                                     "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    m = load(str(out))
+    assert m.files_seen == 6 and m.rejected["count"] == 1 and m.splits["train"].class_counts == {"a": 5}
+    assert json.loads((out / "rejected.jsonl").read_text())["source"] == "a/bad.jpg"
+    assert not storage.exists(runlock.lock_path(str(out)))  # the lock is given back
+
+
+def test_a_publish_retried_after_moving_some_shards_completes(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    out = tmp_path / "out"
+    first = results[0]
+    storage.rename(first.temp_path, str(out / first.name))  # the first attempt died after one rename
+    finish(config, run, results, plans, tally, rejected)
+    m = load(str(out))
+    assert [s.path for s in m.splits["train"].shards] == [r.name for r in results]
+    assert (out / first.name).stat().st_size == first.num_bytes
+
+
+def test_accounting_that_does_not_close_is_an_internal_error_and_publishes_nothing(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    tally.seen += 5
+    with pytest.raises(InternalError, match="accounting does not close"):
+        finish(config, run, results, plans, tally, rejected)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_missing_shard_is_an_internal_error(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    with pytest.raises(InternalError, match="expected 2 shards, got 1"):
+        finish(config, run, results[:1], plans, tally, rejected)
+
+
+def test_too_many_rejects_fail_with_reasons_and_reports(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    from dataclasses import replace
+
+    from beam_jobs.config import RejectLimit
+
+    strict = replace(config, max_rejected=RejectLimit(count=0))
+    with pytest.raises(plan.PlanError) as err:
+        finish(strict, run, results, plans, tally, rejected)
+    message = str(err.value)
+    assert "1 of 6 files were rejected, more than --max-rejected 0" in message
+    assert "1 corrupt (e.g. a/bad.jpg: broken)" in message
+    report = storage.join(run.temp_dir, "report", "rejected.jsonl")
+    assert report in message and json.loads(storage.read_bytes(report))["reason"] == "corrupt"
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_planning_failure_names_the_top_reasons(tmp_path):
+    config, run, results, plans, tally, _ = make_run(tmp_path)
+    rejected = [{"source": f"img{i:03d}.jpg", "reason": "no_label", "message": "file sits directly in the input folder"}
+                for i in range(96)] + [{"source": "x/l.jpg", "reason": "symlink", "message": "dangling"}]
+    with pytest.raises(plan.PlanError) as err:
+        publish.finish([], config, plans=[], failure=["no input file could be used (0 records)"], rejected=rejected,
+                       skipped_files=[], tally=publish.Tally(seen=97), labels=[], run=run)
+    assert str(err.value).startswith("no input file could be used (0 records); rejected: 96 no_label (e.g. "
+                                     "img000.jpg: file sits directly in the input folder), 1 symlink")
+
+
+def test_a_run_that_lost_its_lock_publishes_nothing(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    out = str(tmp_path / "out")
+    runlock.release(out, "r1")
+    runlock.acquire(out, "r2", "later")
+    with pytest.raises(UsageError, match="lost its lock"):
+        finish(config, run, results, plans, tally, rejected)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_output_content_ignores_the_jobs_own_bookkeeping(tmp_path):
+    out = tmp_path / "out"
+    (out / publish.TEMP_ROOT / "old-run").mkdir(parents=True)
+    runlock.acquire(str(out), "r", "now")
+    assert publish.output_content(str(out)) == []
+    (out / "notes.txt").write_text("mine")
+    assert publish.output_content(str(out)) == ["notes.txt"]
+
+
+def test_temp_data_follows_temp_location_on_the_same_kind_of_storage():
+    assert publish.temp_root_for("gs://b/out", None) == "gs://b/out/.tpu-shards-tmp"
+    root = publish.temp_root_for("gs://b/out", "gs://tmp-bucket/dataflow")
+    assert root.startswith("gs://tmp-bucket/dataflow/tpu-shards/") and root != publish.temp_root_for(
+        "gs://b/other", "gs://tmp-bucket/dataflow")
+    assert publish.temp_root_for("/data/out", "gs://tmp/x") == "/data/out/.tpu-shards-tmp"
