@@ -1,7 +1,8 @@
 """The loader on format-2 datasets: label offsets, multi-label, extra columns, video clips and embeddings.
 
-The job cannot write all of these yet, so `synthetic.write_dataset` writes them with the real schema
-encoder, TFRecord framing and manifest; every expectation is read back from those records independently.
+Label offsets and multi-label listings with extra columns are built by the job itself; video and
+embeddings, which it cannot write yet, by `synthetic.write_dataset` with the real schema encoder, TFRecord
+framing and manifest. Every expectation comes from the inputs or the records, independently of the loader.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, photo, run_job
+from readers import all_records
 from synthetic import jpeg, record, write_dataset
 
 tf = pytest.importorskip("tensorflow")
@@ -96,6 +98,26 @@ def real_elements(ds) -> list[dict]:
     return out
 
 
+LISTED_LABELS = ["cat", "dog cat", "fish", "dog"]  # listing row i has LISTED_LABELS[i % 4]
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory):
+    """A job-built dataset from a listing: multi-label rows, extra columns age:int64 and tags:string[],
+    stored with --label-offset 1."""
+    base = tmp_path_factory.mktemp("listed")
+    (base / "in" / "imgs").mkdir(parents=True)
+    rows = ["path,label,age,tags"]
+    for i in range(12):
+        photo(40, 30, i).save(base / "in" / "imgs" / f"{i}.jpg", "JPEG", quality=90)
+        rows.append(f"imgs/{i}.jpg,{LISTED_LABELS[i % 4]},{20 + i}," + " ".join(f"t{k}" for k in range(i % 3)))
+    (base / "in" / "list.csv").write_text("\n".join(rows) + "\n")
+    run_job(base / "in", base / "out", "--listing", base / "in" / "list.csv", "--label-separator", " ",
+            "--extra-columns", "age:int64,tags:string[]", "--label-offset", "1", "--image-size", "16",
+            "--resize", "fill", "--num-cores", "2", "--splits", "train=0.5,validation=0.5")
+    return base / "out", loader.load_manifest(str(base / "out"))
+
+
 # ----------------------------------------------------------------------------- labels
 
 
@@ -110,6 +132,39 @@ def test_label_offset_is_subtracted(tmp_path):
     got = dict(zip((s.decode() for s in batch["source_id"].numpy()), batch["label"].numpy()))
     assert got == {r.source_id: int(r.source_id[-1]) % 3 for r in items["train"]}
     assert batch["label"].dtype == tf.int32
+
+
+def test_job_built_label_offset_is_invisible_to_the_loader(images, tmp_path):
+    """--label-offset 1 stores id + 1 (what the tensorflow/tpu ResNet parser expects); the loader gives the id."""
+    run_job(images, tmp_path / "out", "--label-offset", "1", "--image-size", "16", "--num-cores", "1")
+    stored = {r[schema.SOURCE_ID].decode(): r[schema.LABEL] for r in all_records(tmp_path / "out", "train")}
+    m = loader.load_manifest(str(tmp_path / "out"))
+    assert m.label_offset == 1 and set(stored.values()) == {1, 2, 3}
+    elements = real_elements(loader.make_dataset(m, "train", 4, training=False, as_dict=True, repeat=False))
+    assert len(elements) == len(stored) == 36
+    for e in elements:
+        source = e["source_id"].decode()
+        assert e["label"] == stored[source] - 1 == m.labels.index(source.split("/")[0])
+
+
+def test_job_built_multi_label_listing_with_extras_and_label_offset(listed):
+    """The job's own output: multi-hot labels over manifest.labels (offset removed), padded extra lists."""
+    out, m = listed
+    assert m.multi_label and m.label_offset == 1 and m.labels == ["cat", "dog", "fish"]
+    elements = []
+    for split in ("train", "validation"):
+        elements += real_elements(loader.make_dataset(m, split, 2, training=False, as_dict=True, repeat=False))
+    assert len(elements) == 12
+    for e in elements:
+        i = int(e["source_id"].decode().split("/")[-1].split(".")[0])
+        expected = np.array([name in LISTED_LABELS[i % 4].split() for name in m.labels], np.float32)
+        np.testing.assert_array_equal(e["label"], expected)
+        assert e["extra/age"] == 20 + i
+        tags = [f"t{k}".encode() for k in range(i % 3)]
+        assert list(e["extra/tags"]) == tags + [b""] * (2 - len(tags)) and e["extra/tags/length"] == len(tags)
+        assert e["image"].shape == (16, 16, 3)
+    image, label = loader.make_dataset(m, "train", 4, seed=0).element_spec
+    assert image.shape.as_list() == [4, 16, 16, 3] and label == tf.TensorSpec([4, 3], tf.float32)
 
 
 def test_labels_that_do_not_match_the_manifest_fail_clearly(tmp_path):
