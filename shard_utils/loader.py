@@ -1,12 +1,17 @@
 """The TPU-ready loader: a tf.data pipeline built from a dataset's manifest.
 
 `make_dataset` turns a manifest (path or object) and a split into batches with fully
-static shapes: images float32 (or bfloat16) `[B, H, W, 3]` scaled to [0, 1], labels
-int32 `[B]`. Training mode shards files per input pipeline, reads in parallel without
-order guarantees, shuffles serialized records, repeats and drops the last partial
-batch. Evaluation mode reads every record of the split exactly once across all
-pipelines and pads each pipeline to exactly `eval_steps` steps, with a weight of 1
-for real examples and 0 for padding, so TPU evaluation neither hangs nor miscounts.
+static shapes: images float32 (or bfloat16) `[B, H, W, 3]` scaled to [0, 1] (video clips
+`[B, N, H, W, 3]`, or precomputed embeddings), labels int32 `[B]` (multi-label: multi-hot
+float32 `[B, num_classes]`). Training mode shards files per input pipeline, reads in
+parallel without order guarantees, shuffles serialized records, repeats and drops the last
+partial batch. Evaluation mode reads every record of the split exactly once per pass across
+all pipelines and pads each pipeline to exactly `eval_steps` steps, with a weight of 1 for
+real examples and 0 for padding, so TPU evaluation neither hangs nor miscounts; the pass
+repeats identically, so Keras can evaluate after every epoch.
+
+Every shard is read by its own TFRecordDataset and checked against the manifest's record
+count, so a damaged shard fails with an error that names it.
 
 Only TensorFlow is needed (plus numpy and the manifest/schema modules); `gs://` paths
 are read through TensorFlow's own filesystem.
@@ -23,21 +28,20 @@ from typing import Any, Union
 import tensorflow as tf
 
 from . import schema
+from .loader_decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
 from .manifest import Manifest, ManifestError
 from .manifest import load as _load_manifest
+
+__all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",
+           "parse_spec", "steps_per_epoch"]
 
 AUTOTUNE = tf.data.AUTOTUNE
 ManifestLike = Union[str, "os.PathLike[str]", Manifest]
 
-_TF_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
-_IMAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16}
 # Serialized records held by the training shuffle buffer, as a memory budget (bytes) and bounds (records).
 _SHUFFLE_BUDGET_BYTES = 256 * 2**20
 _SHUFFLE_MIN, _SHUFFLE_MAX = 1024, 16384
 _MAX_CYCLE_LENGTH = 16
-# Inception-style random crop (tensorflow/tpu ResNet preprocessing defaults).
-_CROP_AREA = (0.08, 1.0)
-_CROP_ASPECT = (3 / 4, 4 / 3)
 
 
 # ----------------------------------------------------------------------------- manifest access
@@ -58,21 +62,19 @@ def load_manifest(manifest: ManifestLike) -> Manifest:
     raise TypeError(f"manifest must be a path or a Manifest, got {type(manifest).__name__}")
 
 
-def parse_spec(manifest: ManifestLike) -> dict[str, tf.io.FixedLenFeature]:
-    """The tf.io parse spec of every feature the manifest declares (nothing is hand-written)."""
+def parse_spec(manifest: ManifestLike) -> dict[str, tf.io.FixedLenFeature | tf.io.VarLenFeature]:
+    """The tf.io parse spec of every feature the manifest declares (nothing is hand-written).
+
+    Fixed shapes give a FixedLenFeature; variable-length lists (shape [-1]) a VarLenFeature.
+    """
     m = load_manifest(manifest)
-    image = m.features.get(schema.IMAGE_ENCODED)
-    if not image or image.get("dtype") != "string":
-        raise ManifestError(f"the schema has no image feature: {schema.IMAGE_ENCODED!r} of dtype string is required")
+    media = m.features.get(schema.media_key(m.features))
+    if not media or media.get("dtype") != "string":
+        raise ManifestError(f"the schema has no image feature: {schema.IMAGE_ENCODED!r} (or "
+                            f"{schema.VIDEO_ENCODED!r}) of dtype string is required")
     if schema.LABEL not in m.features:
         raise ManifestError(f"the schema has no label feature {schema.LABEL!r}")
-    spec = {}
-    for key, feature in m.features.items():
-        if feature.get("dtype") not in _TF_DTYPES:
-            raise ManifestError(f"feature {key!r} has dtype {feature.get('dtype')!r}; "
-                                f"the loader reads {', '.join(_TF_DTYPES)}")
-        spec[key] = tf.io.FixedLenFeature(list(feature.get("shape", [])), _TF_DTYPES[feature["dtype"]])
-    return spec
+    return {key: feature_spec(key, feature) for key, feature in m.features.items()}
 
 
 def steps_per_epoch(manifest: ManifestLike, split: str, global_batch_size: int) -> int:
@@ -86,17 +88,26 @@ def steps_per_epoch(manifest: ManifestLike, split: str, global_batch_size: int) 
     return steps
 
 
-def eval_steps(manifest: ManifestLike, split: str, global_batch_size: int, num_input_pipelines: int = 1) -> int:
-    """Evaluation batches every input pipeline yields so the whole split is seen exactly once.
+def eval_steps(manifest: ManifestLike, split: str, global_batch_size: int, num_input_pipelines: int = 1,
+               steps_per_execution: int = 1) -> int:
+    """Evaluation steps in one pass, in which every input pipeline sees its records exactly once.
 
     The maximum over pipelines of ceil(records / per-pipeline batch), from the manifest's
     per-shard counts; pipelines holding fewer records pad more. `num_input_pipelines` is the
     number of hosts feeding the accelerators (1 on a single TPU VM such as Kaggle's or Colab's).
+    The count is rounded up to a multiple of `steps_per_execution`: Keras runs evaluation in whole
+    executions of that many steps, so a pass must be a multiple of it (the extra steps are padding).
     """
     m = load_manifest(manifest)
     batch = _per_pipeline_batch(global_batch_size, num_input_pipelines)
-    counts = _eval_counts(m, split, num_input_pipelines)
-    return max(math.ceil(c / batch) for c in counts) or 1
+    _check_batch(steps_per_execution, "steps_per_execution")
+    return _pass_steps(_eval_counts(m, split, num_input_pipelines), batch, steps_per_execution)
+
+
+def _pass_steps(counts: list[int], per_step: int, steps_per_execution: int) -> int:
+    """Steps of one evaluation pass: enough for the fullest pipeline, a multiple of steps_per_execution."""
+    steps = max(math.ceil(c / per_step) for c in counts) or 1
+    return math.ceil(steps / steps_per_execution) * steps_per_execution
 
 
 # ----------------------------------------------------------------------------- the dataset
@@ -119,6 +130,9 @@ def make_dataset(
     random_flip: bool = False,
     shuffle_buffer_size: int | None = None,
     check_files: bool = True,
+    features: str = "media",
+    repeat: bool = True,
+    steps_per_execution: int = 1,
 ) -> tf.data.Dataset:
     """Batches of one split for this input pipeline, with fully static shapes.
 
@@ -128,37 +142,40 @@ def make_dataset(
     pipeline feeds its `num_replicas_in_sync / num_input_pipelines` local replicas consecutive
     batches, so one step takes batch_size x local replicas records from it. Without a strategy
     (plain Keras, JAX/NumPy per host) it is the batch of this host. Elements are
-    `(image, label)` when training, `(image, label, weight)` when evaluating, or dicts with
-    `image`, `label`, `source_id`, `weight` when `as_dict=True`. Images are scaled to [0, 1],
-    then normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop`
-    and `random_flip` apply only when training.
+    `(input, label)` when training, `(input, label, weight)` when evaluating, or dicts when
+    `as_dict=True`; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
+    `features="embedding"`, the precomputed embedding (no media decoded). Labels are indices into
+    `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to [0, 1], then
+    normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and
+    `random_flip` apply only when training, identically to every frame of a clip. Training
+    repeats forever; evaluation repeats its exact pass of `eval_steps(...)` batches unless
+    `repeat=False`. Pass Keras' `steps_per_execution` here and to `eval_steps` alike.
     """
     m = load_manifest(manifest)
     _check_batch(batch_size, "batch_size")
-    size = _target_size(m, image_size)
-    image_dtype = _image_dtype(dtype)
+    _check_batch(steps_per_execution, "steps_per_execution")
+    if training and not repeat:
+        raise ValueError("repeat=False is for evaluation; training data repeats forever (give Keras "
+                         "steps_per_epoch(manifest, split, global_batch_size))")
+    decoder = RecordDecoder(m, features=features, as_dict=as_dict, training=training, image_size=image_size,
+                            dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip)
     n, index, local_replicas = _pipelines(input_context)
     paths = m.shard_paths(split)
     if check_files:
         _check_shards_exist(paths)
-    keys = [schema.IMAGE_ENCODED, schema.LABEL] + ([schema.SOURCE_ID] if as_dict else [])
-    full_spec = parse_spec(m)
-    spec = {k: full_spec[k] for k in keys if k in full_spec}
-    norm = _normalizer(mean, std)
     if training:
         ds = _training_records(m, split, paths, n, index, seed, batch_size, shuffle_buffer_size)
-        decode = _decoder(spec, size, image_dtype, norm, as_dict, training=True,
-                          random_crop=random_crop, random_flip=random_flip)
-        if random_crop or random_flip:
+        if decoder.needs_seeds:
             # Per-record seeds for the stateless random ops keep the map function pure.
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=seed).batch(2)))
-            ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=False)
-        else:
-            ds = ds.map(lambda record: decode(record, None), num_parallel_calls=AUTOTUNE, deterministic=False)
+        ds = ds.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=False)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
-        ds = _eval_records(m, split, paths, n, index, batch_size, local_replicas, spec, size, image_dtype, norm,
-                           as_dict)
+        ds = _eval_pass(m, split, paths, n, index, batch_size, local_replicas * steps_per_execution, decoder)
+        if repeat:
+            ds = ds.repeat()  # the same batches every pass: Keras may keep one iterator across epochs
+    if not as_dict:
+        ds = ds.map(decoder.to_tuple(with_weight=not training), num_parallel_calls=AUTOTUNE)
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(_options(training, sharded=input_context is not None))
 
@@ -192,27 +209,6 @@ def _pipelines(input_context: tf.distribute.InputContext | None) -> tuple[int, i
     return n, index, max(1, replicas // n)
 
 
-def _target_size(m: Manifest, image_size: int | Sequence[int] | None) -> tuple[int, int]:
-    """(height, width) of the output: as asked, else the manifest's fixed size, else a clear error."""
-    if image_size is None:
-        if m.image_size is None:
-            raise ValueError("this dataset's images vary in size (its manifest records no image_size), and TPUs need "
-                             "static shapes: pass image_size=(height, width), e.g. image_size=224")
-        return int(m.image_size[0]), int(m.image_size[1])
-    hw = [image_size, image_size] if isinstance(image_size, int) else list(image_size)
-    if len(hw) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in hw):
-        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}")
-    return hw[0], hw[1]
-
-
-def _image_dtype(dtype: Any) -> tf.DType:
-    """float32 or bfloat16, given as a tf.DType or its name."""
-    name = getattr(dtype, "name", dtype)
-    if name not in _IMAGE_DTYPES:
-        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
-    return _IMAGE_DTYPES[name]
-
-
 def _check_shards_exist(paths: list[str]) -> None:
     """One listing per folder: a ManifestError naming missing shards before any step runs."""
     missing = []
@@ -234,28 +230,57 @@ def _check_shards_exist(paths: list[str]) -> None:
 # ----------------------------------------------------------------------------- reading records
 
 
-def _read(files: tf.data.Dataset, num_files: int, deterministic: bool) -> tf.data.Dataset:
-    """Serialized records from a dataset of file names, read in parallel (interleaved one record at a time)."""
-    cycle = max(1, min(num_files, _MAX_CYCLE_LENGTH))
-    return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, block_length=1,
-                            num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+def _read(paths: list[str], counts: list[int], dataset: str, deterministic: bool,
+          shuffle_seed: int | None = None, shuffle: bool = False) -> tf.data.Dataset:
+    """Serialized records of the given shards, read in parallel (interleaved one record at a time).
+
+    Each shard has its own TFRecordDataset checked against the manifest's record count, so a damaged
+    shard raises an error naming it. `shuffle` reorders the shards every epoch.
+    """
+    files = tf.data.Dataset.from_tensor_slices((paths, tf.constant(counts, tf.int64)))
+    if shuffle:
+        files = files.shuffle(len(paths), seed=shuffle_seed, reshuffle_each_iteration=True)
+    cycle = max(1, min(len(paths), _MAX_CYCLE_LENGTH))
+    return files.interleave(lambda path, expected: _checked_shard(path, expected, dataset), cycle_length=cycle,
+                            block_length=1, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+
+def _checked_shard(path: tf.Tensor, expected: tf.Tensor, dataset: str) -> tf.data.Dataset:
+    """One shard's records; at its end, an error naming the shard unless exactly `expected` records were read.
+
+    tf.data cannot catch a read error to add the file name, so the shard is read up to its first
+    framing (CRC) or read error, and a count short of the manifest's (or beyond it) fails right there.
+    """
+    records = tf.data.TFRecordDataset(path).ignore_errors(log_warning=False)
+    end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(False)))
+    marked = records.map(lambda r: (r, tf.constant(True))).concatenate(end)
+
+    def keep(i: tf.Tensor, item: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        real = item[1]
+        check = tf.debugging.Assert(tf.logical_or(real, tf.equal(i, expected)), [
+            "shard", path, "is damaged or unreadable: read", i, "of the", expected,
+            "records the manifest lists, then hit a corrupted or truncated record or a read error. Run "
+            f"`tpu-shards verify {dataset or '.'}` to check every shard, then recopy or rebuild the dataset"])
+        with tf.control_dependencies([check]):
+            return tf.identity(real)
+
+    return marked.enumerate().filter(keep).map(lambda i, item: item[0])
 
 
 def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: int, seed: int | None,
                       batch_size: int, buffer: int | None) -> tf.data.Dataset:
     """Shuffled, repeated serialized records of this pipeline's shards (record-level sharding if too few)."""
-    shards = m.split(split).shards
+    counts = [s.num_records for s in m.split(split).shards]
     if len(paths) >= n:
         mine = list(range(index, len(paths), n))
-        files = tf.data.Dataset.from_tensor_slices([paths[i] for i in mine])
         # The set of files is fixed by (index, n); only their order changes, every epoch.
-        files = files.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True)
-        records = _read(files, len(mine), deterministic=False)
-        count = sum(shards[i].num_records for i in mine)
+        records = _read([paths[i] for i in mine], [counts[i] for i in mine], m.location, deterministic=False,
+                        shuffle_seed=seed, shuffle=True)
+        count = sum(counts[i] for i in mine)
     else:
         _warn_record_sharding(split, len(paths), n)
         # Same order in every pipeline, so the record-level shards are disjoint.
-        records = _read(tf.data.Dataset.from_tensor_slices(paths), len(paths), deterministic=True).shard(n, index)
+        records = _read(paths, counts, m.location, deterministic=True).shard(n, index)
         count = math.ceil(m.num_records(split) / n)
     avg_bytes = max(1, m.split(split).num_bytes // max(1, m.num_records(split)))
     if buffer is None:
@@ -283,34 +308,33 @@ def _eval_counts(m: Manifest, split: str, n: int) -> list[int]:
     return [len(range(i, total, n)) for i in range(n)]
 
 
-def _eval_records(m: Manifest, split: str, paths: list[str], n: int, index: int, batch_size: int,
-                  local_replicas: int, spec: dict, size: tuple[int, int], image_dtype: tf.DType, norm,
-                  as_dict: bool) -> tf.data.Dataset:
-    """eval_steps x local_replicas batches: this pipeline's records in a fixed order, then weight-0 padding."""
+def _eval_pass(m: Manifest, split: str, paths: list[str], n: int, index: int, batch_size: int,
+               batches_per_step: int, decoder: RecordDecoder) -> tf.data.Dataset:
+    """One evaluation pass as dict batches: this pipeline's records in a fixed order, then weight-0 padding.
+
+    batches_per_step is local replicas x steps per execution, so the pass is eval_steps(...,
+    steps_per_execution) x local replicas batches, the same on every pipeline.
+    """
     counts = _eval_counts(m, split, n)
-    per_step = batch_size * local_replicas
-    steps = max(math.ceil(c / per_step) for c in counts) or 1
+    shard_counts = [s.num_records for s in m.split(split).shards]
+    per_step = batch_size * batches_per_step
+    steps = _pass_steps(counts, per_step, 1)  # in whole executions
     if len(paths) >= n:
-        mine = paths[index::n]
-        records = _read(tf.data.Dataset.from_tensor_slices(mine), len(mine), deterministic=True)
+        records = _read(paths[index::n], shard_counts[index::n], m.location, deterministic=True)
     else:
         _warn_record_sharding(split, len(paths), n)
-        records = _read(tf.data.Dataset.from_tensor_slices(paths), len(paths), deterministic=True).shard(n, index)
-    # A shard whose record count differs from the manifest fails loudly instead of skewing the step count.
-    records = records.apply(tf.data.experimental.assert_cardinality(counts[index]))
-    decode = _decoder(spec, size, image_dtype, norm, as_dict=True, training=False)
-    ds = records.map(lambda r: decode(r, None), num_parallel_calls=AUTOTUNE, deterministic=True)
+        records = _read(paths, shard_counts, m.location, deterministic=True).shard(n, index)
+    ds = records.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=True)
     pad = steps * per_step - counts[index]
     if pad:
         ds = ds.concatenate(tf.data.Dataset.from_tensors(_padding_element(ds.element_spec)).repeat(pad))
-    ds = ds.batch(batch_size, drop_remainder=True)
-    if not as_dict:
-        ds = ds.map(lambda d: (d["image"], d["label"], d["weight"]), num_parallel_calls=AUTOTUNE)
-    return ds
+    # The per-shard checks guarantee the count; this declares it (len(), Keras progress bars).
+    batches = steps * batches_per_step
+    return ds.batch(batch_size, drop_remainder=True).apply(tf.data.experimental.assert_cardinality(batches))
 
 
 def _padding_element(element_spec: dict[str, tf.TensorSpec]) -> dict[str, tf.Tensor]:
-    """A zero element shaped like a real one, with weight 0 (label 0, empty source_id)."""
+    """A zero element shaped like a real one: weight 0, zero pixels and label (multi-hot: no class), "" strings."""
     return {k: tf.zeros(s.shape, s.dtype) for k, s in element_spec.items()}
 
 
@@ -322,67 +346,3 @@ def _options(training: bool, sharded: bool) -> tf.data.Options:
     if sharded:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return options
-
-
-# ----------------------------------------------------------------------------- decoding
-
-
-def _normalizer(mean: float | Sequence[float] | None, std: float | Sequence[float] | None):
-    """(mean, std) as 3 per-channel floats (or None when neither is given), validated."""
-    if mean is None and std is None:
-        return None
-    mean = [0.0] if mean is None else [mean] if isinstance(mean, (int, float)) else list(mean)
-    std = [1.0] if std is None else [std] if isinstance(std, (int, float)) else list(std)
-    if len(mean) not in (1, 3) or len(std) not in (1, 3) or any(s <= 0 for s in std):
-        raise ValueError(f"mean and std must have 1 or 3 values, std > 0; got mean={mean}, std={std}")
-    return (mean * 3 if len(mean) == 1 else mean), (std * 3 if len(std) == 1 else std)
-
-
-def _decoder(spec: dict, size: tuple[int, int], image_dtype: tf.DType, norm, as_dict: bool, training: bool,
-             random_crop: bool = False, random_flip: bool = False):
-    """The per-record map function: parse only the used features, decode, crop/flip, resize, scale."""
-    height, width = size
-    crop = training and random_crop
-    flip = training and random_flip
-
-    def decode(serialized: tf.Tensor, seeds: tf.Tensor | None):
-        features = tf.io.parse_single_example(serialized, spec)
-        encoded = features[schema.IMAGE_ENCODED]
-        if crop:
-            image = _decode_random_crop(encoded, seeds)
-        else:
-            image = tf.io.decode_jpeg(encoded, channels=3)
-        image = _resize(image, height, width)
-        if flip:
-            image = tf.image.stateless_random_flip_left_right(image, seed=tf.stack([seeds[1], seeds[0]]))
-        image = image / 255.0
-        if norm is not None:
-            image = (image - tf.constant(norm[0], tf.float32)) / tf.constant(norm[1], tf.float32)
-        image = tf.cast(image, image_dtype)
-        label = tf.cast(features[schema.LABEL], tf.int32)
-        if not as_dict:
-            return image, label
-        source = features.get(schema.SOURCE_ID, tf.constant(b""))
-        return {"image": image, "label": label, "source_id": source, "weight": tf.constant(1.0, tf.float32)}
-
-    return decode
-
-
-def _resize(image: tf.Tensor, height: int, width: int) -> tf.Tensor:
-    """float32 [height, width, 3] in [0, 255]; images already that size skip the resize."""
-    shape = tf.shape(image)
-    same = tf.logical_and(tf.equal(shape[0], height), tf.equal(shape[1], width))
-    image = tf.cond(same, lambda: tf.cast(image, tf.float32),
-                    lambda: tf.image.resize(image, [height, width], method="bilinear"))
-    return tf.ensure_shape(image, [height, width, 3])
-
-
-def _decode_random_crop(encoded: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
-    """Decode only an Inception-style random crop (area 8-100 %, aspect 3/4-4/3) of a JPEG."""
-    shape = tf.io.extract_jpeg_shape(encoded)
-    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], tf.float32, [1, 1, 4]), seed=seeds,
-        min_object_covered=0.1, aspect_ratio_range=_CROP_ASPECT, area_range=_CROP_AREA, max_attempts=10,
-        use_image_if_no_bounding_boxes=True)
-    window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
-    return tf.io.decode_and_crop_jpeg(encoded, window, channels=3)

@@ -108,7 +108,7 @@ def test_training_output_contract(small):
 def test_images_at_the_manifest_size_are_decoded_unresized_and_scaled(small):
     out, m = small
     expected = {r[schema.SOURCE_ID].decode(): r for r in all_records(out, "validation")}
-    ds = loader.make_dataset(m, "validation", 4, training=False, as_dict=True)
+    ds = loader.make_dataset(m, "validation", 4, training=False, as_dict=True, repeat=False)
     for batch in ds:
         for image, source, label, weight in zip(batch["image"], batch["source_id"].numpy(), batch["label"].numpy(),
                                                 batch["weight"].numpy()):
@@ -144,7 +144,7 @@ def test_augmentation_is_opt_in_and_keeps_static_shapes(small):
     for batch in loader.make_dataset(m, "train", 63, as_dict=True, seed=0).take(2):
         train.update({s.decode(): i.numpy() for s, i in zip(batch["source_id"].numpy(), batch["image"])})
     assert len(train) > 50  # the shuffle buffer spans epochs, so a batch may hold repeats
-    for batch in loader.make_dataset(m, "train", 63, training=False, as_dict=True):
+    for batch in loader.make_dataset(m, "train", 63, training=False, as_dict=True, repeat=False):
         for s, i in zip(batch["source_id"].numpy(), batch["image"]):
             if s.decode() in train:
                 np.testing.assert_array_equal(train[s.decode()], i.numpy())
@@ -155,7 +155,7 @@ def test_varying_sizes_need_image_size_and_grayscale_gets_three_channels(varied)
     assert m.image_size is None
     with pytest.raises(ValueError, match="pass image_size"):
         loader.make_dataset(m, "train", 4)
-    ds = loader.make_dataset(m, "train", 14, image_size=20, training=False, as_dict=True)
+    ds = loader.make_dataset(m, "train", 14, image_size=20, training=False, as_dict=True, repeat=False)
     assert ds.element_spec["image"].shape.as_list() == [14, 20, 20, 3]
     [batch] = list(ds)
     assert sorted(source_ids(ds)) == sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "train"))
@@ -176,8 +176,8 @@ def test_eval_reads_every_record_once_across_hosts_with_equal_batch_counts(small
     expected = sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "validation"))
     seen, real_counts = [], []
     with pytest.warns(UserWarning, match="record-level") if hosts > 8 else _no_warning():
-        datasets = [loader.make_dataset(m, "validation", 2, training=False, input_context=c, as_dict=True)
-                    for c in contexts(hosts)]
+        datasets = [loader.make_dataset(m, "validation", 2, training=False, input_context=c, as_dict=True,
+                                        repeat=False) for c in contexts(hosts)]
     for ds in datasets:
         batches = list(ds)
         assert len(batches) == steps  # the same on every host, or TPU evaluation hangs
@@ -197,8 +197,8 @@ def test_eval_on_a_host_feeding_several_replicas_pads_whole_steps(small):
     # 2 hosts x 4 replicas each, per-replica batch 2: a global step takes 8 records from each host.
     steps = loader.eval_steps(m, "validation", 16, num_input_pipelines=2)
     assert steps == 2
-    datasets = [loader.make_dataset(m, "validation", 2, training=False, input_context=c, as_dict=True)
-                for c in contexts(2, replicas=8)]
+    datasets = [loader.make_dataset(m, "validation", 2, training=False, input_context=c, as_dict=True,
+                                    repeat=False) for c in contexts(2, replicas=8)]
     assert [len(list(ds)) for ds in datasets] == [steps * 4, steps * 4]
     assert sorted(sum((source_ids(ds) for ds in datasets), [])) == sorted(
         r[schema.SOURCE_ID].decode() for r in all_records(out, "validation"))
@@ -206,10 +206,54 @@ def test_eval_on_a_host_feeding_several_replicas_pads_whole_steps(small):
 
 def test_eval_tuples_carry_weights_for_keras(small):
     _, m = small
-    ds = loader.make_dataset(m, "validation", 5, training=False)
+    ds = loader.make_dataset(m, "validation", 5, training=False, repeat=False)
     assert [s.shape.as_list() for s in ds.element_spec] == [[5, 32, 32, 3], [5], [5]]
     weights = np.concatenate([w.numpy() for _, _, w in ds])
     assert len(weights) == 20 and weights.sum() == 17 and ds.cardinality().numpy() == 4
+    repeated = loader.make_dataset(m, "validation", 5, training=False)
+    assert repeated.cardinality().numpy() == tf.data.INFINITE_CARDINALITY
+    assert repeated.element_spec == ds.element_spec
+
+
+def _passes(ds, steps: int, passes: int) -> list[list[tuple[str, float]]]:
+    """(source_id, weight) of every example, per pass of `steps` batches of an as_dict dataset."""
+    batches = list(ds.take(steps * passes))
+    pairs = [[(s.decode(), float(w)) for s, w in zip(b["source_id"].numpy(), b["weight"].numpy())] for b in batches]
+    return [sum(pairs[p * steps:(p + 1) * steps], []) for p in range(passes)]
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_eval_repeats_the_same_exact_pass(small, hosts):
+    """Keras may keep one validation iterator across epochs: every pass of eval_steps batches is identical."""
+    out, m = small
+    steps = loader.eval_steps(m, "validation", 4 * hosts, num_input_pipelines=hosts)
+    expected = sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "validation"))
+    seen = []
+    for ctx in contexts(hosts):
+        ds = loader.make_dataset(m, "validation", 4, training=False, input_context=ctx, as_dict=True)
+        first, second, third = _passes(ds, steps, 3)
+        assert first == second == third
+        assert [w for _, w in first] == sorted((w for _, w in first), reverse=True)  # padding at the end
+        seen += [s for s, w in first if w == 1]
+        assert all(s == "" for s, w in first if w == 0)
+    assert sorted(seen) == expected
+
+
+def test_eval_pass_is_a_multiple_of_steps_per_execution(small):
+    """Keras 3 runs whole executions of steps_per_execution steps, so a pass is padded to a multiple of it."""
+    out, m = small
+    assert loader.eval_steps(m, "validation", 4) == 5
+    steps = loader.eval_steps(m, "validation", 4, steps_per_execution=3)
+    assert steps == 6
+    ds = loader.make_dataset(m, "validation", 4, training=False, as_dict=True, steps_per_execution=3, repeat=False)
+    batches = list(ds)
+    assert len(batches) == steps
+    assert not batches[-1]["weight"].numpy().any()  # the added step is all padding
+    assert sorted(source_ids(ds)) == sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "validation"))
+    with pytest.raises(ValueError, match="steps_per_execution"):
+        loader.eval_steps(m, "validation", 4, steps_per_execution=0)
+    with pytest.raises(ValueError, match="repeat=False is for evaluation"):
+        loader.make_dataset(m, "train", 4, repeat=False)
 
 
 # ----------------------------------------------------------------------------- training sharding
@@ -241,22 +285,32 @@ def test_training_falls_back_to_record_sharding_when_shards_are_too_few(small):
     assert sorted(seen) == sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "train"))
 
 
-def test_mirrored_strategy_on_eight_simulated_devices(small):
-    """One Keras epoch through distribute_datasets_from_function, then exact padded evaluation."""
-    out, _ = small
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), str(out), "16"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO,
+def run_strategy_check(*args: str) -> dict:
+    """Run tests/strategy_check.py (8 logical CPU devices) and return its findings."""
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[0][len("RESULT "):])
+    return json.loads(lines[0][len("RESULT "):])
+
+
+def test_mirrored_strategy_on_eight_simulated_devices(small):
+    """Two Keras epochs through distribute_datasets_from_function, validating after each, then evaluate:
+    every evaluation counts each validation record exactly once (issue 9.6: epoch 2 used to stop)."""
+    out, _ = small
+    result = run_strategy_check("fit", out, "--global-batch", 16, "--epochs", 2, "--eval-steps-per-execution", 3)
     assert result["replicas"] == 8 and result["steps"] == 63 // 16 and result["vsteps"] == 2
     assert result["train_spec"] == [[2, 32, 32, 3], [2]]
-    assert np.isfinite(result["loss"]).all()
-    assert result["eval_batches"] == 2
+    assert len(result["loss"]) == 2 and np.isfinite(result["loss"]).all()
     assert sorted(result["seen"]) == sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "validation"))
+    # Weight sums: 17 real records in every evaluation, never a padded one nor one counted twice.
+    assert result["val_weight_sum"] == [17, 17] and result["eval_weight_sum"] == 17
+    assert result["val_accuracy"] == pytest.approx(result["exact_per_epoch"], abs=1e-6)
     assert result["eval_accuracy"] == pytest.approx(result["exact_accuracy"], abs=1e-6)
-    assert result["val_accuracy"][0] == pytest.approx(result["exact_accuracy"], abs=1e-6)
+    # steps_per_execution=3: 2 steps rounded up to 3, so Keras' whole executions never run into the next pass.
+    assert result["spe_steps"] == 3 and result["spe_weight_sum"] == [17, 17]
+    assert result["spe_accuracy"] == pytest.approx([result["exact_accuracy"]] * 2, abs=1e-6)
 
 
 # ----------------------------------------------------------------------------- errors
@@ -294,6 +348,66 @@ def test_missing_shard_file_is_named(small, tmp_path):
     with pytest.raises(ManifestError, match="validation-00003-of-00008.tfrecord"):
         loader.make_dataset(ds, "validation", 4, training=False)
     loader.make_dataset(ds, "train", 4)  # other splits still load
+
+
+def _damage(path: Path, record: int, how: str) -> None:
+    """Flip a byte inside record `record`'s data, or cut the file in the middle of that record."""
+    data = bytearray(path.read_bytes())
+    offset = 0
+    for _ in range(record):  # walk the TFRecord framing: 8-byte length, 4-byte CRC, data, 4-byte CRC
+        offset += 16 + int.from_bytes(data[offset:offset + 8], "little")
+    if how == "flip":
+        data[offset + 12 + 20] ^= 0xFF
+    else:
+        del data[offset + 30:]
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_shard_is_named_in_training(small, tmp_path):
+    """Issue 9.7: a corrupted record fails with the shard's name and the command that checks it, through fit."""
+    ds_dir = copy_dataset(small[0], tmp_path / "d")
+    _damage(ds_dir / "train-00003-of-00008.tfrecord", record=4, how="flip")
+    ds = loader.make_dataset(str(ds_dir), "train", 4, seed=0)
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        for _ in ds.take(40):  # 160 records: past the end of every shard
+            pass
+    message = str(err.value)
+    assert "train-00003-of-00008.tfrecord" in message and f"tpu-shards verify {ds_dir}`" in message
+    assert "[4] [of the] [8]" in message  # records read before the damage, of the manifest's count
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)), tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(3)])
+    model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="train-00003-of-00008.tfrecord"):
+        model.fit(ds, epochs=1, steps_per_epoch=40, verbose=0)
+
+
+def test_damaged_shard_is_named_in_evaluation(small, tmp_path):
+    ds_dir = copy_dataset(small[0], tmp_path / "d")
+    _damage(ds_dir / "validation-00001-of-00008.tfrecord", record=1, how="truncate")
+    for ctx in contexts(2):
+        ds = loader.make_dataset(str(ds_dir), "validation", 2, training=False, input_context=ctx, repeat=False)
+        if ctx.input_pipeline_id == 0:
+            assert len(list(ds)) == 5  # pipeline 0 reads the even shards: unaffected
+            continue
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"validation-00001-of-00008.tfrecord\] \[is damaged or unreadable: read\] \[1\]"):
+            list(ds)
+
+
+def test_shard_with_more_records_than_the_manifest_lists_is_named(small, tmp_path):
+    def undercount(obj):
+        shard = obj["splits"]["validation"]["shards"][2]
+        shard["num_records"] -= 1
+        obj["splits"]["validation"]["num_records"] -= 1
+        if obj["splits"]["validation"].get("index"):  # the per-record index agrees with the manifest
+            obj["splits"]["validation"]["index"]["num_rows"] -= 1
+        obj["files_seen"] -= 1
+
+    ds_dir = copy_dataset(small[0], tmp_path / "d", undercount)
+    ds = loader.make_dataset(str(ds_dir), "validation", 4, training=False, repeat=False)
+    read_two_of_one = r"validation-00002-of-00008.tfrecord.*read\] \[2\] \[of the\] \[1\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=read_two_of_one):
+        list(ds)
 
 
 def test_bad_arguments(small):
