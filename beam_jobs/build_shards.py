@@ -6,6 +6,7 @@ The graph reads like the data flow: list -> encode -> plan -> write -> publish.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import replace
@@ -24,6 +25,7 @@ from shard_utils.plan import PlanError
 from . import options, progress, publish
 from .config import BuildConfig
 from .errors import UsageError
+from .interrupt import LocalInterrupts
 from .listing_io import prepare_listings
 from .transforms import (DistinctLabels, EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
                          ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, new_run_id, without_dropped)
@@ -228,19 +230,18 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
         run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing,
         local=runner in options.LOCAL_RUNNERS and not template)
     config = check_models_and_codecs(config)
-    created = prepare_output(config)
-    started = time.monotonic()
-    result = None
-    interrupts = None
-    if run_id is not None and runner in options.LOCAL_RUNNERS:
-        from .interrupt import LocalInterrupts
-
-        interrupts = LocalInterrupts(config, had_dataset=storage.exists(storage.join(config.output,
-                                                                                      manifest.MANIFEST_NAME)))
     local = runner in options.LOCAL_RUNNERS
-    try:
-        with LeaseKeeper(config.output, run_id) if run_id else _nothing(), interrupts or _nothing(), \
-                progress.showing(args.progress if local else False):
+    result = None
+    with contextlib.ExitStack() as stack:
+        if run_id is not None and local:  # from here on, Ctrl-C says what state the output is in
+            had_dataset = storage.exists(storage.join(config.output, manifest.MANIFEST_NAME))
+            stack.enter_context(LocalInterrupts(config, had_dataset))
+        created = prepare_output(config)
+        started = time.monotonic()
+        try:
+            if run_id is not None:
+                stack.enter_context(LeaseKeeper(config.output, run_id))
+            stack.enter_context(progress.showing(args.progress if local else False))
             pipeline = beam.Pipeline(options=opts)
             build_pipeline(pipeline, config)
             result = pipeline.run()
@@ -252,32 +253,24 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
             else:  # a remote job: its console link, then its counters every 30 s while it runs
                 progress.watch(result, 30, project=cloud.project, region=cloud.region)
             raise_job_failure(result)
-    except BaseException:
-        if still_running(result):
-            # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects and lock.
-            job = getattr(result, "job_id", lambda: "")()
-            print(f"tpu-shards: stopped waiting; the job keeps running (gcloud dataflow jobs cancel {job} "
-                  f"--region {cloud.region or 'REGION'} to stop it)", file=sys.stderr)
+        except BaseException:
+            if still_running(result):
+                # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects and lock.
+                job = getattr(result, "job_id", lambda: "")()
+                print(f"tpu-shards: stopped waiting; the job keeps running (gcloud dataflow jobs cancel {job} "
+                      f"--region {cloud.region or 'REGION'} to stop it)", file=sys.stderr)
+                raise
+            if run_id is not None:
+                abandon(config, run_id)
+            if created:
+                _remove_if_empty(config.output)
             raise
-        if run_id is not None:
-            abandon(config, run_id)
-        if created:
-            _remove_if_empty(config.output)
-        raise
     built = manifest.load(args.output)
     print(summary(built, time.monotonic() - started, runner, workers))
     counters = metrics_summary(result)
     if counters:
         print(counters)
     return built
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 def abandon(config: BuildConfig, run_id: str) -> None:

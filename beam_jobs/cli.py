@@ -43,8 +43,8 @@ def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | 
     try:
         fn(argv)
         return 0
-    except KeyboardInterrupt:
-        print("tpu-shards: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a command may say what state it left (KeyboardInterrupt("..."))
+        print("tpu-shards: interrupted" + (f"; {exc.args[0]}" if exc.args else ""), file=sys.stderr)
         return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
@@ -135,8 +135,10 @@ def extract_command(argv: Sequence[str] | None) -> None:
 
 
 def build_command(argv: Sequence[str] | None) -> None:
-    from .build_shards import run
-
+    try:
+        from .build_shards import run
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("nothing was written") from None
     run(argv)
 
 

@@ -40,10 +40,14 @@ def job_parser() -> argparse.ArgumentParser:
     return parser()
 
 
+LOCAL_ONLY = ("workers", "progress")  # options for local builds: a Flex launch runs on Dataflow
+
+
 def job_options(ap: argparse.ArgumentParser) -> list[argparse.Action]:
-    """The job's own documented options in declaration order (no --help, no internal test options)."""
+    """The job's own documented options in declaration order (no --help, no internal test options, none
+    that only local builds use)."""
     return [a for a in ap._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
-            and a.help != argparse.SUPPRESS]
+            and a.help != argparse.SUPPRESS and a.dest not in LOCAL_ONLY]
 
 
 def is_flag(action: argparse.Action) -> bool:

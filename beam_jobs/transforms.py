@@ -598,7 +598,8 @@ def write_shard(grouped: tuple[tuple[str, int], Iterable[fragments.Slice]], conf
 def _note_lengths(longest: Counter, meta) -> None:
     from shard_utils import schema
 
-    longest[schema.LABEL] = max(longest[schema.LABEL], len(meta.labels))
+    for key in (schema.LABEL, schema.LABEL_TEXT):  # a record holds as many label texts as label ids
+        longest[key] = max(longest[key], len(meta.labels))
     for name, values in meta.extras:
         key = schema.EXTRA_PREFIX + name
         longest[key] = max(longest[key], len(values))

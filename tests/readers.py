@@ -40,3 +40,12 @@ def shard_bytes(out: Path) -> dict[str, bytes]:
 def rejected(out: Path) -> dict[str, str]:
     lines = (out / "rejected.jsonl").read_text().splitlines()
     return {json.loads(l)["source"]: json.loads(l)["reason"] for l in lines}
+
+
+TFDS_FILES = ["dataset_info.json", "features.json", "image-class-label.labels.txt"]
+
+
+def dataset_files(splits=("train",), rejected=True, skipped=False) -> list[str]:
+    """The files a published image dataset holds besides its shards."""
+    names = ["manifest.json", *TFDS_FILES, *(f"{s}.index.avro" for s in splits)]
+    return names + (["rejected.jsonl"] if rejected else []) + (["skipped.jsonl"] if skipped else [])

@@ -45,10 +45,15 @@ def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     assert verify(str(out)) == []
 
 
-def test_a_kill_leaves_output_that_needs_overwrite(inputs, tmp_path):
-    base, _ = inputs
+def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs, tmp_path):
+    """Killed before publishing, a first build leaves only its lock and temporary folder: a rerun needs no
+    --overwrite, takes over the dead run's lock and removes its temporary data."""
+    base, expected = inputs
     out = tmp_path / "out"
     run_cli("build", "--input", base / "new", "--output", out, env={"TPU_SHARDS_KILL_AT": "write"})
     assert not (out / "manifest.json").exists()
+    assert sorted(p.name for p in out.iterdir()) == [".tpu-shards-lock.json", ".tpu-shards-tmp"]
     again = run_cli("build", "--input", base / "new", "--output", out)
-    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert again.returncode == 0, again.stderr
+    assert shard_bytes(out) == expected
+    assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES])

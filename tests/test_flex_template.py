@@ -261,7 +261,8 @@ def test_launcher_parameters_become_the_job_options():
     doc = json.loads(METADATA.read_text())
     samples = {"input": "gs://b/in", "output": "gs://b/out", "splits": "train=0.9,validation=0.1",
                "image_size": "224,320", "num_shards": "16", "overwrite": "true"}
-    flex = [f"--{p['name']}={samples.get(p['name'], p.get('defaultValue'))}" for p in doc["parameters"]]
+    flex = [f"--{p['name']}={samples.get(p['name'], p.get('defaultValue'))}" for p in doc["parameters"]
+            if p["name"] in samples or "defaultValue" in p]
     beam = ["--runner=DataflowRunner", "--temp_location=gs://t/tmp", "--template_location=gs://t/job_object"]
     args, rest = job_parser().parse_known_args(flex_launch.flex_argv(flex + beam))
     assert rest == beam  # Beam's options pass through untouched, in order
@@ -316,7 +317,7 @@ def test_main_help_lists_every_option(tmp_path):
      "tpu-shards: error: --overwrite must be true or false, not 'maybe'"),
     (("--input=gs://b/in", "--output=gs://b/out", "--jpeg_quality=high"),
      "tpu-shards: error: argument --jpeg-quality: invalid int value: 'high'"),
-    (("--output=gs://b/out",), "tpu-shards: error: the following arguments are required: --input"),
+    (("--output=gs://b/out",), "tpu-shards: error: the following arguments are required: --input (or --listing)"),
 ])
 def test_launch_errors_are_one_line(args, message, capsys):
     """The launch checks in flex_launch.main, in process (the subprocess test below covers main.py itself)."""

@@ -95,7 +95,7 @@ def test_hostile_folder_is_fully_accounted(tmp_path):
     materialize(root, files)
     (root / "ok" / "flipped.jpg").write_bytes(bit_flipped_jpeg())
     out = tmp_path / "out"
-    m = run_job(root, out, "--num-cores", "1")
+    m = run_job(root, out, "--num-cores", "1", "--max-rejected", "100%")  # a hostile folder: mostly rejects
     written = by_source(out)
     rejects = rejected(out)
     for rel, (_, outcome) in files.items():
@@ -119,15 +119,16 @@ def test_hostile_folder_is_fully_accounted(tmp_path):
 
 
 def test_unreadable_file_is_rejected(tmp_path):
-    """A file that cannot be opened (gone or permission denied) becomes a reject, not a crash."""
-    from beam_jobs.config import BuildConfig
-    from beam_jobs.transforms import MediaFile, _EncodeFn
+    """A file that is gone by the time it is read, or cannot be opened, becomes a reject, not a crash."""
+    from shard_utils.encode import EncodeSettings, encode_item
+    from shard_utils.inputs import MediaItem
 
-    fn = _EncodeFn(BuildConfig(input=str(tmp_path), output=str(tmp_path / "o"), temp_dir=str(tmp_path / "t")))
-    fn.start_bundle()
-    out = list(fn.process(MediaFile("a/missing.jpg", 0, "a", None), ["a"]))
-    fn.finish_bundle()
-    assert len(out) == 1 and out[0].tag == "rejected" and out[0].value["reason"] == "unreadable"
+    settings = EncodeSettings(label_ids={"a": 0})
+    gone = encode_item(MediaItem("a/missing.jpg", str(tmp_path / "a" / "missing.jpg"), 0, ("a",)), settings)
+    assert gone["reason"] == "missing" and "does not exist" in gone["message"]
+    (tmp_path / "a" / "folder.jpg").mkdir(parents=True)
+    odd = encode_item(MediaItem("a/folder.jpg", str(tmp_path / "a" / "folder.jpg"), 0, ("a",)), settings)
+    assert odd["reason"] == "unreadable" and odd["source"] == "a/folder.jpg"
 
 
 def test_permission_denied_file_is_rejected(tmp_path):

@@ -171,26 +171,26 @@ def encoded_item(tmp_path, extras_values, settings):
     return encode_item(item, settings)
 
 
-@pytest.mark.parametrize("multi_label, label_offset", [(False, 0), (True, 1)])
-def test_the_writers_row_agrees_with_the_record(tmp_path, multi_label, label_offset):
+@pytest.mark.parametrize("label_offset", [0, 1])
+def test_the_writers_row_agrees_with_the_record(tmp_path, label_offset):
+    """The shard writer builds rows from RecordMeta (every label of the item, as every record stores them)."""
     from index_helpers import record_of
 
     from shard_utils import manifest as manifest_mod
     from shard_utils.encode import EncodeSettings
     from shard_utils.schema import LABEL, feature_table
 
-    settings = EncodeSettings(label_ids={"cat": 0, "dog": 1}, label_offset=label_offset, multi_label=multi_label,
-                              extras=tuple(EXTRAS))
+    settings = EncodeSettings(label_ids={"cat": 0, "dog": 1}, label_offset=label_offset, extras=tuple(EXTRAS))
     raw = (("bbox", (1, "2.5")), ("2nd score", ("7",)), ("note", (3,)))  # as a listing gives them: untyped
     enc = encoded_item(tmp_path, raw, settings)
-    row = index.row_from_meta(2, 512, enc.meta, EXTRAS, multi_label=multi_label)
-    features = feature_table(multi_label=multi_label, extras=EXTRAS, max_lengths={"extra/bbox": 2, LABEL: 2})
+    row = index.row_from_meta(2, 512, enc.meta, EXTRAS, multi_label=True)
+    features = feature_table(multi_label=True, extras=EXTRAS, max_lengths={"extra/bbox": 2, LABEL: 2})
     m = manifest_mod.Manifest("t", "", "", {}, features, ["cat", "dog"], {}, {"count": 0}, {"count": 0}, 0,
-                              label_offset=label_offset, multi_label=multi_label)
+                              label_offset=label_offset, multi_label=True)
     record = record_of(index.unframe(enc.framed), m)
     assert row == index.row_from_record(2, 512, len(enc.framed), record, label_offset)
     assert row.extra == {"bbox": [1.0, 2.5], "x_2nd_score": 7, "note": "3"}
-    assert row.labels == ((1, 0) if multi_label else (1,)) and row.label == 1
+    assert row.labels == (1, 0) and row.label == 1
 
 
 def test_parts_merge_into_the_same_file_as_one_write():

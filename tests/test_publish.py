@@ -8,7 +8,7 @@ import pytest
 from beam_jobs import publish
 from beam_jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
-from shard_utils import plan, runlock, storage
+from shard_utils import index, plan, runlock, storage
 from shard_utils.manifest import load
 from shard_utils.plan import InternalError
 from shard_utils.tfrecord import frame
@@ -24,13 +24,21 @@ def make_run(tmp_path, n_shards=2, records=(3, 2)):
     results, total = [], 0
     for i in range(n_shards):
         name = plan.shard_name("train", i, n_shards)
-        data = b"".join(frame(f"record {i}.{j}".encode()) for j in range(records[i]))
+        framed = [frame(f"record {i}.{j}".encode()) for j in range(records[i])]
+        data = b"".join(framed)
         temp = storage.join(run.temp_dir, "shards", name)
         storage.write_bytes(temp, data)
         d = storage.Digest()
         d.update(data)
+        rows, offset = [], 0
+        for j, f in enumerate(framed):
+            rows.append(index.IndexRow(f"a/{i}.{j}.jpg", i, offset, len(f), 0, (0,), "0" * 64, 1, 1))
+            offset += len(f)
+        part = storage.join(run.temp_dir, "index", name + ".avro")
+        with storage.open_write(part) as out:
+            index.write_index(out, rows, index.index_schema())
         results.append(publish.ShardResult("train", i, temp, name, records[i], d.size, d.crc32c, d.sha256,
-                                           ((0, records[i]),)))
+                                           ((0, records[i]),), part))
         total += records[i]
     plans = {"train": plan.SplitPlan("train", total, 0, n_shards)}
     tally = publish.Tally(seen=total + 1)
@@ -48,9 +56,11 @@ def test_publish_moves_shards_writes_reports_and_manifest_and_tidies(tmp_path):
     out = tmp_path / "out"
     (out / "train-00000-of-00004.tfrecord").write_bytes(b"stale shard of an earlier build")
     finish(config, run, results, plans, tally, rejected)
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rejected.jsonl",
-                                                     "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dataset_info.json", "features.json", "image-class-label.labels.txt", "manifest.json", "rejected.jsonl",
+        "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord", "train.index.avro"]
     m = load(str(out))
+    assert m.splits["train"].index.num_rows == 5
     assert m.files_seen == 6 and m.rejected["count"] == 1 and m.splits["train"].class_counts == {"a": 5}
     assert json.loads((out / "rejected.jsonl").read_text())["source"] == "a/bad.jpg"
     assert not storage.exists(runlock.lock_path(str(out)))  # the lock is given back

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli, write_images
-from readers import shard_bytes
+from readers import dataset_files, shard_bytes
 
 from beam_jobs import publish
 from shard_utils import runlock, storage
@@ -70,7 +70,7 @@ def test_a_build_removes_only_dead_runs_temporary_folders(photos, tmp_path):
     done = run_cli("build", "--input", photos, "--output", out)
     assert done.returncode == 0, done.stderr  # only the job's own bookkeeping was there: not "not empty"
     assert not (out / publish.TEMP_ROOT).exists()
-    assert sorted(p.name for p in out.iterdir()) == sorted([*shard_bytes(out), "manifest.json", "rejected.jsonl"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*shard_bytes(out), *dataset_files()])
 
 
 def processes_tagged(tag: str) -> list[int]:

@@ -70,6 +70,7 @@ def test_deep_checks_records_against_the_schema(copy):
     path.write_bytes(body)
     m = json.loads((copy / "manifest.json").read_text())
     entry = m["splits"]["train"]["shards"][0]
+    del m["splits"]["train"]["index"]  # the rewritten shard's offsets moved: this test is about the records
     from shard_utils.storage import Digest
 
     d = Digest()
