@@ -160,8 +160,10 @@ class LocalPool:
         return self._next_task
 
     def _spawn(self) -> None:
+        # Their own session: a terminal's Ctrl-C reaches the build, which stops them; not the workers.
         proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local_pool"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                start_new_session=True)
         wid = self._next_worker
         self._next_worker += 1
         _send(proc.stdin, (self._fn, self._settings))

@@ -22,23 +22,40 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         return [str(exc)]
     problems: list[str] = []
     for split_name, split in m.splits.items():
-        for shard in split.shards:
-            problems.extend(check_shard(m, shard, deep))
-    problems.extend(check_indexes(m, deep))
+        shard_problems: dict[int, list[str]] = {}
+
+        def read_and_check(i: int, split=split, found=shard_problems) -> bytes | None:
+            """Read a shard once for both checks: its own, and its index rows against its records."""
+            data = _read_shard(m, split.shards[i])
+            found[i] = check_shard(m, split.shards[i], deep, data=data)
+            return data if isinstance(data, bytes) else None
+
+        index_problems = check_index(m, split_name, deep, reader=read_and_check)
+        for i, shard in enumerate(split.shards):
+            problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
+        problems.extend(index_problems)
     return problems
 
 
-def check_shard(m: Manifest, shard: Shard, deep: bool) -> list[str]:
-    """Problems with one shard."""
+def _read_shard(m: Manifest, shard: Shard) -> bytes | list[str]:
+    """A shard's bytes, or the problem line saying why they cannot be read."""
     path = storage.join(m.location, shard.path)
-    if not deep and storage.stores_checksums(path):
-        return _check_stored_checksums(path, shard)  # no download: size and crc32c are metadata
     try:
-        data = storage.read_bytes(path)
+        return storage.read_bytes(path)
     except storage.NotFoundError:
         return [f"{shard.path}: missing"]
     except storage.StorageError as exc:
         return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
+
+
+def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | list[str] | None = None) -> list[str]:
+    """Problems with one shard (its bytes may be given, already read)."""
+    path = storage.join(m.location, shard.path)
+    if not deep and storage.stores_checksums(path):
+        return _check_stored_checksums(path, shard)  # no download: size and crc32c are metadata
+    data = _read_shard(m, shard) if data is None else data
+    if isinstance(data, list):
+        return data
     problems = []
     if len(data) != shard.num_bytes:
         problems.append(f"{shard.path}: size {len(data)} bytes, manifest says {shard.num_bytes}")
@@ -132,7 +149,7 @@ def check_indexes(m: Manifest, deep: bool = False) -> list[str]:
     return [p for name in m.splits for p in check_index(m, name, deep)]
 
 
-def check_index(m: Manifest, split_name: str, deep: bool = False) -> list[str]:
+def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -> list[str]:
     """Problems with one split's index: the file against the manifest, then every row against its shard.
 
     Rows must be in shard order and contiguous (each shard's rows start at 0, each follows the last, the
@@ -159,7 +176,8 @@ def check_index(m: Manifest, split_name: str, deep: bool = False) -> list[str]:
         problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
     if digest.sha256 != entry.sha256:
         problems.append(f"{entry.path}: sha256 differs from the manifest")
-    rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep)
+    rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep,
+                      reader=reader)
     try:
         for row in read_index(io.BytesIO(data)):
             rows.check(row)
@@ -175,8 +193,9 @@ def check_index(m: Manifest, split_name: str, deep: bool = False) -> list[str]:
 class _IndexRows:
     """Checks index rows one at a time in file order, holding one shard's bytes at most."""
 
-    def __init__(self, m: Manifest, split_name: str, read_shards: bool, deep: bool):
+    def __init__(self, m: Manifest, split_name: str, read_shards: bool, deep: bool, reader=None):
         self.m, self.split, self.read_shards, self.deep = m, m.split(split_name), read_shards, deep
+        self.reader = reader  # shard index -> bytes (or None when unreadable), when the caller reads shards
         self.where = self.split.index.path
         self.problems: list[str] = []
         self.found = 0  # problems found, kept or not
@@ -227,7 +246,12 @@ class _IndexRows:
 
     def _load(self, shard: int) -> None:
         self.data = None
-        if self.read_shards:
+        if self.read_shards and self.reader is not None:
+            self.data = self.reader(shard)
+            if self.data is None:
+                self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
+                             "records: the shard cannot be read")
+        elif self.read_shards:
             try:
                 self.data = storage.read_bytes(storage.join(self.m.location, self.split.shards[shard].path))
             except storage.StorageError as exc:

@@ -105,3 +105,35 @@ def test_interrupted_wait_does_not_delete_a_running_jobs_temporary_objects():
     assert not still_running(PipelineResult(PipelineState.FAILED))
     assert not still_running(PipelineResult(PipelineState.DONE))
     assert not still_running(None)  # the local runner had returned or raised
+
+
+def test_each_template_launch_decides_its_own_run_and_checks_the_output_then(tmp_path):
+    """A template has no driver: the job itself picks the run id, temp folder and created time when it runs,
+    takes the output's lock, and applies the --overwrite rule (what StartRun does on Dataflow)."""
+    import pytest
+
+    from beam_jobs import publish
+    from beam_jobs.config import BuildConfig
+    from beam_jobs.errors import UsageError
+    from beam_jobs.transforms import start_run
+    from shard_utils import runlock
+
+    out = tmp_path / "out"
+    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
+    first = start_run(config)
+    assert first.temp_dir == str(out / publish.TEMP_ROOT / first.run_id) and first.created
+    assert runlock.holds(str(out), first.run_id)
+    with pytest.raises(UsageError, match=f"being written by another build: run {first.run_id}"):
+        start_run(config)  # a second launch while the first runs
+    runlock.release(str(out), first.run_id)
+    second = start_run(config)
+    assert second.run_id != first.run_id and second.temp_dir != first.temp_dir
+    runlock.release(str(out), second.run_id)
+    (out / "train-00000-of-00008.tfrecord").write_bytes(b"a dataset is here")
+    with pytest.raises(UsageError, match="pass --overwrite"):
+        start_run(config)
+    assert not (out / runlock.LOCK_NAME).exists()  # refused launches leave no lock behind
+    from dataclasses import replace
+
+    third = start_run(replace(config, overwrite=True))
+    assert runlock.holds(str(out), third.run_id)

@@ -1,0 +1,89 @@
+"""The encode step's local worker pool: results for every item, crashes isolated to one item, no orphans."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_images
+
+from beam_jobs.local_pool import LocalPool
+from shard_utils.encode import EncodeSettings, Encoded, encode_batch, encode_item, reject
+from shard_utils.inputs import MediaItem
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def helpers_on_path(monkeypatch):
+    """Worker processes import test helpers by name: put the tests folder on their PYTHONPATH."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_every_batch_comes_back_and_a_crash_costs_only_its_item(helpers_on_path):
+    pool = LocalPool(2, "pool_helpers.square_or_crash", 0.0, on_crash=lambda item, why: ("crashed", item, why))
+    try:
+        batches = [[i * 10 + j for j in range(5)] for i in range(12)]
+        batches[4].insert(2, "segv")  # this worker dies mid-batch: the batch is retried item by item
+        for batch in batches:
+            pool.submit(batch)
+        got = [x for result in pool.drain() for x in result]
+    finally:
+        pool.close()
+    numbers = sorted(x for x in got if isinstance(x, int))
+    assert numbers == sorted((i * 10 + j) ** 2 for i in range(12) for j in range(5))
+    assert [x for x in got if isinstance(x, tuple)] == [
+        ("crashed", "segv", "the decoder crashed the worker process (SIGSEGV)")]
+
+
+def test_pool_results_are_the_inline_results(tmp_path):
+    write_images(tmp_path / "in", {"a": 6, "b": 6})
+    items = [MediaItem(f"{p.parent.name}/{p.name}", str(p), p.stat().st_size, (p.parent.name,))
+             for p in sorted((tmp_path / "in").rglob("*.jpg"))]
+    settings = EncodeSettings(label_ids={"a": 0, "b": 1})
+    pool = LocalPool(2, "shard_utils.encode.encode_batch", settings,
+                     on_crash=lambda item, why: reject(item, "corrupt", why))
+    try:
+        for start in range(0, len(items), 5):
+            pool.submit(items[start:start + 5])
+        pooled = sorted((x for r in pool.drain() for x in r), key=lambda e: e.meta.source_id)
+    finally:
+        pool.close()
+    inline = sorted(encode_batch(items, settings), key=lambda e: e.meta.source_id)
+    assert all(isinstance(e, Encoded) for e in pooled)
+    assert [(e.framed, e.split, e.meta) for e in pooled] == [(e.framed, e.split, e.meta) for e in inline]
+
+
+def test_workers_stay_out_of_ctrl_c_and_stop_when_told(helpers_on_path):
+    pool = LocalPool(2, "pool_helpers.square_or_crash", 5.0, on_crash=lambda item, why: None)
+    pids = pool.pids()
+    assert all(os.getpgid(pid) != os.getpgid(0) for pid in pids)  # a terminal's Ctrl-C does not reach them
+    for i in range(2):
+        pool.submit([i])
+    assert sorted(x for r in pool.drain() for x in r) == [0, 1]  # both workers are up
+    pool.submit(["slow"])
+    for pid in pids:
+        os.kill(pid, signal.SIGINT)  # even sent to them directly, Ctrl-C is the parent's to handle
+    time.sleep(0.5)
+    assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+    pool.kill()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_a_missing_file_is_a_reject_not_a_crash(tmp_path):
+    item = MediaItem("a/gone.jpg", str(tmp_path / "gone.jpg"), 0, ("a",), origin="train.csv line 3")
+    out = encode_item(item, EncodeSettings(label_ids={"a": 0}))
+    assert out == {"source": "a/gone.jpg", "reason": "missing",
+                   "message": f"train.csv line 3: {tmp_path / 'gone.jpg'} does not exist"}
