@@ -110,7 +110,7 @@ def prepare_output(config: BuildConfig) -> bool:
             storage.split_gcs(path)
         except storage.StorageError as exc:
             raise UsageError(f"output: {exc}") from None
-    if _inside(path, config.input):
+    if config.input is not None and _inside(path, config.input):
         raise UsageError(f"output {path} is inside the input {config.input}; choose another place")
     if not storage.is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"output {path} exists and is not a folder")

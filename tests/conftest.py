@@ -40,7 +40,8 @@ def run_job(input_dir, output_dir, *extra: str):
     """Run the build in this process on Beam's in-process runner; returns the manifest."""
     from beam_jobs.build_shards import run
 
-    return run(["--input", str(input_dir), "--output", str(output_dir), *map(str, extra)])
+    given = ["--input", str(input_dir)] if input_dir is not None else []  # a listing of absolute paths needs none
+    return run([*given, "--output", str(output_dir), *map(str, extra)])
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
