@@ -161,6 +161,18 @@ def test_too_few_new_records_is_one_line_and_nothing_changes(small):
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 
 
+def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small):
+    root, out = small
+    before = files(out)
+    (root / "dog" / "broken.jpg").write_bytes(b"not a JPEG")
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: nothing to append: none of the new files could "
+                                                   "be used; nothing was written; rejected: 1 not_image")
+    assert files(out) == before
+
+
 def test_other_options_than_the_first_build_are_refused(small):
     root, out = small
     add_images(root, "dog", 4, seed=7100)
