@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from shard_utils import index, inputs, manifest, runlock, storage
 from shard_utils.generations import generation_split, next_generation
 
-from . import options, publish
+from . import options, progress, publish
 from .append_publish import finish_append
 from .build_shards import _inside, check_input, check_listing_root, counter_totals, pipeline_options
 from .config import BuildConfig
@@ -128,6 +128,7 @@ def keep_new(grouped):
         return
     if any(True for _ in found["old"]):
         count("already_in_dataset", n)
+        progress.expect("encode", -len(items))  # the lister expected them to be encoded
         yield beam.pvalue.TaggedOutput("present", n)
         return
     tally = publish.Tally(seen=n)
@@ -229,7 +230,8 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
                          "it into a new folder (tpu-shards reshard SRC DST writes one) and append there")
     if (config.num_cores, config.num_hosts) != (old.num_cores, old.num_hosts):
         raise UsageError(f"{where}: it is sharded for {old.num_cores} cores x {old.num_hosts} hosts, this append asks "
-                         f"for {config.num_cores} x {config.num_hosts}; give the same (tpu-shards reshard changes them)")
+                         f"for {config.num_cores} x {config.num_hosts}; give the same (tpu-shards reshard changes "
+                         "them)")
     given = config.manifest_options()
     for key in SAME_OPTIONS:
         if key in old.options and _same(old.options[key]) != _same(given[key]):

@@ -54,8 +54,8 @@ def finish_append(results: list[ShardResult], config: BuildConfig, *, plans: lis
     if small:
         name, n = small[0]
         raise PlanError(f"split {name!r}: {n} new records cannot fill the {unit} shards (num_cores x num_hosts) of a "
-                        f"new generation without empty ones; nothing was written (append when there are at least {unit} "
-                        "new files for it)")
+                        f"new generation without empty ones; nothing was written (append when there are at least "
+                        f"{unit} new files for it)")
     if failure:
         write_reports(report, rejected, skipped_files)
         raise PlanError(failure_message(failure[0], rejected, tally, report))
@@ -132,8 +132,8 @@ def _grown_split(config: BuildConfig, run: RunInfo, g: int, name: str, split: Sp
     count = len(mine)
     offset = generations.host_offset([s.num_records for s in split.shards], config.num_cores * config.num_hosts)
     placed = sorted((generations.position(r.index, count, offset), r) for r in mine)
-    shards = [Shard(generations.shard_name(name, g, p, count, config.shard_extension), r.num_records, r.num_bytes, r.crc32c,
-                    r.sha256, g) for p, r in placed]
+    shards = [Shard(generations.shard_name(name, g, p, count, config.shard_extension), r.num_records, r.num_bytes,
+                    r.crc32c, r.sha256, g) for p, r in placed]
     classes: Counter = Counter()
     for r in mine:
         classes.update(dict(r.class_counts))

@@ -324,7 +324,8 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
             raise UsageError(f"{name} must be in 1..65536")
     unit = cores * hosts
     if args.num_shards is not None and (args.num_shards < 1 or args.num_shards % unit):
-        raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of num_cores x num_hosts = {unit}")
+        raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of num_cores x num_hosts = "
+                         f"{unit}")
     target = args.target_shard_mb if args.target_shard_mb is not None else float(
         source.options.get("target_shard_mb") or 128.0)
     if not 0 < target <= 100_000:

@@ -6,12 +6,12 @@ Features follow the records' keys, which TFDS reads as nested dicts:
 
     {"image": {"encoded": Image(jpeg), "class": {"label": ClassLabel(names)}, "source_id": Text}}
 
-so `example["image"]["encoded"]` is a uint8 image and `example["image"]["class"]["label"]` the label
-(a Sequence of ClassLabel for a multi-label dataset). A dataset grown by appends has one TFDS split per
+so `example["image"]["encoded"]` is a uint8 image and `example["image"]["class"]["label"]` the label (a
+Sequence of ClassLabel for a multi-label dataset). A dataset grown by appends has one TFDS split per
 generation (TFDS allows one filepathTemplate per split): `train`, `train-g001`, ...; `split_expression(m,
-"train")` gives `"train+train-g001"`, the whole split, for `builder.as_dataset(split=...)`. TFDS's JSON parsers are strict: nothing else is
-written. With a `label_offset`, the first `label_offset` class names are placeholders (`unused-0`, ...),
-as the stored ids are shifted by that much.
+"train")` gives `"train+train-g001"`, the whole split, for `builder.as_dataset(split=...)`. TFDS's JSON
+parsers are strict: nothing else is written. With a `label_offset`, the first `label_offset` class names
+are placeholders (`unused-0`, ...), as the stored ids are shifted by that much.
 """
 from __future__ import annotations
 
