@@ -204,6 +204,10 @@ class LeaseKeeper:
 def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     """Run the job; returns the manifest written (None when only a Dataflow template was created)."""
     args, beam_args = options.parse(list(sys.argv[1:] if argv is None else argv))
+    if args.append:
+        from .append import run_append
+
+        return run_append(args, beam_args)
     opts = pipeline_options(beam_args)
     runner = opts.view_as(StandardOptions).runner or ""
     direct = opts.view_as(DirectOptions)

@@ -142,14 +142,20 @@ def build_command(argv: Sequence[str] | None) -> None:
     run(argv)
 
 
+def reshard_command(argv: Sequence[str] | None) -> None:
+    from .reshard import run
+
+    run(argv)
+
+
 COMMANDS = {"build": build_command, "verify": verify_command, "inspect": inspect_command,
-            "extract": extract_command}
+            "extract": extract_command, "reshard": reshard_command}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
-        print("usage: tpu-shards {build,verify,inspect,extract} ...  (tpu-shards COMMAND --help for options)",
+        print("usage: tpu-shards {build,verify,inspect,extract,reshard} ...  (tpu-shards COMMAND --help for options)",
               file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return guarded(COMMANDS[argv[0]], argv[1:])

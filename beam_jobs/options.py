@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
                     help="follow symbolic links to files wherever they point (default: links are rejected); links "
                          "that dangle, loop or point at folders are still rejected")
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in --output")
+    ap.add_argument("--append", action="store_true",
+                    help="add the files not yet in the dataset at --output as a new generation of shards; existing "
+                         "shards are kept byte for byte (give the first build's options again)")
     progress.add_argument(ap)
     listings.add_arguments(ap)
     clips = ap.add_argument_group("video clips")

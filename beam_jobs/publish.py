@@ -15,9 +15,10 @@ import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from shard_utils import index, plan, runlock, schema, storage, tfds_meta
+from shard_utils.generations import REPORT_FILE, label_order
 from shard_utils.manifest import (MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest, Shard, Split,
                                   assemble)
 from shard_utils.plan import InternalError, PlanError, SplitPlan
@@ -144,8 +145,12 @@ def check_output_at_launch(config: BuildConfig, run_id: str, created: str) -> No
 
 def finish(results: list[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
            rejected: list[dict], skipped_files: list[dict], tally: Tally, labels: list[str], run: RunInfo,
-           cross_split: Sequence[str] = ()) -> str:
-    """Publish the dataset, or fail with one line: planning failed, or more files were rejected than allowed."""
+           cross_split: Sequence[str] = (), known_labels: Sequence[str] = (),
+           adjust: Callable[[Manifest], Manifest] | None = None) -> str:
+    """Publish the dataset, or fail with one line: planning failed, or more files were rejected than allowed.
+
+    `known_labels` keep their ids (see build_manifest); `adjust` changes the manifest before it is published
+    (a reshard carries the source's fields over)."""
     report = storage.join(run.temp_dir, "report")
     if failure:
         write_reports(report, rejected, skipped_files)
@@ -157,7 +162,10 @@ def finish(results: list[ShardResult], config: BuildConfig, *, plans: list[dict]
             f"a dataset holds video clips or still images, not both: this video build (--video-frames) found "
             f"{stills} still images; build them into another output without --video-frames", rejected, tally,
             report))
-    manifest = build_manifest(config, run, results, plans[0], rejected, tally, labels, bool(skipped_files))
+    manifest = build_manifest(config, run, results, plans[0], rejected, tally, labels, bool(skipped_files),
+                              known_labels)
+    if adjust is not None:
+        manifest = adjust(manifest)
     if config.dedup:
         manifest.duplicates = {"count": sum(r["reason"] == "duplicate" for r in rejected),
                                "cross_split": dict(sorted(Counter(cross_split).items()))}
@@ -170,10 +178,12 @@ def finish(results: list[ShardResult], config: BuildConfig, *, plans: list[dict]
 
 
 def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardResult], plans: Mapping[str, SplitPlan],
-                   rejected: Sequence[dict], tally: Tally, labels: Sequence[str], has_skipped_files: bool) -> Manifest:
+                   rejected: Sequence[dict], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
+                   known_labels: Sequence[str] = ()) -> Manifest:
     """The manifest for a finished build, with each split's index merged from its shards' parts;
-    InternalError if a shard is missing or the accounting does not close."""
-    names = sorted(labels)
+    InternalError if a shard is missing or the accounting does not close. Label ids are the sorted names,
+    after `known_labels`, which keep theirs."""
+    names = label_order(labels, known_labels)
     splits = {}
     longest: Counter = Counter()
     for r in results:
@@ -280,7 +290,8 @@ def publish(config: BuildConfig, run: RunInfo, manifest: Manifest, results: Sequ
     storage.delete(storage.join(out, MANIFEST_NAME))
     new_names = {r.name for r in results}
     for name in storage.list_names(out):
-        if (_SHARD_FILE.match(name) and name not in new_names) or name in _DATASET_FILES or _INDEX_FILE.match(name):
+        if ((_SHARD_FILE.match(name) and name not in new_names) or name in _DATASET_FILES or _INDEX_FILE.match(name)
+                or REPORT_FILE.match(name)):
             storage.delete(storage.join(out, name))
     crash_point("publish-old-removed")
     for i, r in enumerate(sorted(results, key=lambda r: r.name)):

@@ -20,6 +20,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from shard_utils import fragments, index, inputs, listings, plan, runlock, storage
 from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_batch, framed, reject
+from shard_utils.generations import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.listings import ListingOptions
 
@@ -184,15 +185,17 @@ class EncodeMedia(beam.PTransform):
     Main output: FragmentInfo; tagged `rejected`: dicts for items that are not usable media; with an
     embedding model, records are not framed here but go out tagged `prepared` (encode.Prepared) to
     EmbedRecords. Locally the work runs in a pool of `config.workers` processes; on Dataflow inline.
+    `known_labels` (an append: the dataset's labels) keep their ids; other labels follow in sorted order.
     """
 
-    def __init__(self, config: BuildConfig, labels, run):
+    def __init__(self, config: BuildConfig, labels, run, known_labels: tuple[str, ...] = ()):
         super().__init__()
-        self.config, self.labels, self.run = config, labels, run
+        self.config, self.labels, self.run, self.known_labels = config, labels, run, tuple(known_labels)
 
     def expand(self, media):
         return media | "Encode" >> beam.ParDo(
-            _EncodeFn(self.config), beam.pvalue.AsList(self.labels), beam.pvalue.AsSingleton(self.run)
+            _EncodeFn(self.config, self.known_labels), beam.pvalue.AsList(self.labels),
+            beam.pvalue.AsSingleton(self.run)
         ).with_outputs("rejected", "prepared", main="fragments")
 
 
@@ -240,8 +243,9 @@ def _count_encoded(outcome) -> None:
 
 
 class _EncodeFn(beam.DoFn):
-    def __init__(self, config: BuildConfig):
+    def __init__(self, config: BuildConfig, known_labels: tuple[str, ...] = ()):
         self.config = config
+        self.known_labels = known_labels
         self._settings: EncodeSettings | None = None
         self._pool: LocalPool | None = None
 
@@ -284,7 +288,8 @@ class _EncodeFn(beam.DoFn):
             cfg = self.config
             self._settings = EncodeSettings(
                 image=cfg.image, seed=cfg.seed, splits=cfg.splits,
-                label_ids={name: i for i, name in enumerate(sorted(labels))}, label_offset=cfg.label_offset,
+                label_ids={name: i for i, name in enumerate(label_order(labels, self.known_labels))},
+                label_offset=cfg.label_offset,
                 extras=cfg.listing.extras, video=cfg.video, frame_now=cfg.embed is None)
         return self._settings
 
@@ -613,20 +618,23 @@ class FinalizeDataset(beam.PTransform):
     with one line when planning failed or too many files were rejected.
 
     Input: a dict of PCollections: shards, plans, failure, rejected, skipped_files, tally, labels, run,
-    cross_split.
+    cross_split, and any others a custom `finish` (default publish.finish) takes as lists, by name.
     """
 
-    def __init__(self, config: BuildConfig):
+    STANDARD = ("shards", "plans", "failure", "rejected", "skipped_files", "tally", "labels", "run", "cross_split")
+
+    def __init__(self, config: BuildConfig, finish=None):
         super().__init__()
-        self.config = config
+        self.config, self.finish = config, finish or publish.finish
 
     def expand(self, pcolls):
         side = beam.pvalue
+        extra = {name: side.AsList(p) for name, p in pcolls.items() if name not in self.STANDARD}
         return (
             pcolls["shards"]
             | "AllShards" >> beam.combiners.ToList()
             | "Publish" >> beam.Map(
-                publish_or_fail, self.config,
+                publish_or_fail, self.config, self.finish, **extra,
                 plans=side.AsList(pcolls["plans"]),
                 failure=side.AsList(pcolls["failure"]),
                 rejected=side.AsList(pcolls["rejected"]),
@@ -638,11 +646,11 @@ class FinalizeDataset(beam.PTransform):
         )
 
 
-def publish_or_fail(results: list, config: BuildConfig, **side) -> str:
-    """publish.finish; a build that cannot publish fails the job with its one line (Dataflow, templates), or,
-    locally, reports that line through a metric for the driver to raise (no worker traceback)."""
+def publish_or_fail(results: list, config: BuildConfig, finish=publish.finish, **side) -> str:
+    """finish (publish.finish); a build that cannot publish fails the job with its one line (Dataflow,
+    templates), or, locally, reports that line through a metric for the driver to raise (no worker traceback)."""
     try:
-        return publish.finish(results, config, **side)
+        return finish(results, config, **side)
     except (plan.PlanError, UsageError) as exc:
         if not config.failures_in_metrics:
             raise

@@ -17,6 +17,8 @@ from .plan import SHARD_PATTERN, InternalError
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
+# Version 2 also carries, once a dataset has been appended to, `generations` and each later shard's `generation`;
+# both are optional, so a manifest without them (a dataset built once) is unchanged.
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.jsonl"
 SKIPPED_NAME = "skipped.jsonl"
@@ -38,6 +40,26 @@ class Shard:
     num_bytes: int
     crc32c: str
     sha256: str
+    generation: int = 0  # which build (0) or append (1, 2, ...) wrote it
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One build (generation 0) or append of a dataset, with its own accounting:
+    files_seen = its records + rejected + skipped. `already_in_dataset` counts the files it found already there
+    (not counted in files_seen)."""
+
+    generation: int
+    created: str
+    input: str
+    files_seen: int
+    num_records: dict[str, int]  # per split (splits it added nothing to are absent)
+    num_shards: dict[str, int]
+    rejected: int
+    skipped: int
+    already_in_dataset: int = 0
+    labels_added: list[str] = field(default_factory=list)
+    tool_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,7 @@ class Manifest:
     multi_label: bool = False
     embedding: dict[str, Any] | None = None  # key, dim, shape, model, model_sha256, preprocess, input_size
     duplicates: dict[str, Any] | None = None  # with --dedup: count, cross_split {"train|test": n}
+    generations: list[Generation] | None = None  # None: built once (every shard is generation 0)
     format_version: int = FORMAT_VERSION
     location: str = field(default="", compare=False)
 
@@ -115,9 +138,14 @@ class Manifest:
         for split in out["splits"].values():
             if split["index"] is None:
                 split.pop("index")
+            for shard in split["shards"]:
+                if not shard["generation"]:
+                    shard.pop("generation")
         order = ["format_version", "tool_version", "created", "input", "options", "media", "features", "labels",
                  "label_offset", "multi_label", "image_size", "embedding", "num_cores", "num_hosts", "files_seen",
-                 "splits", "rejected", "skipped", "duplicates"]
+                 "splits", "rejected", "skipped", "duplicates", "generations"]
+        if out["generations"] is None:
+            order.remove("generations")
         return {k: out[k] for k in order}
 
     def to_json(self) -> str:
@@ -164,7 +192,8 @@ def _shard(obj: Any, where: str) -> Shard:
         raise ManifestError(f"{where}: crc32c {crc!r} is not a base64 CRC32C")
     if not _SHA256.match(sha):
         raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
-    return Shard(path, _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1), crc, sha)
+    generation = _count(obj, "generation", where) if "generation" in obj else 0
+    return Shard(path, _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1), crc, sha, generation)
 
 
 def _split(name: str, obj: Any) -> Split:
@@ -247,6 +276,12 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     if seen != written + n_rejected + n_skipped:
         raise ManifestError(f"manifest accounting does not close: files_seen {seen} != records {written} "
                             f"+ rejected {n_rejected} + skipped {n_skipped}")
+    generations = None
+    if obj.get("generations") is not None:
+        generations = _generations(obj["generations"])
+        check_generations(generations, splits, seen, n_rejected, n_skipped)
+    else:
+        _all_first_generation(splits)
     return Manifest(
         tool_version=str(obj.get("tool_version", "")), created=str(obj.get("created", "")),
         input=str(obj.get("input", "")), options=dict(_get(obj, "options", dict, "manifest")),
@@ -256,8 +291,82 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         num_hosts=_count(obj, "num_hosts", "manifest", 1) if "num_hosts" in obj else 1,
         media=media, label_offset=label_offset, multi_label=multi_label,
         embedding=dict(embedding) if embedding is not None else None,
-        duplicates=dict(duplicates) if duplicates is not None else None,
+        duplicates=dict(duplicates) if duplicates is not None else None, generations=generations,
         format_version=version, location=location)
+
+
+def _counts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, int]:
+    value = _get(obj, key, dict, where)
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+               for k, v in value.items()):
+        raise ManifestError(f"{where}: {key} must map split names to non-negative integers")
+    return dict(value)
+
+
+def _generation(i: int, obj: Any) -> Generation:
+    where = f"generation {i}"
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    if _count(obj, "generation", where) != i:
+        raise ManifestError(f"{where}: field 'generation' is {obj['generation']}; generations must be numbered "
+                            "0, 1, 2, ... in order")
+    added = obj.get("labels_added", [])
+    if not isinstance(added, list) or not all(isinstance(x, str) for x in added):
+        raise ManifestError(f"{where}: labels_added must be a list of strings")
+    return Generation(
+        generation=i, created=_get(obj, "created", str, where), input=_get(obj, "input", str, where),
+        files_seen=_count(obj, "files_seen", where), num_records=_counts(obj, "num_records", where),
+        num_shards=_counts(obj, "num_shards", where), rejected=_count(obj, "rejected", where),
+        skipped=_count(obj, "skipped", where),
+        already_in_dataset=_count(obj, "already_in_dataset", where) if "already_in_dataset" in obj else 0,
+        labels_added=list(added), tool_version=str(obj.get("tool_version", "")))
+
+
+def _generations(raw: Any) -> list[Generation]:
+    if not isinstance(raw, list) or not raw:
+        raise ManifestError("manifest: generations must be null or a non-empty list")
+    return [_generation(i, g) for i, g in enumerate(raw)]
+
+
+def check_generations(generations: Sequence[Generation], splits: Mapping[str, Split], seen: int, rejected: int,
+                      skipped: int) -> None:
+    """Each generation's accounting closes, its counts match its shards, shards come in generation order,
+    and the generations add up to the manifest's totals; ManifestError naming the first mismatch."""
+    last = len(generations) - 1
+    for name, split in splits.items():
+        previous = 0
+        for i, shard in enumerate(split.shards):
+            if not previous <= shard.generation <= last:
+                raise ManifestError(f"split {name!r} shard {i}: generation {shard.generation} is out of order or not "
+                                    f"one of the manifest's generations 0..{last}")
+            previous = shard.generation
+    for g in generations:
+        where = f"generation {g.generation}"
+        unknown = sorted(set(g.num_records) - set(splits))
+        if unknown or set(g.num_shards) != set(g.num_records):
+            raise ManifestError(f"{where}: num_records and num_shards must name the same splits of the dataset")
+        for name, split in splits.items():
+            mine = [s for s in split.shards if s.generation == g.generation]
+            if len(mine) != g.num_shards.get(name, 0) or sum(s.num_records for s in mine) != g.num_records.get(name, 0):
+                raise ManifestError(f"{where}: split {name!r} has {len(mine)} shards of "
+                                    f"{sum(s.num_records for s in mine)} records, the generation says "
+                                    f"{g.num_shards.get(name, 0)} of {g.num_records.get(name, 0)}")
+        if g.files_seen != sum(g.num_records.values()) + g.rejected + g.skipped:
+            raise ManifestError(f"{where}: accounting does not close: files_seen {g.files_seen} != records "
+                                f"{sum(g.num_records.values())} + rejected {g.rejected} + skipped {g.skipped}")
+    totals = (sum(g.files_seen for g in generations), sum(g.rejected for g in generations),
+              sum(g.skipped for g in generations))
+    if totals != (seen, rejected, skipped):
+        raise ManifestError(f"manifest: the generations' files_seen/rejected/skipped add up to {totals}, the manifest "
+                            f"says {(seen, rejected, skipped)}")
+
+
+def _all_first_generation(splits: Mapping[str, Split]) -> None:
+    for name, split in splits.items():
+        for i, shard in enumerate(split.shards):
+            if shard.generation:
+                raise ManifestError(f"split {name!r} shard {i}: generation {shard.generation}, but the manifest lists "
+                                    "no generations")
 
 
 def parse(text: bytes | str, location: str = "") -> Manifest:

@@ -6,10 +6,12 @@ Features follow the records' keys, which TFDS reads as nested dicts:
 
     {"image": {"encoded": Image(jpeg), "class": {"label": ClassLabel(names)}, "source_id": Text}}
 
-so `example["image"]["encoded"]` is a uint8 image and `example["image"]["class"]["label"]` the label
-(a Sequence of ClassLabel for a multi-label dataset). TFDS's JSON parsers are strict: nothing else is
-written. With a `label_offset`, the first `label_offset` class names are placeholders (`unused-0`, ...),
-as the stored ids are shifted by that much.
+so `example["image"]["encoded"]` is a uint8 image and `example["image"]["class"]["label"]` the label (a
+Sequence of ClassLabel for a multi-label dataset). A dataset grown by appends has one TFDS split per
+generation (TFDS allows one filepathTemplate per split): `train`, `train-g001`, ...; `split_expression(m,
+"train")` gives `"train+train-g001"`, the whole split, for `builder.as_dataset(split=...)`. TFDS's JSON
+parsers are strict: nothing else is written. With a `label_offset`, the first `label_offset` class names
+are placeholders (`unused-0`, ...), as the stored ids are shifted by that much.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import re
 from typing import Any
 
 from . import plan
-from .manifest import Manifest
+from .generations import generation_split
+from .manifest import Manifest, Shard
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
@@ -37,7 +40,7 @@ def tfds_files(m: Manifest, *, name: str = "tpu_shards", version: str = "1.0.0")
     names = class_names(m)
     info = {"name": name, "version": version, "fileFormat": "tfrecord",
             "description": f"Image classification records written by tpu-shards {m.tool_version}".strip(),
-            "splits": [_split_info(split, m) for split in m.splits]}
+            "splits": [info for split in m.splits for info in _split_infos(split, m)]}
     return {
         DATASET_INFO: _json(info),
         FEATURES: _json(_features(m, len(names))),
@@ -58,13 +61,31 @@ def class_names(m: Manifest) -> list[str]:
     return names
 
 
-def _split_info(split: str, m: Manifest) -> dict[str, Any]:
+def split_expression(m: Manifest, split: str) -> str:
+    """The TFDS split expression reading every generation of `split`: `train`, or `train+train-g001+...`."""
+    return "+".join(generation_split(split, g) for g in _by_generation(m.split(split).shards))
+
+
+def _by_generation(shards: list[Shard]) -> dict[int, list[Shard]]:
+    groups: dict[int, list[Shard]] = {}
+    for shard in shards:
+        groups.setdefault(shard.generation, []).append(shard)
+    return groups
+
+
+def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:
+    """One TFDS split per generation of `split`."""
     if not _SPLIT.match(split):
         raise ValueError(f"split {split!r} is not a TFDS split name (letters, digits, '_' and '-' only)")
-    entry = m.split(split)
-    template = _template(split, [s.path for s in entry.shards])
-    return {"name": split, "numBytes": str(entry.num_bytes), "shardLengths": [str(s.num_records) for s in entry.shards],
-            "filepathTemplate": template}
+    out = []
+    for generation, shards in _by_generation(m.split(split).shards).items():
+        name = generation_split(split, generation)
+        if generation and name in m.splits:
+            raise ValueError(f"split {name!r} is both a split and generation {generation} of split {split!r}")
+        out.append({"name": name, "numBytes": str(sum(s.num_bytes for s in shards)),
+                    "shardLengths": [str(s.num_records) for s in shards],
+                    "filepathTemplate": _template(name, [s.path for s in shards])})
+    return out
 
 
 def _template(split: str, paths: list[str]) -> str:

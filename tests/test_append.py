@@ -1,0 +1,294 @@
+"""build --append on the real runner: a new generation of shards, the old ones byte for byte, every reader sees all."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import photo, run_cli, run_job, write_images
+from readers import records
+
+from shard_utils import generations, manifest, plan, schema
+from shard_utils.manifest import ManifestError, load
+from shard_utils.verify import verify
+
+OPTS = ("--num-cores", "2", "--splits", "train=0.75,validation=0.25", "--image-size", "24")
+
+
+def add_images(root: Path, label: str, count: int, seed: int, stem: str = "new") -> list[Path]:
+    """`count` new, distinct JPEGs under root/label."""
+    folder = root / label
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = folder / f"{stem}{i:03d}.jpg"
+        photo(40, 30, seed + i).save(path, "JPEG", quality=90)
+        paths.append(path)
+    return paths
+
+
+def files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def quiet(fn, *args):
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = fn(*args)
+    return result, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def appended(tmp_path_factory):
+    """A dataset built from cat/dog, then appended to with new cats and a new label, bird."""
+    base = tmp_path_factory.mktemp("append")
+    root = base / "images"
+    write_images(root, {"cat": 12, "dog": 12}, size=(40, 30))
+    out = base / "out"
+    first, _ = quiet(run_job, root, out, *OPTS)
+    before = files(out)
+    add_images(root, "cat", 7, seed=5000, stem="more")  # 4 of the 14 new files go to validation
+    add_images(root, "bird", 7, seed=6000, stem="more")
+    grown, printed = quiet(run_job, root, out, "--append", *OPTS)
+    return SimpleNamespace(root=root, out=out, first=first, before=before, grown=grown, printed=printed)
+
+
+def test_old_shards_and_reports_are_byte_identical_and_a_generation_is_added(appended):
+    first, grown, out = appended.first, appended.grown, appended.out
+    after = files(out)
+    old_names = [s.path for split in first.splits.values() for s in split.shards] + ["rejected.jsonl"]
+    assert all(after[name] == appended.before[name] for name in old_names)
+    assert [g.generation for g in grown.generations] == [0, 1]
+    assert grown.generations[1].already_in_dataset == 24 and grown.generations[1].files_seen == 14
+    assert sum(grown.generations[1].num_records.values()) == 14 and grown.files_seen == 38
+    for name, split in grown.splits.items():
+        assert split.shards[:len(first.splits[name].shards)] == first.splits[name].shards
+        new = [s for s in split.shards if s.generation == 1]
+        assert [s.path for s in new] == [generations.shard_name(name, 1, i, len(new)) for i in range(len(new))]
+        sizes = [s.num_records for s in new]
+        assert len(new) % 2 == 0 and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+        assert sum(sizes) == grown.generations[1].num_records[name]
+        assert [len(records(out / s.path)) for s in new] == sizes
+        assert split.index.path == generations.index_name(name, 1)
+    # Files only the old manifest named are gone; nothing temporary is left.
+    assert not any(n.endswith(".index.avro") and ".g001." not in n for n in after)
+    assert not (out / ".tpu-shards-tmp").exists()
+    assert "appended generation 1" in appended.printed and "bird (id 2)" in appended.printed
+
+
+def test_new_label_gets_the_next_id_and_old_ids_never_change(appended):
+    first, grown, out = appended.first, appended.grown, appended.out
+    assert first.labels == ["cat", "dog"] and grown.labels == ["cat", "dog", "bird"]
+    assert grown.generations[1].labels_added == ["bird"]
+    seen = {}
+    for split in grown.splits.values():
+        for shard in split.shards:
+            for r in records(out / shard.path):
+                seen[r[schema.SOURCE_ID].decode()] = (r[schema.LABEL], r[schema.LABEL_TEXT].decode())
+    assert len(seen) == 38
+    assert all(grown.labels[label] == text == source.split("/")[0] for source, (label, text) in seen.items())
+    total = {name: sum(s.class_counts[name] for s in grown.splits.values()) for name in grown.labels}
+    assert total == {"cat": 19, "dog": 12, "bird": 7}
+
+
+def test_hosts_stay_balanced_across_generations(appended):
+    grown = appended.grown
+    for split in grown.splits.values():
+        for hosts in (1, 2):
+            per_host = [sum(s.num_records for s in split.shards[h::hosts]) for h in range(hosts)]
+            assert max(per_host) - min(per_host) <= 1, per_host
+
+
+def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
+    out, grown = appended.out, appended.grown
+    assert verify(str(out), deep=True) == []
+    from shard_utils.random_access import RandomAccessSource
+
+    ids = set()
+    for name in grown.splits:
+        src = RandomAccessSource(str(out), name)
+        assert len(src) == grown.splits[name].num_records
+        ids |= {schema.decode_example(src[i])[schema.SOURCE_ID].decode() for i in range(len(src))}
+    assert len(ids) == 38 and "bird/more000.jpg" in ids
+
+    from shard_utils.loader import make_dataset
+
+    for name in grown.splits:
+        ds = make_dataset(str(out), name, batch_size=1, training=False)
+        assert sum(int(w[0]) for _, _, w in ds.as_numpy_iterator()) == grown.splits[name].num_records
+
+    import tensorflow_datasets as tfds
+
+    from shard_utils.tfds_meta import split_expression
+
+    builder = tfds.builder_from_directory(str(out))
+    assert split_expression(grown, "train") == "train+train-g001"
+    for name in grown.splits:
+        labels = [int(e["image"]["class"]["label"]) for e in builder.as_dataset(split=split_expression(grown, name))]
+        assert len(labels) == grown.splits[name].num_records and max(labels) <= 2
+
+
+def test_nothing_new_is_one_message_and_exit_0(appended):
+    before = files(appended.out)
+    done = run_cli("build", "--append", "--input", appended.root, "--output", appended.out, *OPTS)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to append" in done.stdout and "38 already in it" in done.stdout
+    assert files(appended.out) == before and not (appended.out / ".tpu-shards-tmp").exists()
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A fresh single-split dataset (2 cores) to grow or break."""
+    root = tmp_path / "images"
+    write_images(root, {"cat": 6, "dog": 6}, size=(40, 30))
+    out = tmp_path / "out"
+    quiet(run_job, root, out, "--num-cores", "2")
+    return root, out
+
+
+def test_too_few_new_records_is_one_line_and_nothing_changes(small):
+    root, out = small
+    before = files(out)
+    add_images(root, "dog", 1, seed=7000)
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "tpu-shards: error: split 'train': 1 new records cannot fill the 2 shards (num_cores x num_hosts) of a new "
+        "generation without empty ones; nothing was written (append when there are at least 2 new files for it)"]
+    assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small):
+    root, out = small
+    before = files(out)
+    (root / "dog" / "broken.jpg").write_bytes(b"not a JPEG")
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: nothing to append: none of the new files could "
+                                                   "be used; nothing was written; rejected: 1 not_image")
+    assert files(out) == before
+
+
+def test_other_options_than_the_first_build_are_refused(small):
+    root, out = small
+    add_images(root, "dog", 4, seed=7100)
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2", "--image-size", "16")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("tpu-shards: error: cannot append to " + str(out) + ": it was built with "
+                                   "--image-size (not given), this append gives 16,16; an append uses the first "
+                                   "build's options (reshard or rebuild to change them)")
+    nothing = run_cli("build", "--append", "--input", root, "--output", out.parent / "none", "--num-cores", "2")
+    assert nothing.returncode == 2 and "build it first without --append" in nothing.stderr
+
+
+def test_dedup_drops_new_files_with_the_bytes_of_a_record(small):
+    root, out = small
+    (root / "bird").mkdir()
+    (root / "bird" / "copy_of_cat.jpg").write_bytes((root / "cat" / "img0002.jpg").read_bytes())
+    add_images(root, "bird", 3, seed=7200)
+    grown, _ = quiet(run_job, root, out, "--append", "--num-cores", "2", "--dedup")
+    rejected = [json.loads(line) for line in (out / grown.rejected["path"]).read_text().splitlines()]
+    assert rejected == [{"source": "bird/copy_of_cat.jpg", "reason": "duplicate", "generation": 1,
+                         "message": "same bytes as cat/img0002.jpg (already in the dataset, in split train)"}]
+    assert grown.generations[1].num_records == {"train": 3} and grown.duplicates["count"] == 1
+    assert grown.rejected == {"count": 1, "by_reason": {"duplicate": 1}, "path": "rejected.g001.jsonl"}
+    assert verify(str(out), deep=True) == []
+    # The rejected copy is accounted for: the next append does not read it again.
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2", "--dedup")
+    assert done.returncode == 0 and "nothing to append" in done.stdout and "16 already in it" in done.stdout
+
+
+@pytest.mark.parametrize("stage", ["publish-start", "publish-renaming", "publish-before-manifest"])
+def test_kill_while_publishing_an_append_leaves_the_old_dataset(small, stage):
+    root, out = small
+    before = files(out)
+    add_images(root, "bird", 4, seed=7300)
+    killed = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2",
+                     env={"TPU_SHARDS_KILL_AT": stage})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert verify(str(out), deep=True) == []
+    after = files(out)
+    assert {n: after[n] for n in before} == before  # the manifest and every file it names
+    assert load(str(out)).generations is None
+    rerun = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
+    assert rerun.returncode == 0, rerun.stderr
+    grown = load(str(out))
+    assert grown.generations[1].num_records == {"train": 4} and verify(str(out), deep=True) == []
+    named = {s.path for s in grown.splits["train"].shards} | {grown.splits["train"].index.path}
+    assert {n for n in files(out) if n.endswith((".tfrecord", ".avro"))} == named  # no leftovers
+
+
+def test_append_on_a_bucket(gcs, tmp_path):
+    root = tmp_path / "images"
+    write_images(root, {"cat": 4, "dog": 4}, size=(40, 30))
+    raw = gcs.new_bucket("append-raw")
+    out = f"gs://{gcs.new_bucket('append-out')}/ds"
+    gcs.upload_tree(root, raw, "photos")
+    quiet(run_job, f"gs://{raw}/photos", out, "--num-cores", "2")
+    add_images(root, "bird", 4, seed=7400)
+    gcs.upload_tree(root / "bird", raw, "photos/bird")
+    grown, _ = quiet(run_job, f"gs://{raw}/photos", out, "--append", "--num-cores", "2")
+    assert grown.labels == ["cat", "dog", "bird"] and grown.splits["train"].num_records == 12
+    assert verify(out, deep=True) == []
+    bucket = out[5:].split("/")[0]
+    assert sorted(n for n in gcs.names(bucket) if n.endswith(".tfrecord")) == [
+        "ds/train-00000-of-00002.tfrecord", "ds/train-00001-of-00002.tfrecord",
+        "ds/train-g001-00000-of-00002.tfrecord", "ds/train-g001-00001-of-00002.tfrecord"]
+
+
+# ---------------------------------------------------------------------------------------------- pure pieces
+
+
+def test_host_offset_deals_extra_records_round_robin_across_generations():
+    assert generations.host_offset([13, 12], 2) == 1
+    assert generations.host_offset([3, 3, 2, 2], 4) == 2
+    assert generations.host_offset([5, 5, 5, 5], 4) == 0
+    per_host = [0] * 4
+    shards: list[int] = []
+    for records_ in (10, 7, 5, 13, 6):  # five generations of 4 shards each
+        offset = generations.host_offset(shards, 4)
+        sizes = plan.shard_sizes(records_, 4)
+        placed = [0] * 4
+        for k, n in enumerate(sizes):
+            placed[generations.position(k, 4, offset)] = n
+        shards += placed
+        per_host = [sum(shards[h::4]) for h in range(4)]
+        assert max(per_host) - min(per_host) <= 1, (records_, per_host)
+
+
+def test_label_order_keeps_known_ids():
+    assert generations.label_order({"dog", "cat"}) == ["cat", "dog"]
+    assert generations.label_order({"ant", "dog", "zebra"}, ["dog", "cat"]) == ["dog", "cat", "ant", "zebra"]
+
+
+def test_manifest_generations_are_checked(appended):
+    text = json.loads((appended.out / "manifest.json").read_text())
+    assert manifest.from_dict(text).generations[1].labels_added == ["bird"]
+    bad = json.loads(json.dumps(text))
+    bad["generations"][1]["num_records"]["train"] += 1
+    with pytest.raises(ManifestError, match="generation 1: split 'train' has"):
+        manifest.from_dict(bad)
+    bad = json.loads(json.dumps(text))
+    del bad["generations"]
+    with pytest.raises(ManifestError, match="lists no generations"):
+        manifest.from_dict(bad)
+    bad = json.loads(json.dumps(text))
+    bad["generations"][1]["generation"] = 5
+    with pytest.raises(ManifestError, match="numbered 0, 1, 2"):
+        manifest.from_dict(bad)
+
+
+def test_a_build_with_overwrite_replaces_every_generation(small):
+    root, out = small
+    add_images(root, "bird", 4, seed=7500)
+    quiet(run_job, root, out, "--append", "--num-cores", "2")
+    (root / "cat" / "img0000.jpg").unlink()
+    rebuilt, _ = quiet(run_job, root, out, "--num-cores", "2", "--overwrite")
+    assert rebuilt.generations is None and rebuilt.splits["train"].num_records == 15
+    names = sorted(files(out))
+    assert not [n for n in names if ".g0" in n or "-g0" in n], names
+    assert verify(str(out), deep=True) == []
