@@ -50,5 +50,5 @@ setup(
             "tensorflow-datasets>=4.9.10,<4.10",
         ],
     },
-    entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:main"]},
+    entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:console"]},
 )

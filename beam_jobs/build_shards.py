@@ -269,11 +269,11 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
             if created:
                 _remove_if_empty(config.output)
             raise
-    built = manifest.load(args.output)
-    print(summary(built, time.monotonic() - started, runner, workers))
-    counters = metrics_summary(result)
-    if counters:
-        print(counters)
+        built = manifest.load(args.output)  # still under Ctrl-C handling: it would say the dataset is published
+        print(summary(built, time.monotonic() - started, runner, workers))
+        counters = metrics_summary(result)
+        if counters:
+            print(counters)
     return built
 
 
@@ -386,4 +386,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import exit_now
+
+    exit_now(main())

@@ -152,6 +152,22 @@ COMMANDS = {"build": build_command, "verify": verify_command, "inspect": inspect
             "extract": extract_command, "reshard": reshard_command}
 
 
+def exit_now(code: int) -> None:
+    """End the process with `code` once the command is done: output flushed, no interpreter teardown.
+
+    Beam's runner leaves threads that the interpreter's shutdown can wait on (and a Ctrl-C landing during
+    that shutdown would kill the process without a word); everything the command wrote is complete here.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def console() -> None:
+    """The `tpu-shards` program."""
+    exit_now(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -162,4 +178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -75,6 +75,7 @@ def fit(args) -> dict:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       weighted_metrics=["accuracy", WeightSum()], steps_per_execution=spe)
 
+    keras.utils.set_random_seed(0)  # the model's initial weights: the fit's outcome does not depend on luck
     train = strategy.distribute_datasets_from_function(train_fn)
     val = strategy.distribute_datasets_from_function(eval_fn)
     steps = loader.steps_per_epoch(manifest, "train", gb)

@@ -99,7 +99,8 @@ small_targets = st.integers(1, 1024)
 def test_resize_gives_the_requested_size_for_any_source(width, height, target_h, target_w, mode):
     out = resize(Image.new("RGB", (width, height), (10, 20, 30)), (target_h, target_w), mode)
     check_size(out.size, width, height, (target_h, target_w), mode)
-    assert np.abs(np.asarray(out, dtype=np.int16) - (10, 20, 30)).max() <= 1
+    # A flat colour stays flat; reducing by factors in the thousands (Pillow reduce() then resize) may round by 2.
+    assert np.abs(np.asarray(out, dtype=np.int16) - (10, 20, 30)).max() <= 2
 
 
 @settings(max_examples=100, deadline=None)
