@@ -32,7 +32,7 @@ from .build_shards import _inside, check_input, check_listing_root, counter_tota
 from .config import BuildConfig
 from .errors import UsageError
 from .listing_io import prepare_listings
-from .running import execute
+from .running import execute, guard_interrupts
 from .transforms import (LIST_CHUNK, DistinctLabels, EncodeMedia, FinalizeDataset, ListListedMedia, ListMedia,
                          PlanShards, StartRun, WriteShards, count, new_run_id, without_dropped)
 
@@ -310,11 +310,11 @@ def run_append(args, beam_args) -> manifest.Manifest:
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
         run_id=new_run_id(now), created=now.isoformat(timespec="seconds"), listing=listing, local=local)
     config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
-    old = open_dataset(config)
-    started = time.monotonic()
-    result = execute(config, opts, lambda p: build_append_pipeline(p, config, old), had_dataset=True,
-                     show_progress=args.progress)
-    after = manifest.load(args.output)
+    with guard_interrupts(config, local):
+        old = open_dataset(config)
+        started = time.monotonic()
+        result = execute(config, opts, lambda p: build_append_pipeline(p, config, old), show_progress=args.progress)
+        after = manifest.load(args.output)
     seconds = time.monotonic() - started
     totals = counter_totals(result)
     if after.created == old.created:

@@ -6,12 +6,10 @@ The graph reads like the data flow: list -> encode -> plan -> write -> publish.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 from dataclasses import replace
 import sys
-import threading
 import time
 from typing import Sequence
 
@@ -20,12 +18,10 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   StandardOptions)
 
 from shard_utils import inputs, manifest, runlock, storage
-from shard_utils.plan import PlanError
 
-from . import options, progress, publish
+from . import options, publish, running
 from .config import BuildConfig
 from .errors import UsageError
-from .interrupt import LocalInterrupts
 from .listing_io import prepare_listings
 from .transforms import (DistinctLabels, EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
                          ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, new_run_id, without_dropped)
@@ -133,7 +129,7 @@ def prepare_output(config: BuildConfig) -> bool:
         raise UsageError(str(exc)) from None
     except storage.StorageError as exc:
         if created:
-            _remove_if_empty(path)
+            running.remove_if_empty(path)
         raise UsageError(f"output {path} is not writable: {exc.reason}") from None
     publish.clean_stale_runs(config.temp_root, config.run_id)
     return created
@@ -162,43 +158,12 @@ def check_models_and_codecs(config: BuildConfig) -> BuildConfig:
     return replace(config, embed_info=tuple(info.to_json().items()))
 
 
-def _remove_if_empty(path: str) -> None:
-    try:
-        if not storage.is_gcs(path) and os.path.isdir(path) and not os.listdir(path):
-            os.rmdir(path)
-    except OSError:
-        pass
-
-
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     """Beam options with the in-process runner as the local default."""
     args = list(beam_args)
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         args.append(f"--runner={LOCAL_RUNNER}")
     return PipelineOptions(args)
-
-
-class LeaseKeeper:
-    """Renews the run's lock on the output in the background while the driver waits for the job."""
-
-    def __init__(self, output: str, run_id: str, every: float = runlock.LEASE_SECONDS / 4):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, args=(output, run_id, every), daemon=True,
-                                        name="tpu-shards-lease")
-
-    def _loop(self, output: str, run_id: str, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                runlock.renew(output, run_id)
-            except storage.StorageError:
-                pass  # tried again next time; the lease is long
-
-    def __enter__(self) -> "LeaseKeeper":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
 
 
 def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
@@ -235,92 +200,19 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
         local=runner in options.LOCAL_RUNNERS and not template)
     config = check_models_and_codecs(config)
     local = runner in options.LOCAL_RUNNERS
-    result = None
-    with contextlib.ExitStack() as stack:
-        if run_id is not None and local:  # from here on, Ctrl-C says what state the output is in
-            had_dataset = storage.exists(storage.join(config.output, manifest.MANIFEST_NAME))
-            stack.enter_context(LocalInterrupts(config, had_dataset))
+    with running.guard_interrupts(config, local):  # from the lock on, Ctrl-C says what state the output is in
         created = prepare_output(config)
         started = time.monotonic()
-        try:
-            if run_id is not None:
-                stack.enter_context(LeaseKeeper(config.output, run_id))
-            stack.enter_context(progress.showing(args.progress if local else False))
-            pipeline = beam.Pipeline(options=opts)
-            build_pipeline(pipeline, config)
-            result = pipeline.run()
-            if template:
-                print(f"tpu-shards: Dataflow template written to {template}")
-                return None
-            if local or args.progress is False:
-                result.wait_until_finish()
-            else:  # a remote job: its console link, then its counters every 30 s while it runs
-                progress.watch(result, 30, project=cloud.project, region=cloud.region)
-            raise_job_failure(result)
-        except BaseException:
-            if still_running(result):
-                # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects and lock.
-                job = getattr(result, "job_id", lambda: "")()
-                print(f"tpu-shards: stopped waiting; the job keeps running (gcloud dataflow jobs cancel {job} "
-                      f"--region {cloud.region or 'REGION'} to stop it)", file=sys.stderr)
-                raise
-            if run_id is not None:
-                abandon(config, run_id)
-            if created:
-                _remove_if_empty(config.output)
-            raise
-        built = manifest.load(args.output)  # still under Ctrl-C handling: it would say the dataset is published
+        result = running.execute(config, opts, lambda p: build_pipeline(p, config), created_output=created,
+                                 show_progress=args.progress)
+        if result is None:  # a template was written
+            return None
+        built = manifest.load(args.output)
         print(summary(built, time.monotonic() - started, runner, workers))
         counters = metrics_summary(result)
         if counters:
             print(counters)
     return built
-
-
-def abandon(config: BuildConfig, run_id: str) -> None:
-    """After a failed local run: remove its temporary data (keeping its reports) and give the lock back."""
-    temp = config.temp_dir(run_id)
-    try:
-        names = storage.list_names(temp)
-        for name in names:
-            if name.rstrip("/") != "report":
-                storage.delete_prefix(storage.join(temp, name.rstrip("/")))
-        if "report/" not in names:
-            publish.remove_run_folder(config.temp_root, temp)
-    except storage.StorageError:
-        pass  # removed by the next run into this output
-    try:
-        runlock.release(config.output, run_id)
-    except storage.StorageError:
-        pass  # the lease runs out on its own
-
-
-def raise_job_failure(result) -> None:
-    """Raise, as its own type, the one-line failure a local job reported through its `failure` metric."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    from .transforms import FAILURE_METRIC, NAMESPACE
-
-    try:
-        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(FAILURE_METRIC))
-    except Exception:  # noqa: BLE001 - a runner without metrics: remote runs fail the job instead
-        return
-    for metric in found.get("string_sets", []):
-        for text in sorted(metric.committed or metric.attempted or ()):
-            kind, _, message = text.partition(": ")
-            raise (UsageError if kind == "UsageError" else PlanError)(message)
-
-
-def still_running(result) -> bool:
-    """Whether a job may still be running after the driver stopped waiting (a remote runner, interrupted)."""
-    if result is None:  # the in-process runner returns only when the job is over
-        return False
-    from apache_beam.runners.runner import PipelineState
-
-    try:
-        return not PipelineState.is_terminal(result.state)
-    except Exception:  # noqa: BLE001 - state unknown: do not delete what a running job may need
-        return True
 
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",

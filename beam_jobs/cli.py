@@ -1,7 +1,6 @@
 """The `tpu-shards` command line: build, verify, inspect. Errors become one line and a non-zero exit."""
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re

@@ -60,7 +60,7 @@ class LocalInterrupts:
         state = []
 
         def clean() -> None:
-            from .build_shards import abandon
+            from .running import abandon
 
             state.append(describe_output(self.config, self.had_dataset))
             abandon(self.config, self.config.run_id)

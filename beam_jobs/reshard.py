@@ -41,7 +41,7 @@ from . import options, publish
 from .build_shards import counter_totals, pipeline_options, prepare_output, summary
 from .config import BuildConfig, RejectLimit, RunInfo
 from .errors import OneLineParser, UsageError
-from .running import execute
+from .running import execute, guard_interrupts
 from .transforms import FinalizeDataset, PlanShards, StartRun, WriteShards, count, new_run_id
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
@@ -357,19 +357,18 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     local = runner in options.LOCAL_RUNNERS and not template
     config = make_config(args, source, temp_root=publish.temp_root_for(args.dst, cloud.temp_location),
                          run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), local=local)
-    had_dataset = storage.exists(storage.join(args.dst, manifest.MANIFEST_NAME))
-    created = prepare_output(config)
-    started = time.monotonic()
-    result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source), had_dataset=had_dataset,
-                     created_output=created)
-    if result is None:
-        return None
-    built = manifest.load(args.dst)
-    print(summary(built, time.monotonic() - started, runner).replace(" wrote ", " resharded " + source.location
-                                                                      + " into ", 1))
-    totals = counter_totals(result)
-    if totals.get("records_copied"):
-        print(f"  counters: shards_read {totals.get('shards_read', 0)}, records_copied {totals['records_copied']}")
+    with guard_interrupts(config, local):
+        created = prepare_output(config)
+        started = time.monotonic()
+        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source), created_output=created)
+        if result is None:
+            return None
+        built = manifest.load(args.dst)
+        print(summary(built, time.monotonic() - started, runner).replace(" wrote ", " resharded " + source.location
+                                                                          + " into ", 1))
+        totals = counter_totals(result)
+        if totals.get("records_copied"):
+            print(f"  counters: shards_read {totals.get('shards_read', 0)}, records_copied {totals['records_copied']}")
     return built
 
 

@@ -1,40 +1,48 @@
-"""Running a job whose output is a dataset (an append, a reshard): lock lease, Ctrl-C, progress, failure.
-
-The same steps as `build_shards.run` around `pipeline.run()`, as one function that takes the graph to
-build, so every job that writes a dataset fails, is interrupted and cleans up the same way.
+"""Running a job whose output is a dataset (a build, an append, a reshard): lock lease, Ctrl-C, progress,
+failure, clean-up. One place, so every job that writes a dataset fails, is interrupted and cleans up alike.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import threading
 from typing import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from . import options, progress
-from .build_shards import LeaseKeeper, _remove_if_empty, abandon, raise_job_failure, still_running
+from shard_utils import manifest, runlock, storage
+from shard_utils.plan import PlanError
+
+from . import options, progress, publish
 from .config import BuildConfig
+from .errors import UsageError
+
+
+def guard_interrupts(config: BuildConfig, local: bool):
+    """Within the block, Ctrl-C ends a local run in one line saying what state the output is in."""
+    if config.run_id is None or not local:
+        return contextlib.nullcontext()
+    from .interrupt import LocalInterrupts
+
+    had_dataset = storage.exists(storage.join(config.output, manifest.MANIFEST_NAME))
+    return LocalInterrupts(config, had_dataset=had_dataset)
 
 
 def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pipeline], None], *,
-            had_dataset: bool, created_output: bool = False, show_progress: bool | None = False):
+            created_output: bool = False, show_progress: bool | None = False):
     """Build the graph, run it and wait; returns the PipelineResult (None when only a template was written).
 
-    A local run holds the output's lock with a lease and handles Ctrl-C; a failed run removes its temporary
-    data and gives the lock back; a known failure is raised as its one-line error."""
+    The run holds the output's lock with a lease; a failed run removes its temporary data and gives the
+    lock back; a known failure is raised as its one-line error."""
     runner = opts.view_as(StandardOptions).runner or ""
     cloud = opts.view_as(GoogleCloudOptions)
     local = runner in options.LOCAL_RUNNERS
-    interrupts = contextlib.nullcontext()
-    if config.run_id is not None and local:
-        from .interrupt import LocalInterrupts
-
-        interrupts = LocalInterrupts(config, had_dataset=had_dataset)
     lease = LeaseKeeper(config.output, config.run_id) if config.run_id else contextlib.nullcontext()
     result = None
     try:
-        with lease, interrupts, progress.showing(show_progress if local else False):
+        with lease, progress.showing(show_progress if local else False):
             pipeline = beam.Pipeline(options=opts)
             build(pipeline)
             result = pipeline.run()
@@ -43,11 +51,12 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
                 return None
             if local or show_progress is False:
                 result.wait_until_finish()
-            else:
+            else:  # a remote job: its console link, then its counters every 30 s while it runs
                 progress.watch(result, 30, project=cloud.project, region=cloud.region)
             raise_job_failure(result)
     except BaseException:
         if still_running(result):
+            # Ctrl-C while waiting for Dataflow: the job goes on and needs its temporary objects and lock.
             job = getattr(result, "job_id", lambda: "")()
             print(f"tpu-shards: stopped waiting; the job keeps running (gcloud dataflow jobs cancel {job} "
                   f"--region {cloud.region or 'REGION'} to stop it)", file=sys.stderr)
@@ -55,6 +64,85 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
         if config.run_id is not None:
             abandon(config, config.run_id)
         if created_output:
-            _remove_if_empty(config.output)
+            remove_if_empty(config.output)
         raise
     return result
+
+
+class LeaseKeeper:
+    """Renews the run's lock on the output in the background while the driver waits for the job."""
+
+    def __init__(self, output: str, run_id: str, every: float = runlock.LEASE_SECONDS / 4):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(output, run_id, every), daemon=True,
+                                        name="tpu-shards-lease")
+
+    def _loop(self, output: str, run_id: str, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                runlock.renew(output, run_id)
+            except storage.StorageError:
+                pass  # tried again next time; the lease is long
+
+    def __enter__(self) -> "LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+
+def abandon(config: BuildConfig, run_id: str) -> None:
+    """After a failed local run: remove its temporary data (keeping its reports) and give the lock back."""
+    temp = config.temp_dir(run_id)
+    try:
+        names = storage.list_names(temp)
+        for name in names:
+            if name.rstrip("/") != "report":
+                storage.delete_prefix(storage.join(temp, name.rstrip("/")))
+        if "report/" not in names:
+            publish.remove_run_folder(config.temp_root, temp)
+    except storage.StorageError:
+        pass  # removed by the next run into this output
+    try:
+        runlock.release(config.output, run_id)
+    except storage.StorageError:
+        pass  # the lease runs out on its own
+
+
+def raise_job_failure(result) -> None:
+    """Raise, as its own type, the one-line failure a local job reported through its `failure` metric."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from .transforms import FAILURE_METRIC, NAMESPACE
+
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(FAILURE_METRIC))
+    except Exception:  # noqa: BLE001 - a runner without metrics: remote runs fail the job instead
+        return
+    for metric in found.get("string_sets", []):
+        for text in sorted(metric.committed or metric.attempted or ()):
+            kind, _, message = text.partition(": ")
+            raise (UsageError if kind == "UsageError" else PlanError)(message)
+
+
+def still_running(result) -> bool:
+    """Whether a job may still be running after the driver stopped waiting (a remote runner, interrupted)."""
+    if result is None:  # the in-process runner returns only when the job is over
+        return False
+    from apache_beam.runners.runner import PipelineState
+
+    try:
+        return not PipelineState.is_terminal(result.state)
+    except Exception:  # noqa: BLE001 - state unknown: do not delete what a running job may need
+        return True
+
+
+def remove_if_empty(path: str) -> None:
+    try:
+        if not storage.is_gcs(path) and os.path.isdir(path) and not os.listdir(path):
+            os.rmdir(path)
+    except OSError:
+        pass
+
+

@@ -117,7 +117,7 @@ def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
     from shard_utils.loader import make_dataset
 
     for name in grown.splits:
-        ds = make_dataset(str(out), name, batch_size=1, training=False)
+        ds = make_dataset(str(out), name, batch_size=1, training=False, repeat=False)
         assert sum(int(w[0]) for _, _, w in ds.as_numpy_iterator()) == grown.splits[name].num_records
 
     import tensorflow_datasets as tfds

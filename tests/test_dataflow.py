@@ -99,7 +99,7 @@ def test_template_can_be_written_to_a_bucket_and_run_returns_none(gcs, tmp_path)
 def test_interrupted_wait_does_not_delete_a_running_jobs_temporary_objects():
     from apache_beam.runners.runner import PipelineResult, PipelineState
 
-    from beam_jobs.build_shards import still_running
+    from beam_jobs.running import still_running
 
     assert still_running(PipelineResult(PipelineState.RUNNING))  # Ctrl-C while Dataflow works on
     assert not still_running(PipelineResult(PipelineState.FAILED))

@@ -8,12 +8,10 @@ import json
 import os
 
 import numpy as np
-import pytest
 from conftest import photo, run_cli, run_job, write_images
-from readers import all_records, by_source, rejected
+from readers import by_source, rejected
 
 from shard_utils import schema
-from shard_utils.manifest import load
 from shard_utils.verify import verify
 
 

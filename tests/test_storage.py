@@ -6,17 +6,12 @@ request counts) or PreconditionProxy below (generation preconditions, which the 
 from __future__ import annotations
 
 import gc
-import http.client
-import json
 import multiprocessing
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
-import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import google_crc32c
