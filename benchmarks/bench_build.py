@@ -149,8 +149,8 @@ class Bench:
     def job(self, path: str, workers: int, count: int, profile: Path | None = None) -> dict:
         kind, flags, _ = JOB_PATHS.get(path, SMALL_PATH)
         log(f"job {path} x {count}, --workers {workers}{' (profiled)' if profile else ''}")
-        result = self.runs.job(f"{path}-{count}-w{workers}", self.input(kind, count), workers, *flags,
-                               profile=profile)
+        label = f"{path}-{count}-w{workers}" + ("-profiled" if profile else "")
+        result = self.runs.job(label, self.input(kind, count), workers, *flags, profile=profile)
         if profile is None:
             self.board.add_result(("job", path, workers, count), result)
         return result
@@ -164,6 +164,14 @@ class Bench:
         seconds = baselines.time_floor(self.input(kind, count), workers, self.work / "floor-out", decode)
         self.board.add(("floor" if decode else "floor-nodecode", kind, workers, count), seconds)
 
+    def encode_alone(self, path: str, workers: int, count: int) -> None:
+        kind, flags, _ = JOB_PATHS.get(path, SMALL_PATH)
+        quality = 75 if path == "reencode" else 95
+        validate = "structure" if path == "structure" else "decode"
+        log(f"the job's encode_batch alone, {path} x {count}, {workers} processes")
+        seconds = baselines.time_job_encode(self.input(kind, count), workers, quality, validate)
+        self.board.add(("encode", path, workers, count), seconds)
+
     def tfds(self, kind: str, count: int) -> None:
         log(f"TFDS builder {kind} x {count}")
         source = self.input("png" if kind == "png" else "jpg", count)
@@ -176,6 +184,11 @@ class Bench:
 
     def rate(self, key: tuple) -> float:
         return key[-1] / self.board.seconds(key)
+
+    def marginal(self, key: tuple, low: int, high: int) -> float:
+        """Images/s between two sizes of the same build: (high - low) / (t(high) - t(low)); less noisy than
+        the steady rate when the fixed start-up is a large part of the smaller build."""
+        return steady_rate(high, low, self.board.seconds((*key, high)), self.board.seconds((*key, low)))
 
 
 def worker_counts(text: str | None, cores: int, always: tuple[int, ...]) -> list[int]:
@@ -203,6 +216,7 @@ def measure_main(bench: Bench) -> None:
             bench.floor(w, n)
             bench.floor(w, n, decode=False)
             for path in JOB_PATHS:
+                bench.encode_alone(path, w, n)
                 bench.job(path, w, tiny)
                 bench.job(path, w, n)
         if not args.no_tfds:
@@ -248,6 +262,10 @@ def section_reencode(bench: Bench) -> str:
         rows.append([f"Pillow loop (decode + encode q75), {w} proc", w, fmt(b.seconds(("pillow", w, n)), 2),
                      fmt(pillow), "", "", ""])
     for w in sorted({1, all_w}):
+        key = ("encode", "reencode", w, n)
+        rows.append([f"job's encode_batch alone (no Beam), {w} proc", w, fmt(b.seconds(key), 2), fmt(bench.rate(key)),
+                     "", "", ""])
+    for w in sorted({1, all_w}):
         key = ("job", "reencode", w)
         rows.append([f"job --workers {w}", w, fmt(b.seconds((*key, n)), 2), fmt(bench.rate((*key, n))),
                      fmt(bench.steady(key, n)), fmt(b.seconds((*key, tiny)), 2), fmt(b.get((*key, n)).peak_mb, 0)])
@@ -259,6 +277,13 @@ def section_reencode(bench: Bench) -> str:
         targets = (f"  {verdict(e2e, 0.7)} / {verdict(steady, 0.8)}" if w == all_w else "")
         lines.append(f"  job / Pillow loop, {w} process(es): end to end {fmt(e2e, 2)}x, steady {fmt(steady, 2)}x"
                      + targets)
+    lines += overhead_lines(bench, ("reencode",))
+    if bench.args.big_factor:
+        big = n * bench.args.big_factor
+        marginal = bench.marginal(("job", "reencode", all_w), n, big)
+        r = ratio(marginal, bench.rate(("pillow", all_w, n)))
+        lines.append(f"  job --workers {all_w}, marginal {n} -> {big} images: {fmt(marginal)} img/s = {fmt(r, 2)}x "
+                     f"the Pillow loop with {all_w} processes")
     return "\n".join(lines)
 
 
@@ -270,6 +295,11 @@ def section_passthrough(bench: Bench) -> str:
         for w in sorted({1, all_w}):
             key = (name, "jpg", w, n)
             rows.append([f"{label}, {w} proc", w, fmt(b.seconds(key), 2), fmt(bench.rate(key)), "", "", ""])
+    for path in ("decode", "structure"):
+        for w in sorted({1, all_w}):
+            key = ("encode", path, w, n)
+            rows.append([f"job's encode_batch alone (no Beam), {path}, {w} proc", w, fmt(b.seconds(key), 2),
+                         fmt(bench.rate(key)), "", "", ""])
     for path in ("decode", "structure"):
         for w in sorted({1, all_w}):
             key = ("job", path, w)
@@ -284,12 +314,31 @@ def section_passthrough(bench: Bench) -> str:
             r = ratio(steady, bench.rate((floor, "jpg", w, n)))
             lines.append(f"  job --validate {path} steady / {floor}, {w} process(es): {fmt(r, 2)}x  "
                          + (verdict(r, 0.8) if path == "decode" else "(no target)"))
+    if bench.args.big_factor:
+        big = n * bench.args.big_factor
+        marginal = bench.marginal(("job", "decode", all_w), n, big)
+        r = ratio(marginal, bench.rate(("floor", "jpg", all_w, n)))
+        lines.append(f"  job --validate decode, {all_w} workers, marginal {n} -> {big} images: {fmt(marginal)} img/s "
+                     f"= {fmt(r, 2)}x the floor with {all_w} processes  {verdict(r, 0.8)}")
     if all_w > 1:
         job = ratio(bench.steady(("job", "decode", all_w), n), bench.steady(("job", "decode", 1), n))
         floor = ratio(bench.rate(("floor", "jpg", all_w, n)), bench.rate(("floor", "jpg", 1, n)))
         lines.append(f"  scaling 1 -> {all_w}: job (steady) {fmt(job, 2)}x, floor {fmt(floor, 2)}x; "
                      f"job scaling / floor scaling {fmt(ratio(job, floor), 2)}")
+    lines += overhead_lines(bench, ("decode", "structure"))
     return "\n".join(lines)
+
+
+def overhead_lines(bench: Bench, paths: tuple[str, ...]) -> list[str]:
+    """Per image, the job's steady time minus its encode step alone: what Beam, pipes, fragments and shards cost."""
+    n, out = bench.args.count, []
+    for path in paths:
+        for w in sorted({1, bench.cores_used}):
+            job_ms = 1e3 * w / bench.steady(("job", path, w), n)
+            alone_ms = 1e3 * w / bench.rate(("encode", path, w, n))
+            out.append(f"  {path}, {w} worker(s): per image and core, job steady {fmt(job_ms, 2)} ms = encode_batch "
+                       f"{fmt(alone_ms, 2)} ms + around it {fmt(job_ms - alone_ms, 2)} ms")
+    return out
 
 
 def section_tfds(bench: Bench) -> str:
@@ -362,8 +411,10 @@ def section_memory(bench: Bench) -> str:
             small, big = b.get(("job", path, all_w, n)), b.get(("job", path, all_w, n * factor))
             r = ratio(big.peak_mb, small.peak_mb)
             rows.append([f"job {path}, {all_w} workers", fmt(small.peak_mb, 0), fmt(big.peak_mb, 0), fmt(r, 2),
-                         verdict(r, 1.3, at_most=True), fmt(bench.rate(("job", path, all_w, n * factor)))])
-        lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"img/s at {n * factor}"], rows))
+                         verdict(r, 1.3, at_most=True), fmt(bench.rate(("job", path, all_w, n * factor))),
+                         fmt(bench.marginal(("job", path, all_w), n, n * factor))])
+        lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"img/s at {n * factor}",
+                            f"marginal img/s {n} -> {n * factor}"], rows))
     if len(bench.workers) > 1:
         low = bench.workers[0]
         rows = []
@@ -432,12 +483,19 @@ def run_profile(bench: Bench, paths: list[str], sizes: list[int] | None) -> str:
     for path in paths:
         count = sizes[-1] if path == "small" else bench.args.count
         for w in bench.workers:
-            fixed = bench.job(path, w, bench.args.tiny)["seconds"]
+            tiny = bench.args.tiny
+            bench.job(path, w, tiny)
+            bench.job(path, w, count)
+            bench.encode_alone(path, w, count)
             folder = bench.work / "profile" / f"{path}-{count}-w{w}"
             result = bench.job(path, w, count, profile=folder)
             kind_label = JOB_PATHS[path][2] if path in JOB_PATHS else SMALL_PATH[2]
-            title = (f"{kind_label}, --workers {w}; fixed start-up (tiny build of {bench.args.tiny}, not profiled) "
-                     f"{fixed:.2f} s")
+            fixed = bench.board.seconds(("job", path, w, tiny))
+            steady, alone = bench.steady(("job", path, w), count), bench.rate(("encode", path, w, count))
+            title = (f"{kind_label}, --workers {w}\n  not profiled: fixed start-up {fixed:.2f} s (build of {tiny}); "
+                     f"{count} images in {bench.board.seconds(('job', path, w, count)):.2f} s, steady {fmt(steady)} "
+                     f"img/s = {fmt(1e3 * w / steady, 2)} ms per image and core, of which the job's encode_batch "
+                     f"alone {fmt(1e3 * w / alone, 2)} ms ({fmt(alone)} img/s with {w} processes)")
             out.append(profiling.report(str(folder), result["seconds"], count, title))
     out.append("  (cProfile slows Python code much more than C code (decoders, encoders): read shares, not rates)")
     return "\n\n".join(out)

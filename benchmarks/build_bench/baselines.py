@@ -3,6 +3,8 @@
 - `pillow_reencode`: the plain Pillow loop, decode + JPEG encode, nothing else (the re-encode path's floor).
 - `passthrough_floor`: per JPEG, what a pass-through record cannot avoid: read, validate by decoding at
   1/8 scale (Pillow draft), sha256, build and frame the Example with the job's own code, write.
+- `job_encode`: the job's own per-image step (encode_batch) alone, to split the job's time between that
+  step and everything around it (Beam, the pool's pipes, fragments, shards).
 """
 from __future__ import annotations
 
@@ -54,6 +56,43 @@ def passthrough_floor(paths: list[str], root: str, out_path: str, decode: bool =
     return len(paths)
 
 
+def job_items(root: Path) -> list:
+    """The job's MediaItems for the files under root (label folders), as its listing step makes them."""
+    from shard_utils import listings
+
+    out = []
+    for path in files_in(root):
+        item = listings.item_from_walk(os.path.relpath(path, root), os.path.getsize(path), str(root), False,
+                                       listings.ListingOptions())
+        if not hasattr(item, "uri"):
+            raise RuntimeError(f"{path}: not a media item: {item}")
+        out.append(item)
+    return out
+
+
+def job_encode(items: list, root: str, quality: int, validate: str) -> int:
+    """The job's own encode step (shard_utils.encode.encode_batch) over the items, results dropped: the
+    per-image work without Beam, the pool's pipes, fragments or shards."""
+    from shard_utils.encode import EncodeSettings, encode_batch
+    from shard_utils.images import ImageOptions
+
+    labels = sorted(os.listdir(root))
+    settings = EncodeSettings(image=ImageOptions(quality=quality, validate=validate),
+                              label_ids={name: i for i, name in enumerate(labels)})
+    done = 0
+    for start in range(0, len(items), 16):
+        outcomes = encode_batch(items[start:start + 16], settings)
+        bad = [o for o in outcomes if isinstance(o, dict)]
+        if bad:
+            raise RuntimeError(f"the job's encoder rejected a benchmark image: {bad[0]}")
+        done += len(outcomes)
+    return done
+
+
+def _encode_part(args: tuple) -> int:
+    return job_encode(*args)
+
+
 def _pillow_part(args: tuple) -> int:
     paths, quality = args
     return pillow_reencode(paths, quality)
@@ -63,8 +102,8 @@ def _floor_part(args: tuple) -> int:
     return passthrough_floor(*args)
 
 
-def timed_split(part: Callable[[tuple], int], paths: list[str], processes: int,
-                args_of: Callable[[int, list[str]], tuple]) -> float:
+def timed_split(part: Callable[[tuple], int], paths: list, processes: int,
+                args_of: Callable[[int, list], tuple]) -> float:
     """Seconds to run `part` over `paths` split evenly across `processes` forked processes (inline for 1)."""
     chunks = [paths[k::processes] for k in range(processes)]
     jobs = [args_of(k, chunk) for k, chunk in enumerate(chunks)]
@@ -82,6 +121,11 @@ def timed_split(part: Callable[[tuple], int], paths: list[str], processes: int,
 
 def time_pillow(root: Path, processes: int, quality: int) -> float:
     return timed_split(_pillow_part, files_in(root), processes, lambda k, chunk: (chunk, quality))
+
+
+def time_job_encode(root: Path, processes: int, quality: int = 95, validate: str = "decode") -> float:
+    items = job_items(root)
+    return timed_split(_encode_part, items, processes, lambda k, chunk: (chunk, str(root), quality, validate))
 
 
 def time_floor(root: Path, processes: int, out_dir: Path, decode: bool = True) -> float:

@@ -170,7 +170,7 @@ def report(folder: str, wall: float, images: int, title: str, top: int = 12) -> 
     driver = load([os.path.join(folder, "driver.prof")])
     workers = sorted(glob.glob(os.path.join(folder, "worker-*.prof")))
     pool = load(workers)
-    lines = [f"where the time goes: {title}; wall {wall:.2f} s under cProfile ({images} images)",
+    lines = [f"where the time goes: {title}", f"  profiled run: {images} images in {wall:.2f} s under cProfile",
              f"  {'driver process, main thread':58s}{'s':>8s}{'% wall':>8s}{'ms/image':>10s}"]
     for name, seconds in driver_rows(driver, wall):
         lines.append(f"  {name:58s}{seconds:8.2f}{100 * seconds / wall:7.1f}%{1e3 * seconds / images:10.2f}")
