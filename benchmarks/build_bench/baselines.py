@@ -12,6 +12,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Callable
@@ -102,36 +103,47 @@ def _floor_part(args: tuple) -> int:
     return passthrough_floor(*args)
 
 
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its children that have exited."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed_split(part: Callable[[tuple], int], paths: list, processes: int,
-                args_of: Callable[[int, list], tuple]) -> float:
-    """Seconds to run `part` over `paths` split evenly across `processes` forked processes (inline for 1)."""
+                args_of: Callable[[int, list], tuple]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) to run `part` over `paths` split evenly across `processes` forked
+    processes (inline for 1). The pool's workers are reaped before the CPU time is read."""
     chunks = [paths[k::processes] for k in range(processes)]
     jobs = [args_of(k, chunk) for k, chunk in enumerate(chunks)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     if processes == 1:
         done = part(jobs[0])
     else:
-        with multiprocessing.get_context("fork").Pool(processes) as pool:
+        pool = multiprocessing.get_context("fork").Pool(processes)
+        try:
             done = sum(pool.map(part, jobs, chunksize=1))
+        finally:
+            pool.close()
+            pool.join()
     seconds = time.perf_counter() - start
     if done != len(paths):
         raise RuntimeError(f"baseline handled {done} of {len(paths)} files")
-    return seconds
+    return seconds, cpu_seconds() - cpu
 
 
-def time_pillow(root: Path, processes: int, quality: int) -> float:
+def time_pillow(root: Path, processes: int, quality: int) -> tuple[float, float]:
     return timed_split(_pillow_part, files_in(root), processes, lambda k, chunk: (chunk, quality))
 
 
-def time_job_encode(root: Path, processes: int, quality: int = 95, validate: str = "decode") -> float:
+def time_job_encode(root: Path, processes: int, quality: int = 95, validate: str = "decode") -> tuple[float, float]:
     items = job_items(root)
     return timed_split(_encode_part, items, processes, lambda k, chunk: (chunk, str(root), quality, validate))
 
 
-def time_floor(root: Path, processes: int, out_dir: Path, decode: bool = True) -> float:
+def time_floor(root: Path, processes: int, out_dir: Path, decode: bool = True) -> tuple[float, float]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    seconds = timed_split(_floor_part, files_in(root), processes,
+    timing = timed_split(_floor_part, files_in(root), processes,
                           lambda k, chunk: (chunk, str(root), str(out_dir / f"floor-{k}.records"), decode))
     for name in os.listdir(out_dir):
         os.remove(out_dir / name)
-    return seconds
+    return timing

@@ -2,7 +2,8 @@
 
     python -m build_bench.job_child RESULT.json [--profile DIR] -- JOB ARGS...
 
-Writes {"seconds", "driver_peak_mb"} to RESULT.json. With --profile, every thread of this process runs
+Writes {"seconds", "cpu_seconds", "driver_peak_mb"} to RESULT.json (CPU: this process and its encode
+workers, which the job has reaped when run() returns). With --profile, every thread of this process runs
 under cProfile: the main thread's stats go to DIR/driver.prof, the other threads' to DIR/threads.prof
 (encode workers profile themselves: see hook/).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import cProfile
 import json
+import resource
 import sys
 import threading
 import time
@@ -17,6 +19,12 @@ import time
 import apache_beam  # noqa: F401 - imported before the clock starts
 
 from beam_jobs import build_shards, transforms  # noqa: F401
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its children that have exited."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def peak_rss_mb() -> float:
@@ -80,6 +88,7 @@ def main(argv: list[str]) -> None:
     if rest[:1] == ["--"]:
         rest = rest[1:]
     out: dict = {}
+    cpu = cpu_seconds()
     if profile_dir:
         with ThreadProfiles() as profiles:
             start = time.perf_counter()
@@ -90,6 +99,7 @@ def main(argv: list[str]) -> None:
         start = time.perf_counter()
         build_shards.run(rest)
         out["seconds"] = time.perf_counter() - start
+    out["cpu_seconds"] = cpu_seconds() - cpu
     out["driver_peak_mb"] = peak_rss_mb()
     with open(result_path, "w") as f:
         json.dump(out, f)
