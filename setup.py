@@ -32,8 +32,8 @@ setup(
         "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
         # `tpu-shards inspect --report` and the build's progress bars; not needed to build or load
         "report": ["matplotlib>=3.8", "tqdm>=4.66"],
-        # benchmarks/bench_build.py: the TFDS peer and the process tree's memory
-        "bench": ["tensorflow-cpu>=2.21,<2.22", "tensorflow-datasets>=4.9.10,<5", "psutil>=5.9"],
+        # benchmarks/bench_build.py: the TensorFlow Datasets peer it compares the job with
+        "bench": ["tensorflow-cpu>=2.21,<2.22", "tensorflow-datasets>=4.9.10,<5"],
         "test": [
             "tensorflow-cpu>=2.21,<2.22",
             "pillow-heif>=1.8,<2",

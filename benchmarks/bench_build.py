@@ -107,8 +107,11 @@ def run_profile(bench: Bench, paths: list[str], count: int) -> str:
             bench.job(path, w, bench.tiny)
             bench.job(path, w, count)
             bench.encode_alone(path, w, count)
-            folder = bench.work / "profile" / f"{path}-{count}-w{w}"
-            result = bench.job(path, w, count, profile=folder)
+            profiled = {}
+            for size in (bench.tiny, count):
+                folder = bench.work / "profile" / f"{path}-{size}-w{w}"
+                result = bench.job(path, w, size, profile=folder)
+                profiled[size] = profiling.Profiled(str(folder), result["seconds"], size)
             key = ("job", path, w)
             steady_ms = 1e3 * w / bench.steady(key, count)
             title = "\n  ".join([
@@ -119,7 +122,7 @@ def run_profile(bench: Bench, paths: list[str], count: int) -> str:
                 f"CPU per image (steady, all processes) {fmt(bench.steady_cpu_ms(key, count), 2)} ms, of which the "
                 f"job's encode_batch alone {fmt(bench.cpu_ms(('encode', path, w, count)), 2)} ms",
             ])
-            out.append(profiling.report(str(folder), result["seconds"], count, title))
+            out.append(profiling.report(profiled[count], title, tiny=profiled[bench.tiny]))
     out.append("  (cProfile slows Python code much more than C code (decoders, encoders): read shares, not rates)")
     return "\n\n".join(out)
 

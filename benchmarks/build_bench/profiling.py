@@ -102,15 +102,25 @@ def calls(stats: pstats.Stats, fn: Fn) -> int:
     return sum(v[1] for k, v in stats.stats.items() if fn.matches(k))
 
 
-def top_functions(stats: pstats.Stats, n: int) -> list[tuple[float, int, str]]:
-    """The n functions with the most own time (seconds, calls, where), waits on locks and pipes left out."""
-    waits = ("acquire' of '_thread.lock", "select", "poll", "sleep", "waitpid")
+WAITS = ("acquire' of '_thread.lock", "select", "poll", "sleep", "waitpid")
+
+
+def _where(key: Key) -> str:
+    file, line, name = key
+    return name if file == "~" else f"{'/'.join(file.split('/')[-2:])}:{line}({name})"
+
+
+def top_functions(stats: pstats.Stats, n: int, base: pstats.Stats | None = None,
+                  per: int = 1) -> list[tuple[float, float, str]]:
+    """The n functions with the most own time (seconds, calls, where), waits on locks and pipes left out.
+    With `base` (the tiny build's stats): the growth from base to stats divided by `per` (per image)."""
+    before = base.stats if base is not None else {}
     rows = []
-    for (file, line, name), (_, nc, tt, _, _) in stats.stats.items():
-        if file == "~" and any(w in name for w in waits):
+    for key, (_, nc, tt, _, _) in stats.stats.items():
+        if key[0] == "~" and any(w in key[2] for w in WAITS):
             continue
-        where = name if file == "~" else f"{'/'.join(file.split('/')[-2:])}:{line}({name})"
-        rows.append((tt, nc, where))
+        old = before.get(key, (0, 0, 0.0, 0.0, {}))
+        rows.append(((tt - old[2]) / per, (nc - old[1]) / per, _where(key)))
     return sorted(rows, reverse=True)[:n]
 
 
@@ -165,21 +175,56 @@ def worker_rows(stats: pstats.Stats, workers: int) -> list[tuple[str, float]]:
             ("  other (negative: imports inside the steps above)", life - imports - busy - send - idle)]
 
 
-def report(folder: str, wall: float, images: int, title: str, top: int = 12) -> str:
-    """The printed breakdown of one profiled build."""
-    driver = load([os.path.join(folder, "driver.prof")])
-    workers = sorted(glob.glob(os.path.join(folder, "worker-*.prof")))
-    pool = load(workers)
-    lines = [f"where the time goes: {title}", f"  profiled run: {images} images in {wall:.2f} s under cProfile",
-             f"  {'driver process, main thread':58s}{'s':>8s}{'% wall':>8s}{'ms/image':>10s}"]
-    for name, seconds in driver_rows(driver, wall):
-        lines.append(f"  {name:58s}{seconds:8.2f}{100 * seconds / wall:7.1f}%{1e3 * seconds / images:10.2f}")
+@dataclass(frozen=True)
+class Profiled:
+    """The stats of one profiled build: its folder, wall seconds and image count."""
+
+    folder: str
+    wall: float
+    images: int
+
+    @property
+    def driver(self) -> pstats.Stats:
+        return load([os.path.join(self.folder, "driver.prof")])
+
+    @property
+    def worker_files(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(self.folder, "worker-*.prof")))
+
+    @property
+    def pool(self) -> pstats.Stats | None:
+        return load(self.worker_files)
+
+
+def _stage_lines(heading: str, share: str, big: list[tuple[str, float]], total: float, images: int,
+                 small: list[tuple[str, float]] | None, extra: int) -> list[str]:
+    """Rows of stages: seconds, share of `total`, ms per image, and (with the tiny build) steady ms per image."""
+    lines = [f"  {heading:58s}{'s':>8s}{share:>8s}{'ms/image':>10s}" + ("  steady ms/image" if small else "")]
+    for i, (name, seconds) in enumerate(big):
+        line = f"  {name:58s}{seconds:8.2f}{100 * seconds / total:7.1f}%{1e3 * seconds / images:10.2f}"
+        if small:
+            line += f"{1e3 * (seconds - small[i][1]) / extra:17.3f}"
+        lines.append(line)
+    return lines
+
+
+def report(big: Profiled, title: str, tiny: Profiled | None = None, top: int = 15) -> str:
+    """The printed breakdown of one profiled build; with the profiled tiny build, per-image steady costs
+    (the difference between the two builds per extra image: start-up costs cancel out)."""
+    extra = big.images - tiny.images if tiny else 0
+    driver, pool = big.driver, big.pool
+    lines = [f"where the time goes: {title}",
+             f"  profiled: {big.images} images in {big.wall:.2f} s under cProfile"
+             + (f"; the tiny build ({tiny.images} images, profiled too) in {tiny.wall:.2f} s; "
+                "steady = (big - tiny) / extra images" if tiny else "")]
+    lines += _stage_lines("driver process, main thread", "% wall", driver_rows(driver, big.wall), big.wall,
+                          big.images, driver_rows(tiny.driver, tiny.wall) if tiny else None, extra)
     if pool is not None:
-        lines.append(f"  {'encode workers':58s}{'s':>8s}{'% life':>8s}{'ms/image':>10s}")
-        rows = worker_rows(pool, len(workers))
-        life = rows[0][1]
-        for name, seconds in rows:
-            lines.append(f"  {name:58s}{seconds:8.2f}{100 * seconds / life:7.1f}%{1e3 * seconds / images:10.2f}")
+        rows = worker_rows(pool, len(big.worker_files))
+        small = None
+        if tiny and tiny.pool is not None:
+            small = worker_rows(tiny.pool, len(tiny.worker_files))
+        lines += _stage_lines("encode workers", "% life", rows, rows[0][1], big.images, small, extra)
     where = pool if pool is not None and calls(pool, ENCODE_ITEM) else driver
     count, rows = encode_rows(where)
     if count:
@@ -191,10 +236,17 @@ def report(folder: str, wall: float, images: int, title: str, top: int = 12) -> 
                 lines.append(f"  {name}")
                 continue
             lines.append(f"  {name:58s}{seconds:8.2f}{100 * seconds / busy:7.1f}%{1e3 * seconds / count:10.3f}")
-    for label, stats in (("driver main thread", driver), ("encode workers", pool)):
+    tiny_pool = tiny.pool if tiny else None
+    for label, stats, base in (("driver main thread", driver, tiny.driver if tiny else None),
+                               ("encode workers", pool, tiny_pool)):
         if stats is None:
             continue
-        lines.append(f"  top {top} functions by own time, {label}:")
-        for tt, nc, fn in top_functions(stats, top):
-            lines.append(f"    {tt:8.2f} s {nc:9d} calls  {fn}")
+        if base is not None:
+            lines.append(f"  top {top} functions by own time per extra image (big - tiny build), {label}:")
+            for ms, nc, fn in top_functions(stats, top, base, extra):
+                lines.append(f"    {1e3 * ms:8.3f} ms {nc:8.2f} calls  {fn}")
+        else:
+            lines.append(f"  top {top} functions by own time, {label}:")
+            for tt, nc, fn in top_functions(stats, top):
+                lines.append(f"    {tt:8.2f} s {nc:9.0f} calls  {fn}")
     return "\n".join(lines)

@@ -152,7 +152,7 @@ def scaling(bench: Bench) -> str:
                          + target)
         for name, key in (("Pillow loop", lambda w: ("pillow", w, n)), ("floor", lambda w: ("floor", "jpg", w, n))):
             scaled = ratio(bench.rate(key(high)), bench.rate(key(low)))
-            lines.append(f"  {name}: {high} / {low} processes: {fmt(scaled, 2)}x (what this machine gave the baselines)")
+            lines.append(f"  {name}: {high} / {low} processes: {fmt(scaled, 2)}x (what the machine gave the baselines)")
     return "\n".join(lines)
 
 
