@@ -10,20 +10,23 @@ from .bench import JOB_PATHS, Bench
 from .results import fmt, ratio, table, verdict
 
 COLUMNS = ["", "procs", "seconds", "img/s", "steady img/s", "fixed s", "CPU ms/img", "steady CPU ms/img",
-           "peak tree MB"]
+           "cores busy", "steady cores", "peak tree MB"]
 
 
 def _baseline_row(bench: Bench, label: str, key: tuple, procs: int) -> list:
     t = bench.board.get(key)
-    return [label, procs, fmt(t.seconds, 2), fmt(bench.rate(key)), "", "", fmt(bench.cpu_ms(key), 2), "", ""]
+    return [label, procs, fmt(t.seconds, 2), fmt(bench.rate(key)), "", "", fmt(bench.cpu_ms(key), 2), "",
+            fmt(ratio(t.cpu, t.seconds), 2), "", ""]
 
 
 def _job_row(bench: Bench, label: str, key: tuple, procs: int) -> list:
-    """key: without the count."""
+    """key: without the count. Cores busy = CPU seconds / wall seconds (steady: per image, start-up excluded)."""
     full = (*key, bench.n)
     t = bench.board.get(full)
+    steady_cores = bench.steady_cpu_ms(key) * bench.steady(key) / 1e3
     return [label, procs, fmt(t.seconds, 2), fmt(bench.rate(full)), fmt(bench.steady(key)), fmt(bench.fixed(key), 2),
-            fmt(bench.cpu_ms(full), 2), fmt(bench.steady_cpu_ms(key), 2), fmt(t.peak_mb, 0)]
+            fmt(bench.cpu_ms(full), 2), fmt(bench.steady_cpu_ms(key), 2), fmt(ratio(t.cpu, t.seconds), 2),
+            fmt(steady_cores, 2), fmt(t.peak_mb, 0)]
 
 
 def _ends(bench: Bench) -> list[int]:
@@ -158,7 +161,7 @@ def scaling(bench: Bench) -> str:
 
 def memory(bench: Bench) -> str:
     n, all_w, factor = bench.n, bench.all, bench.args.big_factor
-    lines = ["5. Memory: peak RSS of the whole process tree (driver + encode workers, summed, polled every 50 ms)"]
+    lines = ["5. Memory: peak RSS of the whole process tree (driver + encode workers, summed, polled every 0.1 s)"]
     if factor:
         rows = []
         for path in ("reencode", "decode"):
