@@ -36,6 +36,8 @@ setup(
         "report": ["matplotlib>=3.8", "tqdm>=4.66"],
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
         "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
+        # benchmarks/bench_build.py: the TensorFlow Datasets peer it compares the job with
+        "bench": ["tensorflow-cpu>=2.21,<2.22", "tensorflow-datasets>=4.9.10,<4.10"],
         "test": [
             "tensorflow-cpu>=2.21,<2.22",
             "pillow-heif>=1.8,<2",

@@ -1,0 +1,1 @@
+"""The pieces of benchmarks/bench_build.py: test images, baselines, timed child processes, profiles, tables."""

@@ -1,0 +1,149 @@
+"""What the job is compared with, run over the same files with 1..N processes (files split evenly).
+
+- `pillow_reencode`: the plain Pillow loop, decode + JPEG encode, nothing else (the re-encode path's floor).
+- `passthrough_floor`: per JPEG, what a pass-through record cannot avoid: read, validate by decoding at
+  1/8 scale (Pillow draft), sha256, build and frame the Example with the job's own code, write.
+- `job_encode`: the job's own per-image step (encode_batch) alone, to split the job's time between that
+  step and everything around it (Beam, the pool's pipes, fragments, shards).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import multiprocessing
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Callable
+
+from PIL import Image
+
+from shard_utils import schema
+from shard_utils.tfrecord import frame
+
+
+def files_in(root: Path) -> list[str]:
+    """Every file under root, sorted (what the job lists)."""
+    return sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
+
+
+def pillow_reencode(paths: list[str], quality: int) -> int:
+    """Decode each image with Pillow and encode it as JPEG in memory; returns the number done."""
+    for path in paths:
+        with Image.open(path) as image:
+            out = io.BytesIO()
+            image.convert("RGB").save(out, "JPEG", quality=quality)
+    return len(paths)
+
+
+def passthrough_floor(paths: list[str], root: str, out_path: str, decode: bool = True) -> int:
+    """Read, (validate by a 1/8-scale decode), hash, encode and frame the Example, write; returns the number done."""
+    labels = {name: i for i, name in enumerate(sorted(os.listdir(root)))}
+    with open(out_path, "wb") as out:
+        for path in paths:
+            with open(path, "rb") as f:
+                data = f.read()
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if decode:
+                image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
+                image.load()
+            label_name = os.path.basename(os.path.dirname(path))
+            record = schema.ImageRecord(
+                encoded=data, height=height, width=width, channels=3, label=labels[label_name],
+                label_text=label_name, source_id=os.path.relpath(path, root), sha256=hashlib.sha256(data).hexdigest())
+            out.write(frame(schema.encode_example(record)))
+    return len(paths)
+
+
+def job_items(root: Path) -> list:
+    """The job's MediaItems for the files under root (label folders), as its listing step makes them."""
+    from shard_utils import listings
+
+    out = []
+    for path in files_in(root):
+        item = listings.item_from_walk(os.path.relpath(path, root), os.path.getsize(path), str(root), False,
+                                       listings.ListingOptions())
+        if not hasattr(item, "uri"):
+            raise RuntimeError(f"{path}: not a media item: {item}")
+        out.append(item)
+    return out
+
+
+def job_encode(items: list, root: str, quality: int, validate: str) -> int:
+    """The job's own encode step (shard_utils.encode.encode_batch) over the items, results dropped: the
+    per-image work without Beam, the pool's pipes, fragments or shards."""
+    from shard_utils.encode import EncodeSettings, encode_batch
+    from shard_utils.images import ImageOptions
+
+    labels = sorted(os.listdir(root))
+    settings = EncodeSettings(image=ImageOptions(quality=quality, validate=validate),
+                              label_ids={name: i for i, name in enumerate(labels)})
+    done = 0
+    for start in range(0, len(items), 16):
+        outcomes = encode_batch(items[start:start + 16], settings)
+        bad = [o for o in outcomes if isinstance(o, dict)]
+        if bad:
+            raise RuntimeError(f"the job's encoder rejected a benchmark image: {bad[0]}")
+        done += len(outcomes)
+    return done
+
+
+def _encode_part(args: tuple) -> int:
+    return job_encode(*args)
+
+
+def _pillow_part(args: tuple) -> int:
+    paths, quality = args
+    return pillow_reencode(paths, quality)
+
+
+def _floor_part(args: tuple) -> int:
+    return passthrough_floor(*args)
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its children that have exited."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def timed_split(part: Callable[[tuple], int], paths: list, processes: int,
+                args_of: Callable[[int, list], tuple]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) to run `part` over `paths` split evenly across `processes` forked
+    processes (inline for 1). The pool's workers are reaped before the CPU time is read."""
+    chunks = [paths[k::processes] for k in range(processes)]
+    jobs = [args_of(k, chunk) for k, chunk in enumerate(chunks)]
+    start, cpu = time.perf_counter(), cpu_seconds()
+    if processes == 1:
+        done = part(jobs[0])
+    else:
+        pool = multiprocessing.get_context("fork").Pool(processes)
+        try:
+            done = sum(pool.map(part, jobs, chunksize=1))
+        finally:
+            pool.close()
+            pool.join()
+    seconds = time.perf_counter() - start
+    if done != len(paths):
+        raise RuntimeError(f"baseline handled {done} of {len(paths)} files")
+    return seconds, cpu_seconds() - cpu
+
+
+def time_pillow(root: Path, processes: int, quality: int) -> tuple[float, float]:
+    return timed_split(_pillow_part, files_in(root), processes, lambda k, chunk: (chunk, quality))
+
+
+def time_job_encode(root: Path, processes: int, quality: int = 95, validate: str = "decode") -> tuple[float, float]:
+    items = job_items(root)
+    return timed_split(_encode_part, items, processes, lambda k, chunk: (chunk, str(root), quality, validate))
+
+
+def time_floor(root: Path, processes: int, out_dir: Path, decode: bool = True) -> tuple[float, float]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timing = timed_split(_floor_part, files_in(root), processes,
+                          lambda k, chunk: (chunk, str(root), str(out_dir / f"floor-{k}.records"), decode))
+    for name in os.listdir(out_dir):
+        os.remove(out_dir / name)
+    return timing
