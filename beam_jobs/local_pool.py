@@ -1,11 +1,14 @@
-"""A pool of worker processes that encode media for a local build, one per core.
+"""A pool of worker processes for a local build, one per core: they encode media and write shards.
 
 Beam's in-process runner uses about one core, and its multi-process mode sends every element
-over gRPC. The encode step instead hands batches of items to these workers and gets framed
-records back. Workers are plain `python -m beam_jobs.local_pool` processes talking over pipes:
-they import no Beam, ignore Ctrl-C (the parent stops them), die with their parent, and a worker
-that crashes on a hostile file costs only that file: its batch is retried item by item and the
-item that crashes again is rejected.
+over gRPC. The encode and write steps instead hand batches of work to these workers and get the
+results back. Workers are plain `python -m beam_jobs.local_pool` processes talking over pipes:
+they import no Beam, run in their own session (a terminal's Ctrl-C reaches the build, which stops
+them), die with their parent, and a worker that crashes on a hostile file costs only that file:
+its batch is retried item by item and the item that crashes again is rejected.
+
+A task is `fn(items, *args)` for a function named by module and attribute, returning one result
+list per batch; one pool per process serves every step (`LocalPool.shared`).
 """
 from __future__ import annotations
 
@@ -47,7 +50,10 @@ def _receive(stream) -> Any:
 @dataclass
 class _Task:
     ident: int
+    fn: str
     items: list
+    args: tuple
+    on_crash: Callable[[Any, str], Any] | None  # None: a crash fails the task (nothing to isolate)
     isolated: bool = False  # a single item re-run after its batch crashed a worker
 
 
@@ -59,19 +65,35 @@ class _Worker:
 
 
 class LocalPool:
-    """Runs `fn(items, settings)` for batches of items in `workers` processes; results come back per batch.
+    """Runs `fn(items, *args)` for batches of items in `workers` processes; results come back per batch.
 
     `fn` is named by module and attribute so workers import only what it needs. `on_crash(item, why)`
     gives the result for an item that crashed a worker twice (e.g. a rejection).
     """
 
     _live: "weakref.WeakSet[LocalPool]" = weakref.WeakSet()
+    _shared = threading.local()  # one pool per thread that runs steps (a pool is not shared across threads)
 
-    def __init__(self, workers: int, fn: str, settings: Any, on_crash: Callable[[Any, str], Any],
-                 depth: int = 2):
+    @classmethod
+    def shared(cls, workers: int) -> "LocalPool":
+        """This thread's pool of `workers` processes, started on first use and kept for every step."""
+        pool = getattr(cls._shared, "pool", None)
+        if pool is None or pool._closed or pool.size != workers:
+            if pool is not None:
+                pool.close()
+            pool = cls._shared.pool = LocalPool(workers)
+        return pool
+
+    @classmethod
+    def close_all(cls) -> None:
+        """Stop every pool of this process (the end of a run)."""
+        for pool in list(cls._live):
+            pool.close()
+
+    def __init__(self, workers: int, depth: int = 2):
         if workers < 1:
             raise ValueError("a pool needs at least one worker")
-        self._fn, self._settings, self._on_crash, self._depth = fn, settings, on_crash, depth
+        self.size, self._depth = workers, depth
         self._events: queue.Queue = queue.Queue()
         self._pending: collections.deque = collections.deque()
         self._workers: dict[int, _Worker] = {}
@@ -91,9 +113,9 @@ class LocalPool:
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, items: list) -> None:
-        """Queue a batch; its results arrive through `results`."""
-        self._pending.append(_Task(self._new_task_id(), list(items)))
+    def submit(self, fn: str, items: list, *args: Any, on_crash: Callable[[Any, str], Any] | None = None) -> None:
+        """Queue `fn(items, *args)`; its result list arrives through `results`."""
+        self._pending.append(_Task(self._new_task_id(), fn, list(items), args, on_crash))
         self._dispatch()
 
     @property
@@ -166,7 +188,6 @@ class LocalPool:
                                 start_new_session=True)
         wid = self._next_worker
         self._next_worker += 1
-        _send(proc.stdin, (self._fn, self._settings))
         self._workers[wid] = _Worker(proc)
         threading.Thread(target=self._read, args=(wid, proc), daemon=True, name=f"local-pool-{wid}").start()
 
@@ -183,7 +204,7 @@ class LocalPool:
             while self._pending and len(w.outstanding) < self._depth:
                 task = self._pending.popleft()
                 try:
-                    _send(w.proc.stdin, (task.ident, task.items))
+                    _send(w.proc.stdin, (task.ident, task.fn, task.items, task.args))
                 except (BrokenPipeError, OSError):
                     self._pending.appendleft(task)  # its reader reports the death
                     break
@@ -217,10 +238,16 @@ class LocalPool:
         tasks = list(w.outstanding)
         if tasks:
             crashed, rest = tasks[0], tasks[1:]
+            if crashed.on_crash is None:
+                self._pending.extendleft(reversed(rest))
+                self._spawn()
+                self._dispatch()
+                raise RuntimeError(f"local pool: {why} while running {crashed.fn}")
             if crashed.isolated or len(crashed.items) == 1:
-                out = [self._on_crash(crashed.items[0], why)]
+                out = [crashed.on_crash(crashed.items[0], why)]
             else:
-                rest = [_Task(self._new_task_id(), [item], True) for item in crashed.items] + rest
+                rest = [_Task(self._new_task_id(), crashed.fn, [item], crashed.args, crashed.on_crash, True)
+                        for item in crashed.items] + rest
             self._pending.extendleft(reversed(rest))
         self._spawn()
         self._dispatch()
@@ -248,23 +275,21 @@ def _die_with_parent() -> None:
 
 
 def worker_main() -> None:
-    """A worker: read (fn, settings), then answer (task id, items) messages until the input closes."""
+    """A worker: answer (task id, function name, items, args) messages until the input closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but results may go to the pipe
-    try:
-        fn_name, settings = _receive(stdin)
-    except EOFError:
-        return
-    module, _, attr = fn_name.rpartition(".")
-    fn = getattr(__import__(module, fromlist=[attr]), attr)
+    functions: dict[str, Callable] = {}
     while True:
         try:
-            ident, items = _receive(stdin)
+            ident, fn_name, items, args = _receive(stdin)
         except EOFError:
             return
-        _send(stdout, (ident, fn(items, settings)))
+        if fn_name not in functions:
+            module, _, attr = fn_name.rpartition(".")
+            functions[fn_name] = getattr(__import__(module, fromlist=[attr]), attr)
+        _send(stdout, (ident, functions[fn_name](items, *args)))
 
 
 if __name__ == "__main__":

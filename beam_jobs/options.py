@@ -197,7 +197,7 @@ def local_workers(requested: int | None, runner: str, direct_num_workers: int, r
             raise UsageError(f"--workers is for local builds; on {runner or 'this runner'} each vCPU runs its own "
                              "worker process (use the runner's own options, e.g. --max_num_workers)")
         return 1
-    share = max(1, direct_num_workers) if running_mode == "multi_processing" else 1
+    share = max(1, direct_num_workers) if running_mode in ("multi_processing", "multi_threading") else 1
     return requested if requested is not None else max(1, cores // share)
 
 

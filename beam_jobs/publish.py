@@ -140,6 +140,22 @@ def check_output_at_launch(config: BuildConfig, run_id: str, created: str) -> No
     clean_stale_runs(config.temp_root, run_id)
 
 
+_renewed_at: dict[str, float] = {}
+
+
+def keep_lease(config: BuildConfig, run: RunInfo) -> None:
+    """Renew this run's lock on the output now and then while workers work: a template launch has no
+    driver to do it, and a Dataflow job goes on when its driver stops waiting."""
+    now = time.monotonic()
+    if now - _renewed_at.get(run.run_id, 0.0) < runlock.LEASE_SECONDS / 4:
+        return
+    _renewed_at[run.run_id] = now
+    try:
+        runlock.renew(config.output, run.run_id)
+    except storage.StorageError:
+        pass  # tried again later; the lease is long
+
+
 # ---------------------------------------------------------------------------------------------- finish
 
 

@@ -18,6 +18,7 @@ from shard_utils.plan import PlanError
 from . import options, progress, publish
 from .config import BuildConfig
 from .errors import UsageError
+from .local_pool import LocalPool
 
 
 def guard_interrupts(config: BuildConfig, local: bool):
@@ -66,6 +67,8 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
         if created_output:
             remove_if_empty(config.output)
         raise
+    finally:
+        LocalPool.close_all()  # the encode and write steps' worker processes
     return result
 
 

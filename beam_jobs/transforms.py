@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import time
 import uuid
-from collections import Counter
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from shard_utils import fragments, index, inputs, listings, plan, runlock, storage
+from shard_utils import fragments, inputs, listings, plan, storage
 from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_batch, framed, reject
 from shard_utils.generations import label_order
 from shard_utils.inputs import MediaItem
@@ -28,6 +26,7 @@ from . import progress, publish
 from .config import BuildConfig, RunInfo
 from .errors import UsageError
 from .listing_io import DropDuplicateRows, ListingItems
+from . import shard_writer
 from .local_pool import LocalPool
 from .publish import crash_point
 
@@ -255,14 +254,16 @@ class _EncodeFn(beam.DoFn):
 
     def process(self, chunk: list[MediaItem], labels: list[str], run: RunInfo):
         self._run = run
-        keep_lease(self.config, run)
+        publish.keep_lease(self.config, run)
         settings = self._settings_for(labels)
         if self.config.workers <= 1:
             yield from self._take(encode_batch(chunk, settings))
             return
-        pool = self._pool_for(settings)
+        pool = LocalPool.shared(self.config.workers)
+        self._pool = pool
         for start in range(0, len(chunk), TASK_ITEMS):
-            pool.submit(chunk[start:start + TASK_ITEMS])
+            pool.submit("shard_utils.encode.encode_batch", chunk[start:start + TASK_ITEMS], settings,
+                        on_crash=_crash_reject)
         while pool.in_flight > 4 * self.config.workers:  # bound what waits in memory
             for outcomes in pool.results(block=True):
                 yield from self._take(outcomes)
@@ -278,10 +279,6 @@ class _EncodeFn(beam.DoFn):
             out.extend(self._buffer.flush(self._run))
         yield from _windowed(out)
 
-    def teardown(self):
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
 
     def _settings_for(self, labels: list[str]) -> EncodeSettings:
         if self._settings is None:
@@ -292,12 +289,6 @@ class _EncodeFn(beam.DoFn):
                 label_offset=cfg.label_offset,
                 extras=cfg.listing.extras, video=cfg.video, frame_now=cfg.embed is None)
         return self._settings
-
-    def _pool_for(self, settings: EncodeSettings) -> LocalPool:
-        if self._pool is None:
-            self._pool = LocalPool(self.config.workers, "shard_utils.encode.encode_batch", settings,
-                                   on_crash=lambda item, why: reject(item, "corrupt", why))
-        return self._pool
 
     def _take(self, outcomes: Iterable) -> Iterator:
         for outcome in outcomes:
@@ -311,6 +302,11 @@ class _EncodeFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput("prepared", outcome)
             elif self._buffer.add(outcome):
                 yield from self._buffer.flush(self._run)
+
+
+def _crash_reject(item: MediaItem, why: str) -> dict:
+    """The rejection of an item that crashed a worker process twice (a decoder bug on a hostile file)."""
+    return reject(item, "corrupt", why)
 
 
 class EmbedRecords(beam.PTransform):
@@ -548,66 +544,49 @@ class WriteShards(beam.PTransform):
             frags
             | "Slice" >> beam.FlatMap(shard_slices, beam.pvalue.AsList(self.plans), dropped)  # ((split, i), Slice)
             | "GroupShard" >> beam.GroupByKey()  # ((split, shard), [Slice])
-            | "Write" >> beam.Map(write_shard, self.config, beam.pvalue.AsList(self.plans),
-                                  beam.pvalue.AsSingleton(self.run), dropped)
+            | "Write" >> beam.ParDo(_WriteShardFn(self.config), beam.pvalue.AsList(self.plans),
+                                    beam.pvalue.AsSingleton(self.run), dropped)
         )
+
+
+class _WriteShardFn(beam.DoFn):
+    """Writes shards, in the local worker processes when there are several (so shards are written in
+    parallel), else here; output: ShardResult."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def process(self, grouped, plans: list[dict], run: RunInfo, dropped: list[str]):
+        (split, shard), pieces = grouped
+        task = shard_writer.ShardTask(split, shard, tuple(pieces), plans[0][split])
+        gone = frozenset(dropped)
+        if self.config.workers <= 1:
+            yield from self._done(shard_writer.write_shards([task], self.config, run, gone))
+            return
+        pool = LocalPool.shared(self.config.workers)
+        pool.submit("beam_jobs.shard_writer.write_shards", [task], self.config, run, gone)
+        for written in pool.results():
+            yield from self._done(written)
+
+    def finish_bundle(self):
+        if self.config.workers > 1:
+            pool = LocalPool.shared(self.config.workers)
+            yield from _windowed(r for written in pool.drain() for r in self._done(written))
+
+    def _done(self, written: list) -> Iterator[publish.ShardResult]:
+        for w in written:
+            count("fragment_bytes_read", w.fragment_bytes_read)
+            count("shards_written")
+            count("bytes_written", w.result.num_bytes)
+            count("images_written", w.result.num_records)
+            progress.advance("write", w.result.num_records)
+            yield w.result
 
 
 def shard_slices(info: fragments.FragmentInfo, plans: list[dict], dropped: list[str]):
     gone = frozenset(dropped)
     for split_plans in plans:  # none when planning failed
         yield from fragments.slices(info, split_plans, gone)
-
-
-def write_shard(grouped: tuple[tuple[str, int], Iterable[fragments.Slice]], config: BuildConfig,
-                plans: list[dict], run: RunInfo, dropped: list[str]) -> publish.ShardResult:
-    """Read the shard's slices (one ranged read each), merge them in key order, write the shard."""
-    (split, shard), pieces = grouped
-    gone = frozenset(dropped)
-    keep_lease(config, run)
-    split_plan = plans[0][split]
-    runs = []
-    for piece in sorted(pieces, key=lambda s: (s.fragment, s.start)):
-        runs.append(fragments.split_slice(piece, storage.read_range(piece.fragment, piece.start, piece.length)))
-        count("fragment_bytes_read", piece.length)
-    name = plan.shard_name(split, shard, split_plan.num_shards, config.shard_extension)
-    temp_path = storage.join(run.temp_dir, "shards", name)
-    digest = storage.Digest()
-    classes: Counter = Counter()
-    longest: Counter = Counter()  # the longest list of each list feature, for the manifest's max_length
-    rows = []
-    crash_point("write")
-    with storage.open_write(temp_path) as out:
-        for meta, data in fragments.merge(runs):
-            if meta.source_id in gone:
-                continue
-            rows.append(index.row_from_meta(shard, digest.size, meta, config.listing.extras, multi_label=True))
-            out.write(data)
-            digest.update(data)
-            classes.update(meta.labels)
-            _note_lengths(longest, meta)
-    expected = split_plan.sizes[shard]
-    if len(rows) != expected:
-        raise plan.InternalError(f"shard {shard} of split {split!r} got {len(rows)} records, planned {expected}")
-    index_part = storage.join(run.temp_dir, "index", name + ".avro")
-    with storage.open_write(index_part) as out:
-        index.write_index(out, rows, index.index_schema(config.listing.extras))
-    count("shards_written")
-    count("bytes_written", digest.size)
-    count("images_written", len(rows))
-    progress.advance("write", len(rows))
-    return publish.ShardResult(split, shard, temp_path, name, len(rows), digest.size, digest.crc32c, digest.sha256,
-                               tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
-
-
-def _note_lengths(longest: Counter, meta) -> None:
-    from shard_utils import schema
-
-    for key in (schema.LABEL, schema.LABEL_TEXT):  # a record holds as many label texts as label ids
-        longest[key] = max(longest[key], len(meta.labels))
-    for name, values in meta.extras:
-        key = schema.EXTRA_PREFIX + name
-        longest[key] = max(longest[key], len(values))
 
 
 # ---------------------------------------------------------------------------------------------- publish
@@ -656,19 +635,3 @@ def publish_or_fail(results: list, config: BuildConfig, finish=publish.finish, *
             raise
         Metrics.string_set(NAMESPACE, FAILURE_METRIC).add(f"{type(exc).__name__}: {exc}")
         return ""
-
-
-_renewed_at: dict[str, float] = {}
-
-
-def keep_lease(config: BuildConfig, run: RunInfo) -> None:
-    """Renew this run's lock on the output now and then while workers work: a template launch has no
-    driver to do it, and a Dataflow job goes on when its driver stops waiting."""
-    now = time.monotonic()
-    if now - _renewed_at.get(run.run_id, 0.0) < runlock.LEASE_SECONDS / 4:
-        return
-    _renewed_at[run.run_id] = now
-    try:
-        runlock.renew(config.output, run.run_id)
-    except storage.StorageError:
-        pass  # tried again later; the lease is long

@@ -30,7 +30,7 @@ class EncodeSettings:
     frame_now: bool = True  # False when an embedding is added to the record later (it is framed then)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a build holds one per record until its shard is written
 class RecordMeta:
     """What the planner, the shard writer and the index need to know of one record, without its bytes."""
 

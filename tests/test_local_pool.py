@@ -23,12 +23,12 @@ def helpers_on_path(monkeypatch):
 
 
 def test_every_batch_comes_back_and_a_crash_costs_only_its_item(helpers_on_path):
-    pool = LocalPool(2, "pool_helpers.square_or_crash", 0.0, on_crash=lambda item, why: ("crashed", item, why))
+    pool = LocalPool(2)
     try:
         batches = [[i * 10 + j for j in range(5)] for i in range(12)]
         batches[4].insert(2, "segv")  # this worker dies mid-batch: the batch is retried item by item
         for batch in batches:
-            pool.submit(batch)
+            pool.submit("pool_helpers.square_or_crash", batch, 0.0, on_crash=lambda item, why: ("crashed", item, why))
         got = [x for result in pool.drain() for x in result]
     finally:
         pool.close()
@@ -43,11 +43,11 @@ def test_pool_results_are_the_inline_results(tmp_path):
     items = [MediaItem(f"{p.parent.name}/{p.name}", str(p), p.stat().st_size, (p.parent.name,))
              for p in sorted((tmp_path / "in").rglob("*.jpg"))]
     settings = EncodeSettings(label_ids={"a": 0, "b": 1})
-    pool = LocalPool(2, "shard_utils.encode.encode_batch", settings,
-                     on_crash=lambda item, why: reject(item, "corrupt", why))
+    pool = LocalPool(2)
     try:
         for start in range(0, len(items), 5):
-            pool.submit(items[start:start + 5])
+            pool.submit("shard_utils.encode.encode_batch", items[start:start + 5], settings,
+                        on_crash=lambda item, why: reject(item, "corrupt", why))
         pooled = sorted((x for r in pool.drain() for x in r), key=lambda e: e.meta.source_id)
     finally:
         pool.close()
@@ -57,13 +57,13 @@ def test_pool_results_are_the_inline_results(tmp_path):
 
 
 def test_workers_stay_out_of_ctrl_c_and_stop_when_told(helpers_on_path):
-    pool = LocalPool(2, "pool_helpers.square_or_crash", 5.0, on_crash=lambda item, why: None)
+    pool = LocalPool(2)
     pids = pool.pids()
     assert all(os.getpgid(pid) != os.getpgid(0) for pid in pids)  # a terminal's Ctrl-C does not reach them
     for i in range(2):
-        pool.submit([i])
+        pool.submit("pool_helpers.square_or_crash", [i], 5.0)
     assert sorted(x for r in pool.drain() for x in r) == [0, 1]  # both workers are up
-    pool.submit(["slow"])
+    pool.submit("pool_helpers.square_or_crash", ["slow"], 5.0)
     for pid in pids:
         os.kill(pid, signal.SIGINT)  # even sent to them directly, Ctrl-C is the parent's to handle
     time.sleep(0.5)
@@ -87,3 +87,13 @@ def test_a_missing_file_is_a_reject_not_a_crash(tmp_path):
     out = encode_item(item, EncodeSettings(label_ids={"a": 0}))
     assert out == {"source": "a/gone.jpg", "reason": "missing",
                    "message": f"train.csv line 3: {tmp_path / 'gone.jpg'} does not exist"}
+
+
+def test_a_crash_in_work_that_cannot_be_isolated_is_an_error(helpers_on_path):
+    pool = LocalPool(1)
+    try:
+        pool.submit("pool_helpers.square_or_crash", ["segv"], 0.0)  # no on_crash: e.g. a shard write
+        with pytest.raises(RuntimeError, match="SIGSEGV"):
+            list(pool.drain())
+    finally:
+        pool.close()

@@ -92,7 +92,7 @@ def test_reject_limits():
     (None, "FnApiRunner", 1, "", 8, 8),  # locally: every core
     (3, "FnApiRunner", 1, "", 8, 3),
     (None, "FnApiRunner", 4, "multi_processing", 8, 2),  # Beam's own processes share the cores
-    (None, "FnApiRunner", 4, "multi_threading", 8, 8),
+    (None, "FnApiRunner", 4, "multi_threading", 8, 2),
     (None, "DataflowRunner", 1, "", 96, 1),  # one SDK process per vCPU already: never a pool
     (1, "DataflowRunner", 1, "", 96, 1),
 ])

@@ -1,0 +1,83 @@
+"""Writing one shard from its slices of the fragments, without Beam (so local worker processes can do it).
+
+The writer reads each slice with one ranged read, merges the sorted runs in key order, writes the
+shard and its index rows under the run's temporary folder, and checks it got the planned count.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from shard_utils import fragments, index, plan, schema, storage
+
+from .config import BuildConfig, RunInfo
+from .publish import ShardResult, crash_point, keep_lease
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: where it goes, its slices, and its split's plan."""
+
+    split: str
+    shard: int
+    pieces: tuple[fragments.Slice, ...]
+    split_plan: plan.SplitPlan
+
+
+@dataclass(frozen=True)
+class Written:
+    """A written shard and what the job counts of it."""
+
+    result: ShardResult
+    fragment_bytes_read: int
+
+
+def write_shards(tasks: Sequence[ShardTask], config: BuildConfig, run: RunInfo,
+                 dropped: frozenset = frozenset()) -> list[Written]:
+    """write_shard over a batch of tasks: the unit of work of a local worker process."""
+    return [write_shard(task, config, run, dropped) for task in tasks]
+
+
+def write_shard(task: ShardTask, config: BuildConfig, run: RunInfo, dropped: Iterable[str] = ()) -> Written:
+    """Read the shard's slices (one ranged read each), merge them in key order, write the shard and its index."""
+    gone = frozenset(dropped)
+    keep_lease(config, run)
+    runs, read = [], 0
+    for piece in sorted(task.pieces, key=lambda s: (s.fragment, s.start)):
+        runs.append(fragments.split_slice(piece, storage.read_range(piece.fragment, piece.start, piece.length)))
+        read += piece.length
+    name = plan.shard_name(task.split, task.shard, task.split_plan.num_shards, config.shard_extension)
+    temp_path = storage.join(run.temp_dir, "shards", name)
+    digest = storage.Digest()
+    classes: Counter = Counter()
+    longest: Counter = Counter()  # the longest list of each list feature, for the manifest's max_length
+    rows = []
+    crash_point("write")
+    with storage.open_write(temp_path) as out:
+        for meta, data in fragments.merge(runs):
+            if meta.source_id in gone:
+                continue
+            rows.append(index.row_from_meta(task.shard, digest.size, meta, config.listing.extras, multi_label=True))
+            out.write(data)
+            digest.update(data)
+            classes.update(meta.labels)
+            _note_lengths(longest, meta)
+    expected = task.split_plan.sizes[task.shard]
+    if len(rows) != expected:
+        raise plan.InternalError(f"shard {task.shard} of split {task.split!r} got {len(rows)} records, "
+                                 f"planned {expected}")
+    index_part = storage.join(run.temp_dir, "index", name + ".avro")
+    with storage.open_write(index_part) as out:
+        index.write_index(out, rows, index.index_schema(config.listing.extras))
+    result = ShardResult(task.split, task.shard, temp_path, name, len(rows), digest.size, digest.crc32c,
+                         digest.sha256, tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
+    return Written(result, read)
+
+
+def _note_lengths(longest: Counter, meta) -> None:
+    for key in (schema.LABEL, schema.LABEL_TEXT):  # a record holds as many label texts as label ids
+        longest[key] = max(longest[key], len(meta.labels))
+    for name, values in meta.extras:
+        key = schema.EXTRA_PREFIX + name
+        longest[key] = max(longest[key], len(values))
