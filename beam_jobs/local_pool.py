@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 _HEADER = struct.Struct("<Q")
+POOL_WORKER = "TPU_SHARDS_POOL_WORKER"  # marks a worker process (test hooks kill the build, not just the worker)
 MAX_STARTUP_FAILURES = 3
 
 
@@ -184,7 +185,7 @@ class LocalPool:
     def _spawn(self) -> None:
         # Their own session: a terminal's Ctrl-C reaches the build, which stops them; not the workers.
         proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local_pool"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1", POOL_WORKER: "1"},
                                 start_new_session=True)
         wid = self._next_worker
         self._next_worker += 1

@@ -25,6 +25,7 @@ from shard_utils.plan import InternalError, PlanError, SplitPlan
 
 from .config import BuildConfig, RunInfo
 from .errors import UsageError
+from .local_pool import POOL_WORKER
 
 TEMP_ROOT = ".tpu-shards-tmp"
 OWN_NAMES = (TEMP_ROOT + "/", runlock.LOCK_NAME)  # what the job itself keeps in an output between builds
@@ -39,6 +40,8 @@ def crash_point(stage: str) -> None:
     """Test hooks: TPU_SHARDS_KILL_AT=<stage> kills this process with SIGKILL at that stage;
     TPU_SHARDS_PAUSE_AT=<stage>:<seconds> sleeps there (once per process), to hold a build mid-way."""
     if os.environ.get("TPU_SHARDS_KILL_AT") == stage:
+        if os.environ.get(POOL_WORKER):  # the stage runs in a local worker: the build itself is what dies
+            os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
     pause = os.environ.get("TPU_SHARDS_PAUSE_AT", "")
     if pause.startswith(stage + ":") and stage not in _paused:
