@@ -168,10 +168,15 @@ def memory(bench: Bench) -> str:
             small, big = bench.board.get(("job", path, all_w, n)), bench.board.get(("job", path, all_w, n * factor))
             r = ratio(big.peak_mb, small.peak_mb)
             rows.append([f"job {path}, {all_w} workers", fmt(small.peak_mb, 0), fmt(big.peak_mb, 0), fmt(r, 2),
-                         verdict(r, 1.3, at_most=True), fmt(bench.rate(("job", path, all_w, n * factor))),
+                         verdict(r, 1.3, at_most=True), fmt(small.driver_mb, 0), fmt(big.driver_mb, 0),
+                         fmt(ratio(big.driver_mb, small.driver_mb), 2),
+                         fmt(bench.rate(("job", path, all_w, n * factor))),
                          fmt(bench.marginal(("job", path, all_w), n, n * factor))])
-        lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"img/s at {n * factor}",
+        lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"driver MB at {n}",
+                            f"at {n * factor}", "ratio", f"img/s at {n * factor}",
                             f"marginal img/s {n} -> {n * factor}"], rows))
+        lines.append("  the rest of the tree is the encode workers: each holds up to --fragment-mb (64) of records "
+                     "before it writes a fragment, so their share grows until the buffers fill, then stays")
     if len(bench.workers) > 1:
         low, rows = bench.workers[0], []
         for w in bench.workers:
