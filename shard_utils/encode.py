@@ -48,6 +48,12 @@ class RecordMeta:
         """The record's place in its split's total order."""
         return (self.sort_key, self.source_id)
 
+    def __reduce__(self):
+        """Pickle as a plain tuple: the slots dataclass default walks fields() on every record, and a
+        build pickles each record's metadata several times (pool results, Beam's stages, shard tasks)."""
+        return (type(self), (self.sort_key, self.source_id, self.length, self.labels, self.sha256,
+                             self.height, self.width, self.extras))
+
 
 @dataclass(frozen=True)
 class Encoded:
