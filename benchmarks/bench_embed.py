@@ -10,10 +10,15 @@ median round is shown. The transform is timed end to end (the pipeline's start, 
 batching, loading and tracing the model on the worker, resizing and preprocessing, inference), and by
 RunInference's own metrics: the time inside its batches (preprocessing + model) and the model load.
 `--jpeg` feeds the transform JPEG bytes (decoded inside) instead of arrays.
+
+`--job` also times the whole job (`tpu-shards build --embed-model`, all cores, in this process) on the
+same images saved as JPEG files, at --count and at one batch; "steady" is the rate between the two,
+which leaves out the fixed costs (starting the pipeline, loading and tracing the model on the worker).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import sys
@@ -68,6 +73,7 @@ def main(argv=None) -> None:
     ap.add_argument("--preprocess", default="none", help="for --model; EfficientNetB0 takes 0..255")
     ap.add_argument("--jpeg", action="store_true", help="feed the transform JPEG bytes instead of arrays")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--job", action="store_true", help="also time the whole job at --count and at one batch")
     args = ap.parse_args(argv)
 
     import keras
@@ -103,7 +109,9 @@ def main(argv=None) -> None:
         return i, buf.getvalue()
 
     elements = [element(i, img) for i, img in enumerate(pixels)]
-    rounds = {"predict": [], "total": [], "inside": [], "load": []}
+    rounds = {"predict": [], "total": [], "inside": [], "load": [], "job": [], "job_steady": []}
+    folders = {n: write_jpegs(pixels[:n], work / f"jpegs-{n}") for n in (args.batch_size, args.count)} \
+        if args.job else {}
     for _ in range(args.rounds):
         start = time.perf_counter()
         model.predict(batch, batch_size=args.batch_size, verbose=0)
@@ -112,6 +120,11 @@ def main(argv=None) -> None:
         rounds["total"].append(args.count / total)
         rounds["inside"].append(args.count / inside)
         rounds["load"].append(load)
+        if args.job:
+            tiny = run_job(folders[args.batch_size], work, path, args)
+            full = run_job(folders[args.count], work, path, args)
+            rounds["job"].append(args.count / full)
+            rounds["job_steady"].append((args.count - args.batch_size) / (full - tiny))
     print(f"{args.count} images {size[0]}x{size[1]}, batch {args.batch_size}, model {Path(path).name}, "
           f"input {'JPEG bytes' if args.jpeg else 'uint8 arrays'}; TF {tf.__version__}, {os.cpu_count()} CPUs; "
           f"median of {args.rounds} alternating rounds")
@@ -119,10 +132,33 @@ def main(argv=None) -> None:
     rows = [("model.predict", "predict", ""),
             ("EmbedImages, end to end", "total", f"incl. loading the model ({median['load']:.1f} s)"),
             ("EmbedImages, inside batches", "inside", "resize + preprocess + model, RunInference's batch time")]
+    if args.job:
+        rows += [("job, end to end", "job", "tpu-shards build --embed-model, all cores, JPEG files in"),
+                 ("job, steady", "job_steady", f"between {args.batch_size} and {args.count} images")]
     for name, key, note in rows:
         per_round = " ".join(f"{r:.1f}" for r in rounds[key])
         print(f"  {name:<30} {median[key]:7.1f} img/s  {median[key] / median['predict']:5.2f}x predict   "
               f"rounds: {per_round}  {note}")
+
+
+def write_jpegs(pixels: list[np.ndarray], folder: Path) -> Path:
+    """The images as JPEG files in one label folder (the job's input)."""
+    (folder / "all").mkdir(parents=True, exist_ok=True)
+    for i, img in enumerate(pixels):
+        Image.fromarray(img).save(folder / "all" / f"{i:05d}.jpg", "JPEG", quality=90)
+    return folder
+
+
+def run_job(folder: Path, work: Path, model: str, args) -> float:
+    """Seconds for a whole build with embeddings (Beam already imported by the first run)."""
+    from beam_jobs.build_shards import run
+
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # the job's summary
+        run(["--input", str(folder), "--output", str(work / "out"), "--overwrite",
+             "--embed-model", model, "--embed-preprocess", args.preprocess,
+             "--embed-batch-size", str(args.batch_size), "--no-progress"])
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":
