@@ -53,7 +53,8 @@ class SplitSample:
     split: str
     seed: int
     groups: dict[str, list[Tile]]
-    class_counts: dict[str, int]
+    class_counts: dict[str, int]  # records per label (a multi-label record counts under each of its labels)
+    num_records: int = 0
     scanned: int = 0
     shards_read: int = 0
     shards_total: int = 0
@@ -83,7 +84,7 @@ def sample_split(m: Manifest, split: str, *, seed: int = 0, per_class: int = PER
     info = m.split(split)
     classes = shown_classes(info.class_counts, m.labels, seed, max_classes)
     buckets: dict[str, list] = {c: [] for c in classes}
-    sample = SplitSample(split, seed, {}, dict(info.class_counts), shards_total=len(info.shards))
+    sample = SplitSample(split, seed, {}, dict(info.class_counts), info.num_records, shards_total=len(info.shards))
     for shard in sorted(info.shards, key=lambda s: _hash(seed, "shard", s.path)):
         if sample.scanned >= max_records:
             break
@@ -216,11 +217,11 @@ def render_sheet(sample: SplitSample, tile: int = TILE) -> tuple[Image.Image, li
     draw = ImageDraw.Draw(sheet)
     title_font, font, small = _font(17), _font(12), _font(11)
     shown = sum(len(v) for v in sample.groups.values())
-    total = sum(sample.class_counts.values())
     draw.text((MARGIN, MARGIN), _fit_text(draw, f"split {sample.split}", title_font, width - 2 * MARGIN),
               fill=INK, font=title_font)
     draw.text((MARGIN, MARGIN + 22), _fit_text(
-        draw, f"{shown} of {total} records in {len(sample.groups)} of {len(sample.class_counts)} classes, "
+        draw, f"{shown} tiles of {sample.num_records} records, {len(sample.groups)} of {len(sample.class_counts)} "
+              f"classes shown, "
               f"sampled by seed {sample.seed} from {sample.scanned} records read "
               f"({sample.shards_read} of {sample.shards_total} shards)", small, width - 2 * MARGIN),
               fill=MUTED, font=small)

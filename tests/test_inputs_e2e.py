@@ -60,6 +60,12 @@ def test_kaggle_train_csv_with_multi_labels_and_extra_columns(tmp_path):
     assert batch["extra/tokens"].shape == (4, 5) and batch["extra/age"].shape == (4,)
     assert set(np.unique(batch["label"].numpy())) <= {0.0, 1.0}
 
+    from shard_utils import report  # the contact sheet counts records, not (record, label) pairs
+
+    sample = report.sample_split(m, "train", seed=0)
+    assert sample.num_records == 24 < sum(sample.class_counts.values())
+    assert {t.source_id for tiles in sample.groups.values() for t in tiles if len(t.labels) == 2}
+
 
 def test_labels_from_file_names(tmp_path):
     src = tmp_path / "pets"
