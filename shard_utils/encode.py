@@ -6,6 +6,7 @@ Dataflow) or in a local pool of worker processes; either way the bytes are the s
 from __future__ import annotations
 
 import hashlib
+import operator
 from dataclasses import dataclass, field, replace
 from typing import Union
 
@@ -51,8 +52,10 @@ class RecordMeta:
     def __reduce__(self):
         """Pickle as a plain tuple: the slots dataclass default walks fields() on every record, and a
         build pickles each record's metadata several times (pool results, Beam's stages, shard tasks)."""
-        return (type(self), (self.sort_key, self.source_id, self.length, self.labels, self.sha256,
-                             self.height, self.width, self.extras))
+        return (type(self), _meta_fields(self))
+
+
+_meta_fields = operator.attrgetter(*RecordMeta.__slots__)  # a slots dataclass's slots are its fields, in order
 
 
 @dataclass(frozen=True)
