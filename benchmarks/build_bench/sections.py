@@ -175,8 +175,9 @@ def memory(bench: Bench) -> str:
         lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"driver MB at {n}",
                             f"at {n * factor}", "ratio", f"img/s at {n * factor}",
                             f"marginal img/s {n} -> {n * factor}"], rows))
-        lines.append("  the rest of the tree is the encode workers: each holds up to --fragment-mb (64) of records "
-                     "before it writes a fragment, so their share grows until the buffers fill, then stays")
+        lines.append("  the rest of the tree is the encode workers: each merges the shard it writes in memory, so "
+                     "their share grows with the shards up to --target-shard-mb; the driver's fragment buffer "
+                     "(--fragment-mb) fills likewise, then both stay")
     if len(bench.workers) > 1:
         low, rows = bench.workers[0], []
         for w in bench.workers:
