@@ -28,13 +28,14 @@ from shard_utils.generations import generation_split, next_generation
 
 from . import options, progress, publish
 from .append_publish import finish_append
-from .build_shards import _inside, check_input, check_listing_root, counter_totals, pipeline_options
+from .build_shards import (_inside, check_input, check_listing_root, counter_totals, pipeline_options,
+                           plan_and_write_shards)
 from .config import BuildConfig
 from .errors import UsageError
 from .listing_io import prepare_listings
 from .running import execute, guard_interrupts
 from .transforms import (LIST_CHUNK, DistinctLabels, EncodeMedia, FinalizeDataset, ListListedMedia, ListMedia,
-                         PlanShards, StartRun, WriteShards, count, new_run_id, without_dropped)
+                         StartRun, count, new_run_id)
 
 # Options that shape records or where they go: an append must use the first build's values.
 SAME_OPTIONS = ("splits", "image_size", "resize", "jpeg_quality", "background", "seed", "label_offset",
@@ -197,22 +198,14 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
     encoded = fresh["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run, known_labels=tuple(old.labels))
     frags, rejects = encoded.fragments, [fresh["rejected"], encoded.rejected]
-    if config.dedup:
-        dups = frags | "FindDuplicates" >> FindNewDuplicates(dataset.hashes)
-        dropped, cross_split = dups.dropped, dups.cross_split
-        rejects.append(dups.rejected)
-        counted = frags | "WithoutDuplicates" >> beam.Map(without_dropped, beam.pvalue.AsList(dropped))
-    else:
-        dropped = cross_split = p | "NoDuplicates" >> beam.Create([])
-        counted = frags
-    new_records = (counted | "NewPerSplit" >> beam.FlatMap(new_records_per_split)
+    finder = FindNewDuplicates(dataset.hashes) if config.dedup else None
+    sharded = plan_and_write_shards(frags, config, run, finder)
+    new_records = (sharded.counted | "NewPerSplit" >> beam.FlatMap(new_records_per_split)
                    | "SumPerSplit" >> beam.CombinePerKey(sum))
-    planned = counted | "PlanShards" >> PlanShards(config)
-    shards = frags | "WriteShards" >> WriteShards(config, planned["plans"], run, dropped)
-    rejected = rejects | "AllRejected" >> beam.Flatten()
-    _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": rejected,
+    rejected = (*rejects, *sharded.rejected) | "AllRejected" >> beam.Flatten()
+    _ = {"shards": sharded.shards, "plans": sharded.plans, "failure": sharded.failure, "rejected": rejected,
          "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
-         "cross_split": cross_split, "present": fresh["present"], "new_records": new_records} \
+         "cross_split": sharded.cross_split, "present": fresh["present"], "new_records": new_records} \
         | "FinalizeDataset" >> FinalizeDataset(config, finish=functools.partial(finish_append, old=old))
 
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import replace
 import sys
 import time
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
@@ -42,20 +42,37 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
         written = embedded.records | "WriteFragments" >> WriteFragments(config, run)  # FragmentInfo
         frags = (frags, written) | "AllFragments" >> beam.Flatten()
         rejects.append(embedded.rejected)
-    if config.dedup:
-        dups = frags | "FindDuplicates" >> FindDuplicates()  # dropped: source ids
-        dropped, cross_split = dups.dropped, dups.cross_split
-        rejects.append(dups.rejected)
+    sharded = plan_and_write_shards(frags, config, run, FindDuplicates() if config.dedup else None)
+    rejected = (*rejects, *sharded.rejected) | "AllRejected" >> beam.Flatten()  # dicts
+    _ = {"shards": sharded.shards, "plans": sharded.plans, "failure": sharded.failure, "rejected": rejected,
+         "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": labels, "run": run,
+         "cross_split": sharded.cross_split} | "FinalizeDataset" >> FinalizeDataset(config)
+
+
+class ShardsWritten(NamedTuple):
+    """The PCollections a build's (or an append's) finalize step needs from planning and writing."""
+
+    counted: beam.PCollection  # FragmentInfo without duplicates: what the plan counted
+    plans: beam.PCollection  # {split: SplitPlan}, once
+    failure: beam.PCollection  # why no plan could be made
+    shards: beam.PCollection  # ShardResult
+    cross_split: beam.PCollection  # "split|split" per duplicate across splits
+    rejected: tuple  # the duplicates' rejections (a PCollection of dicts), when there is a finder
+
+
+def plan_and_write_shards(frags, config: BuildConfig, run, find_duplicates: beam.PTransform | None) -> ShardsWritten:
+    """Drop duplicates (with a finder, i.e. --dedup), plan each split's shards and write them: the part of
+    the graph that build and append share."""
+    if find_duplicates is not None:
+        dups = frags | "FindDuplicates" >> find_duplicates  # dropped: source ids
+        dropped, cross_split, rejected = dups.dropped, dups.cross_split, (dups.rejected,)
         counted = frags | "WithoutDuplicates" >> beam.Map(without_dropped, beam.pvalue.AsList(dropped))
     else:
-        dropped = cross_split = p | "NoDuplicates" >> beam.Create([])
-        counted = frags
+        dropped = cross_split = frags.pipeline | "NoDuplicates" >> beam.Create([])
+        counted, rejected = frags, ()
     planned = counted | "PlanShards" >> PlanShards(config)  # plans: {split: SplitPlan}
     shards = frags | "WriteShards" >> WriteShards(config, planned["plans"], run, dropped)  # ShardResult
-    rejected = rejects | "AllRejected" >> beam.Flatten()  # dicts
-    _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": rejected,
-         "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": labels, "run": run,
-         "cross_split": cross_split} | "FinalizeDataset" >> FinalizeDataset(config)
+    return ShardsWritten(counted, planned["plans"], planned["failure"], shards, cross_split, rejected)
 
 
 def check_listing_root(path: str | None) -> None:
