@@ -1,6 +1,7 @@
 """Shared fixtures: small generated image folders and a way to run the real job on them."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,16 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subproce
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     return subprocess.run([sys.executable, "-m", "beam_jobs.cli", *map(str, args)], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=REPO)
+
+
+def run_strategy_check(*args) -> dict:
+    """Run tests/strategy_check.py (8 logical CPU devices) and return its findings."""
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[0][len("RESULT "):])
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_job, write_images
+from conftest import REPO, run_job, run_strategy_check, write_images
 from PIL import Image
 from readers import all_records, records
 
@@ -283,16 +282,6 @@ def test_training_falls_back_to_record_sharding_when_shards_are_too_few(small):
         assert len(got) in (3, 4)
         seen += got
     assert sorted(seen) == sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "train"))
-
-
-def run_strategy_check(*args: str) -> dict:
-    """Run tests/strategy_check.py (8 logical CPU devices) and return its findings."""
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[0][len("RESULT "):])
 
 
 def test_mirrored_strategy_on_eight_simulated_devices(small):

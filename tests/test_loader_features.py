@@ -1,19 +1,14 @@
 """The loader on format-2 datasets: label offsets, multi-label, extra columns, video clips and embeddings.
 
 Label offsets and multi-label listings with extra columns are built by the job itself; video and
-embeddings, which it cannot write yet, by `synthetic.write_dataset` with the real schema encoder, TFRecord
-framing and manifest. Every expectation comes from the inputs or the records, independently of the loader.
+embeddings by `synthetic.write_dataset` (exact shapes, cheap to make) with the real schema encoder,
+TFRecord framing and manifest. Every expectation comes from the inputs or the records, independently of the loader.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import REPO, photo, run_job
+from conftest import photo, run_job, run_strategy_check
 from readers import all_records
 from synthetic import jpeg, record, write_dataset
 
@@ -329,15 +324,6 @@ def test_video_embedding_mode(video):
 
 
 # ----------------------------------------------------------------------------- 8 logical devices
-
-
-def run_strategy_check(*args) -> dict:
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[0][len("RESULT "):])
 
 
 def test_static_shapes_on_eight_devices(multi, video):
