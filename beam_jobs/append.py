@@ -28,11 +28,9 @@ from shard_utils.generations import generation_split, next_generation
 
 from . import options, progress, publish
 from .append_publish import finish_append
-from .build_shards import (_inside, check_input, check_listing_root, counter_totals, pipeline_options,
-                           plan_and_write_shards)
+from .build_shards import _inside, counter_totals, pipeline_options, plan_and_write_shards, prepare_inputs
 from .config import BuildConfig
 from .errors import UsageError
-from .listing_io import prepare_listings
 from .running import execute, guard_interrupts
 from .transforms import (LIST_CHUNK, DistinctLabels, EncodeMedia, FinalizeDataset, ListListedMedia, ListMedia,
                          StartRun, count, new_run_id)
@@ -296,7 +294,7 @@ def run_append(args, beam_args) -> manifest.Manifest:
     direct = opts.view_as(DirectOptions)
     workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
                                     direct.direct_running_mode or "", options.available_cores())
-    listing, split_dirs = _inputs(args)
+    listing, split_dirs = prepare_inputs(args)
     now = datetime.datetime.now(datetime.timezone.utc)
     local = runner in options.LOCAL_RUNNERS
     base = options.make_config(
@@ -318,20 +316,6 @@ def run_append(args, beam_args) -> manifest.Manifest:
         return after
     print(append_summary(after, seconds))
     return after
-
-
-def _inputs(args):
-    listing = options.listing_options(args)
-    if not listing.listings:
-        return listing, check_input(args.input)
-    check_listing_root(args.input)
-    try:
-        listing, notes = prepare_listings(listing)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    for note in notes:
-        print(f"tpu-shards: {note}")
-    return listing, False
 
 
 def append_summary(m: manifest.Manifest, seconds: float) -> str:

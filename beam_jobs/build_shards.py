@@ -75,6 +75,22 @@ def plan_and_write_shards(frags, config: BuildConfig, run, find_duplicates: beam
     return ShardsWritten(counted, planned["plans"], planned["failure"], shards, cross_split, rejected)
 
 
+def prepare_inputs(args):
+    """The listing options (listings checked and expanded) and whether the input holds split folders;
+    prints the listing's notes."""
+    listing = options.listing_options(args)
+    if not listing.listings:
+        return listing, check_input(args.input)
+    check_listing_root(args.input)
+    try:
+        listing, notes = prepare_listings(listing)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for note in notes:
+        print(f"tpu-shards: {note}")
+    return listing, False
+
+
 def check_listing_root(path: str | None) -> None:
     """With a listing, --input is only the folder relative paths are under: it must exist, it is not walked."""
     if path is None or storage.is_gcs(path):
@@ -196,18 +212,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     cloud = opts.view_as(GoogleCloudOptions)
     workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
                                     direct.direct_running_mode or "", options.available_cores())
-    listing = options.listing_options(args)
-    if listing.listings:
-        check_listing_root(args.input)
-        split_dirs = False
-        try:
-            listing, notes = prepare_listings(listing)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        for note in notes:
-            print(f"tpu-shards: {note}")
-    else:
-        split_dirs = check_input(args.input)
+    listing, split_dirs = prepare_inputs(args)
     template = cloud.template_location
     now = datetime.datetime.now(datetime.timezone.utc)
     run_id = None if template else new_run_id(now)  # a template decides its run when launched
