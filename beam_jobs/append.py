@@ -150,7 +150,7 @@ class FindNewDuplicates(beam.PTransform):
 
     def expand(self, frags):
         new = frags | "NewHashes" >> beam.FlatMap(
-            lambda info: ((m.sha256, (m.source_id, s.split, False)) for s in info.sections for m in s.metas))
+            lambda info: ((m.sha256, (m.source_id, s.split, False)) for s in info.sections for m in info.metas(s)))
         old = self.existing | "OldHashes" >> beam.MapTuple(lambda sha, where: (sha, (where[0], where[1], True)))
         return ((new, old) | "AllHashes" >> beam.Flatten()
                 | "GroupSameBytes" >> beam.GroupByKey()
@@ -179,7 +179,7 @@ def decide_new_duplicates(grouped):
 
 def new_records_per_split(info) -> Iterable[tuple[str, int]]:
     """(split, records) of one fragment (duplicates already left out)."""
-    return ((s.split, len(s.metas)) for s in info.sections)
+    return ((s.split, len(info.metas(s))) for s in info.sections)
 
 
 # ---------------------------------------------------------------------------------------------- the graph

@@ -20,7 +20,6 @@ import posixpath
 import re
 import sys
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -30,7 +29,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOpt
 from apache_beam.transforms.window import GlobalWindows
 
 import shard_utils
-from shard_utils import fragments, generations, index, listings, manifest, plan, schema, storage
+from shard_utils import generations, index, listings, manifest, plan, schema, storage
 from shard_utils.copy_records import DamagedShard, shard_records
 from shard_utils.encode import Encoded
 from shard_utils.index import IndexFormatError, IndexRow
@@ -42,7 +41,7 @@ from .build_shards import counter_totals, pipeline_options, prepare_output, summ
 from .config import BuildConfig, RejectLimit, RunInfo
 from .errors import OneLineParser, UsageError
 from .running import execute, guard_interrupts
-from .transforms import FinalizeDataset, PlanShards, StartRun, WriteShards, count, new_run_id
+from .transforms import FinalizeDataset, FragmentBuffer, PlanShards, StartRun, WriteShards, count, new_run_id
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -139,8 +138,7 @@ class _CopyFn(beam.DoFn):
         self.config, self.location = config, location
 
     def start_bundle(self):
-        self._buffer: list[Encoded] = []
-        self._buffered = 0
+        self._buffer = FragmentBuffer(self.config.fragment_bytes)
         self._run: RunInfo | None = None
 
     def process(self, task: ShardTask, run: RunInfo):
@@ -149,29 +147,22 @@ class _CopyFn(beam.DoFn):
         try:
             for meta, framed in shard_records(storage.join(self.location, task.shard.path), task.shard, task.rows,
                                               seed=cfg.seed, label_offset=cfg.label_offset, extras=cfg.listing.extras):
-                self._buffer.append(Encoded(task.split, meta, framed, passed_through=True))
-                self._buffered += len(framed)
-                if self._buffered >= cfg.fragment_bytes:
+                if self._buffer.add(Encoded(task.split, meta, framed, passed_through=True)):
                     yield from self._flush()
         except DamagedShard as exc:
             yield beam.pvalue.TaggedOutput("damaged", str(exc))
         count("shards_read")
 
     def finish_bundle(self):
-        for info in self._flush():
-            yield GlobalWindows.windowed_value(info)
+        if self._run is not None:
+            for info in self._flush():
+                yield GlobalWindows.windowed_value(info)
 
     def _flush(self):
-        if not self._buffer:
-            return
-        ordered, sections = fragments.layout(self._buffer)
-        path = storage.join(self._run.temp_dir, "fragments", f"{uuid.uuid4().hex}.records")
-        with storage.open_write(path) as out:
-            for framed in ordered:
-                out.write(framed)
-        count("records_copied", len(ordered))
-        self._buffer, self._buffered = [], 0
-        yield fragments.fragment_info(path, sections)
+        copied = len(self._buffer.records)
+        for info in self._buffer.flush(self._run):
+            count("records_copied", copied)
+            yield info
 
 
 class CarryOver(beam.PTransform):

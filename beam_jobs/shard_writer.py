@@ -1,7 +1,8 @@
 """Writing one shard from its slices of the fragments, without Beam (so local worker processes can do it).
 
-The writer reads each slice with one ranged read, merges the sorted runs in key order, writes the
-shard and its index rows under the run's temporary folder, and checks it got the planned count.
+The writer reads its slices in windows (so what it holds is bounded, whatever the shard's size),
+merges the sorted runs in key order, writes the shard and its index rows under the run's temporary
+folder, and checks it got the planned count.
 """
 from __future__ import annotations
 
@@ -40,13 +41,13 @@ def write_shards(tasks: Sequence[ShardTask], config: BuildConfig, run: RunInfo,
 
 
 def write_shard(task: ShardTask, config: BuildConfig, run: RunInfo, dropped: Iterable[str] = ()) -> Written:
-    """Read the shard's slices (one ranged read each), merge them in key order, write the shard and its index."""
+    """Read the shard's slices (in windows), merge them in key order, write the shard and its index."""
     gone = frozenset(dropped)
     keep_lease(config, run)
-    runs, read = [], 0
-    for piece in sorted(task.pieces, key=lambda s: (s.fragment, s.start)):
-        runs.append(fragments.split_slice(piece, storage.read_range(piece.fragment, piece.start, piece.length)))
-        read += piece.length
+    pieces = sorted(task.pieces, key=lambda s: (s.fragment, s.start))
+    window = fragments.window_for(len(pieces))
+    runs = [fragments.read_slice(piece, window) for piece in pieces]
+    read = sum(piece.length for piece in pieces)
     name = plan.shard_name(task.split, task.shard, task.split_plan.num_shards, config.shard_extension)
     temp_path = storage.join(run.temp_dir, "shards", name)
     digest = storage.Digest()

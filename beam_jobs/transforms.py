@@ -7,6 +7,7 @@ writer reads exactly its own byte range of each fragment.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import uuid
@@ -199,7 +200,7 @@ class EncodeMedia(beam.PTransform):
 
 
 class FragmentBuffer:
-    """Framed records waiting to be written as one fragment, sorted, once they reach `limit` bytes."""
+    """Framed records waiting to be written as one sorted fragment, once they reach `limit` bytes."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -214,15 +215,10 @@ class FragmentBuffer:
 
     def flush(self, run: RunInfo) -> Iterator[fragments.FragmentInfo]:
         """Write the buffered records as one sorted fragment of the run; yields its FragmentInfo."""
-        if not self.records:
-            return
-        ordered, sections = fragments.layout(self.records)
-        path = storage.join(run.temp_dir, "fragments", f"{uuid.uuid4().hex}.records")
-        with storage.open_write(path) as out:
-            for data in ordered:
-                out.write(data)
+        info = fragments.write_fragment(run.temp_dir, uuid.uuid4().hex, self.records)
         self.records, self.size = [], 0
-        yield fragments.fragment_info(path, sections)
+        if info is not None:
+            yield info
 
 
 def _windowed(values: Iterable) -> Iterator:
@@ -412,7 +408,7 @@ class FindDuplicates(beam.PTransform):
         return (
             frags
             | "Hashes" >> beam.FlatMap(lambda info: ((m.sha256, (m.source_id, s.split))
-                                                    for s in info.sections for m in s.metas))
+                                                    for s in info.sections for m in info.metas(s)))
             | "GroupSameBytes" >> beam.GroupByKey()  # (sha256, [(source_id, split)])
             | "Decide" >> beam.FlatMap(decide_duplicates).with_outputs("rejected", "cross_split", main="dropped")
         )
@@ -433,13 +429,12 @@ def decide_duplicates(grouped):
 
 
 def without_dropped(info: fragments.FragmentInfo, dropped: list[str]) -> fragments.FragmentInfo:
-    """The fragment's records minus duplicates, for counting (byte offsets are not kept)."""
+    """The fragment with its duplicates marked dropped (they stay in its files, and count for nothing)."""
     if not dropped:
         return info
     gone = set(dropped)
-    return fragments.FragmentInfo(info.path, tuple(
-        fragments.Section(s.split, s.start, tuple(m for m in s.metas if m.source_id not in gone))
-        for s in info.sections))
+    here = frozenset(m.source_id for s in info.sections for m in info.metas(s) if m.source_id in gone)
+    return dataclasses.replace(info, dropped=here) if here else info
 
 
 # ---------------------------------------------------------------------------------------------- plan
@@ -481,7 +476,7 @@ class SplitTotalsFn(beam.CombineFn):
     def add_input(self, acc, info: fragments.FragmentInfo):
         for section in info.sections:
             totals = acc.setdefault(section.split, plan.SplitTotals())
-            for meta in section.metas:
+            for meta in info.metas(section):
                 totals.add(meta.sort_key, meta.length, self.bits)
         return acc
 
@@ -515,7 +510,7 @@ def boundary_keys(info: fragments.FragmentInfo, drafts: list[dict]):
         for section in info.sections:
             buckets = plans[section.split].boundary_buckets
             bits = plans[section.split].bucket_bits
-            for meta in section.metas:
+            for meta in info.metas(section):
                 b = plan.bucket_of(meta.sort_key, bits)
                 if b in buckets:
                     yield (section.split, b), meta.order

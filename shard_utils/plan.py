@@ -199,6 +199,10 @@ def plan_splits(totals: Mapping[str, SplitTotals], *, expected_splits: Sequence[
     found = {name: t for name, t in totals.items() if t.num_records}
     if not found:
         raise PlanError("no input file could be used (0 records)")
+    emptied = sorted(name for name, t in totals.items() if not t.num_records)  # its records all dropped (--dedup)
+    if emptied:
+        raise PlanError(f"split {emptied[0]!r}: every record in it is a duplicate of one kept in another split "
+                        "(--dedup); remove the copies or build without --dedup")
     missing = [name for name in expected_splits if name not in found]
     if missing:
         raise PlanError(f"split {missing[0]!r} received no records from --splits; give it a larger fraction or "

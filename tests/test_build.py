@@ -263,6 +263,20 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
         assert max(sizes) - min(sizes) <= 1
 
 
+def test_a_split_folder_holding_only_copies_of_another_split_fails_with_one_line(tmp_path):
+    """--dedup leaves such a split empty: no plan can be made for it, so the build says so (it used to crash)."""
+    src = tmp_path / "in"
+    write_images(src / "train", {"a": 6, "b": 6})
+    (src / "validation" / "a").mkdir(parents=True)
+    for photo in (src / "train" / "a").iterdir():
+        (src / "validation" / "a" / photo.name).write_bytes(photo.read_bytes())
+    done = run_cli("build", "--input", src, "--output", tmp_path / "out", "--dedup", "--num-cores", "2")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("tpu-shards: error: split 'validation': every record in it is a duplicate")
+    assert "6 duplicate" in lines[0] and not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_a_jpeg_with_a_trailer_is_kept_without_it_and_counted(images, tmp_path, capsys):
     photo_bytes = (images / "dog" / "img0002.jpg").read_bytes()
     (images / "dog" / "motion.jpg").write_bytes(photo_bytes + b"\x00\x00\x00\x18ftypmp42" + bytes(200))
