@@ -8,11 +8,15 @@ them), die with their parent, and a worker that crashes on a hostile file costs 
 its batch is retried item by item and the item that crashes again is rejected.
 
 A task is `fn(items, *args)` for a function named by module and attribute, returning one result
-list per batch; one pool per process serves every step (`LocalPool.shared`).
+list per batch; one pool per process serves every step (`LocalPool.shared`). A task may leave work
+in its worker's memory (`keeps`: the encoders' fragment buffers): the pool remembers it until the
+worker says it is written, and replays it elsewhere if that worker dies first. An exception in a
+task is raised again here, with its message; only a dying worker counts as a crash.
 """
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 import pickle
 import queue
@@ -56,6 +60,9 @@ class _Task:
     args: tuple
     on_crash: Callable[[Any, str], Any] | None  # None: a crash fails the task (nothing to isolate)
     isolated: bool = False  # a single item re-run after its batch crashed a worker
+    keeps: bool = False  # fn returns (result, released): its work stays in the worker until released
+    pin: int | None = None  # only this worker may run it
+    replay: bool = False  # re-run of kept work lost with its worker: fn(..., replay=True) redoes only that
 
 
 @dataclass
@@ -63,6 +70,15 @@ class _Worker:
     proc: subprocess.Popen
     outstanding: collections.deque = field(default_factory=collections.deque)
     answered: bool = False
+    held: list = field(default_factory=list)  # kept tasks answered but not yet released
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A task's exception, sent back to be raised again in the pool's process."""
+
+    error: BaseException | None
+    text: str
 
 
 class LocalPool:
@@ -114,10 +130,24 @@ class LocalPool:
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, fn: str, items: list, *args: Any, on_crash: Callable[[Any, str], Any] | None = None) -> None:
-        """Queue `fn(items, *args)`; its result list arrives through `results`."""
-        self._pending.append(_Task(self._new_task_id(), fn, list(items), args, on_crash))
+    def submit(self, fn: str, items: list, *args: Any, on_crash: Callable[[Any, str], Any] | None = None,
+               keeps: bool = False) -> None:
+        """Queue `fn(items, *args)`; its result list arrives through `results`.
+
+        keeps: fn returns (result, released) and keeps its work in the worker until an answer says
+        released; if the worker dies first, fn(items, *args, replay=True) redoes that work elsewhere.
+        """
+        self._pending.append(_Task(self._new_task_id(), fn, list(items), args, on_crash, keeps=keeps))
         self._dispatch()
+
+    def release_all(self, fn: str, *args: Any) -> Iterator[list]:
+        """Every remaining batch's results, then `fn([], *args)` on each worker holding kept work, until none does."""
+        yield from self.drain()
+        while holders := [wid for wid, w in self._workers.items() if w.held]:
+            for wid in holders:
+                self._pending.append(_Task(self._new_task_id(), fn, [], args, None, keeps=True, pin=wid))
+            self._dispatch()
+            yield from self.drain()
 
     @property
     def in_flight(self) -> int:
@@ -199,13 +229,20 @@ class LocalPool:
         except (EOFError, OSError, pickle.UnpicklingError):
             proc.wait()
             self._events.put(("died", wid, proc.returncode))
+        except Exception as exc:  # noqa: BLE001 - an answer this process cannot read: fail the build, not hang
+            proc.kill()
+            self._events.put(("unreadable", wid, f"{type(exc).__name__}: {exc}"))
 
     def _dispatch(self) -> None:
         for wid, w in sorted(self._workers.items(), key=lambda kv: len(kv[1].outstanding)):
-            while self._pending and len(w.outstanding) < self._depth:
-                task = self._pending.popleft()
+            while len(w.outstanding) < self._depth:
+                task = next((t for t in self._pending if t.pin is None or t.pin == wid), None)
+                if task is None:
+                    break
+                self._pending.remove(task)
+                kwargs = {"replay": True} if task.replay else {}
                 try:
-                    _send(w.proc.stdin, (task.ident, task.fn, task.items, task.args))
+                    _send(w.proc.stdin, (task.ident, task.fn, task.items, task.args, kwargs))
                 except (BrokenPipeError, OSError):
                     self._pending.appendleft(task)  # its reader reports the death
                     break
@@ -216,6 +253,8 @@ class LocalPool:
         w = self._workers.get(wid)
         if w is None:
             return None
+        if kind == "unreadable":
+            raise RuntimeError(f"local pool: cannot read a worker's answer ({payload})")
         if kind == "result":
             ident, result = payload
             task = w.outstanding.popleft()
@@ -223,6 +262,14 @@ class LocalPool:
                 raise RuntimeError(f"local pool: worker answered task {ident}, expected {task.ident}")
             w.answered = True
             self._startup_failures = 0
+            if isinstance(result, _Raised):
+                raise result.error if result.error is not None else RuntimeError(result.text)
+            if task.keeps:
+                result, released = result
+                if released:
+                    w.held.clear()
+                else:
+                    w.held.append(task)
             self._dispatch()
             return result
         # The worker died: its first outstanding batch crashed it; the others never started.
@@ -236,10 +283,14 @@ class LocalPool:
                                    "run with --workers 1 to see why")
         why = _describe_exit(payload)
         out = None
+        self._pending = collections.deque(t for t in self._pending if t.pin != wid)  # a release for the dead one
+        lost = [_Task(self._new_task_id(), t.fn, t.items, t.args, t.on_crash, t.isolated, True, None, True)
+                for t in w.held]  # answered, but their work died with the worker: redo only that
+        self._pending.extendleft(reversed(lost))
         tasks = list(w.outstanding)
         if tasks:
-            crashed, rest = tasks[0], tasks[1:]
-            if crashed.on_crash is None:
+            crashed, rest = tasks[0], [t for t in tasks[1:] if t.pin is None]
+            if crashed.on_crash is None or crashed.replay:
                 self._pending.extendleft(reversed(rest))
                 self._spawn()
                 self._dispatch()
@@ -247,8 +298,8 @@ class LocalPool:
             if crashed.isolated or len(crashed.items) == 1:
                 out = [crashed.on_crash(crashed.items[0], why)]
             else:
-                rest = [_Task(self._new_task_id(), crashed.fn, [item], crashed.args, crashed.on_crash, True)
-                        for item in crashed.items] + rest
+                rest = [_Task(self._new_task_id(), crashed.fn, [item], crashed.args, crashed.on_crash, True,
+                              crashed.keeps) for item in crashed.items] + rest
             self._pending.extendleft(reversed(rest))
         self._spawn()
         self._dispatch()
@@ -284,13 +335,26 @@ def worker_main() -> None:
     functions: dict[str, Callable] = {}
     while True:
         try:
-            ident, fn_name, items, args = _receive(stdin)
+            ident, fn_name, items, args, kwargs = _receive(stdin)
         except EOFError:
             return
         if fn_name not in functions:
             module, _, attr = fn_name.rpartition(".")
             functions[fn_name] = getattr(__import__(module, fromlist=[attr]), attr)
-        _send(stdout, (ident, functions[fn_name](items, *args)))
+        try:
+            result = functions[fn_name](items, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - raised again in the build, with its message
+            raised = importlib.import_module("beam_jobs.local_pool")._Raised  # not __main__'s: the build unpickles it
+            result = raised(exc if _picklable(exc) else None, f"{type(exc).__name__}: {exc}")
+        _send(stdout, (ident, result))
+
+
+def _picklable(exc: BaseException) -> bool:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: send its text instead
+        return False
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOpt
 from apache_beam.transforms.window import GlobalWindows
 
 import shard_utils
-from shard_utils import generations, index, listings, manifest, plan, schema, storage
+from shard_utils import fragments, generations, index, listings, manifest, plan, schema, storage
 from shard_utils.copy_records import DamagedShard, shard_records
 from shard_utils.encode import Encoded
 from shard_utils.index import IndexFormatError, IndexRow
@@ -41,7 +41,7 @@ from .build_shards import counter_totals, pipeline_options, prepare_output, summ
 from .config import BuildConfig, RejectLimit, RunInfo
 from .errors import OneLineParser, UsageError
 from .running import execute, guard_interrupts
-from .transforms import FinalizeDataset, FragmentBuffer, PlanShards, StartRun, WriteShards, count, new_run_id
+from .transforms import FinalizeDataset, PlanShards, StartRun, WriteShards, count, new_run_id
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -138,7 +138,7 @@ class _CopyFn(beam.DoFn):
         self.config, self.location = config, location
 
     def start_bundle(self):
-        self._buffer = FragmentBuffer(self.config.fragment_bytes)
+        self._buffer = fragments.FragmentBuffer(self.config.fragment_bytes)
         self._run: RunInfo | None = None
 
     def process(self, task: ShardTask, run: RunInfo):
@@ -160,7 +160,7 @@ class _CopyFn(beam.DoFn):
 
     def _flush(self):
         copied = len(self._buffer.records)
-        for info in self._buffer.flush(self._run):
+        for info in self._buffer.flush(self._run.temp_dir):
             count("records_copied", copied)
             yield info
 

@@ -28,6 +28,7 @@ from .config import BuildConfig, RunInfo
 from .errors import UsageError
 from .listing_io import DropDuplicateRows, ListingItems
 from . import shard_writer
+from .encode_worker import EncodeTally
 from .local_pool import LocalPool
 from .publish import crash_point
 
@@ -199,28 +200,6 @@ class EncodeMedia(beam.PTransform):
         ).with_outputs("rejected", "prepared", main="fragments")
 
 
-class FragmentBuffer:
-    """Framed records waiting to be written as one sorted fragment, once they reach `limit` bytes."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.records: list[Encoded] = []
-        self.size = 0
-
-    def add(self, record: Encoded) -> bool:
-        """Buffer a record; True when the buffer is full and should be flushed."""
-        self.records.append(record)
-        self.size += len(record.framed)
-        return self.size >= self.limit
-
-    def flush(self, run: RunInfo) -> Iterator[fragments.FragmentInfo]:
-        """Write the buffered records as one sorted fragment of the run; yields its FragmentInfo."""
-        info = fragments.write_fragment(run.temp_dir, uuid.uuid4().hex, self.records)
-        self.records, self.size = [], 0
-        if info is not None:
-            yield info
-
-
 def _windowed(values: Iterable) -> Iterator:
     """Values emitted from finish_bundle need a window: the global one."""
     for value in values:
@@ -245,7 +224,7 @@ class _EncodeFn(beam.DoFn):
         self._pool: LocalPool | None = None
 
     def start_bundle(self):
-        self._buffer = FragmentBuffer(self.config.fragment_bytes)
+        self._buffer = fragments.FragmentBuffer(self.config.fragment_bytes)
         self._run: RunInfo | None = None
 
     def process(self, chunk: list[MediaItem], labels: list[str], run: RunInfo):
@@ -258,8 +237,12 @@ class _EncodeFn(beam.DoFn):
         pool = LocalPool.shared(self.config.workers)
         self._pool = pool
         for start in range(0, len(chunk), TASK_ITEMS):
-            pool.submit("shard_utils.encode.encode_batch", chunk[start:start + TASK_ITEMS], settings,
-                        on_crash=_crash_reject)
+            items = chunk[start:start + TASK_ITEMS]
+            if settings.frame_now:  # the workers write the fragments: records never come back here
+                pool.submit("beam_jobs.encode_worker.encode_and_keep", items, settings, run.temp_dir,
+                            self.config.fragment_bytes, on_crash=_crash_reject, keeps=True)
+            else:  # records wait for their embedding, in the graph
+                pool.submit("shard_utils.encode.encode_batch", items, settings, on_crash=_crash_reject)
         while pool.in_flight > 4 * self.config.workers:  # bound what waits in memory
             for outcomes in pool.results(block=True):
                 yield from self._take(outcomes)
@@ -268,11 +251,12 @@ class _EncodeFn(beam.DoFn):
 
     def finish_bundle(self):
         out: list = []
-        if self._pool is not None:
-            for outcomes in self._pool.drain():
+        if self._pool is not None and self._run is not None:
+            for outcomes in self._pool.release_all("beam_jobs.encode_worker.flush_kept", self._run.temp_dir,
+                                                   self.config.fragment_bytes):
                 out.extend(self._take(outcomes))
         if self._run is not None:
-            out.extend(self._buffer.flush(self._run))
+            out.extend(self._buffer.flush(self._run.temp_dir))
         yield from _windowed(out)
 
 
@@ -288,6 +272,12 @@ class _EncodeFn(beam.DoFn):
 
     def _take(self, outcomes: Iterable) -> Iterator:
         for outcome in outcomes:
+            if isinstance(outcome, fragments.FragmentInfo):  # written by a worker
+                yield outcome
+                continue
+            if isinstance(outcome, EncodeTally):
+                _count_tally(outcome)
+                continue
             progress.advance("encode")
             if isinstance(outcome, dict):
                 yield _rejected(outcome)
@@ -297,7 +287,21 @@ class _EncodeFn(beam.DoFn):
             if isinstance(outcome, Prepared):
                 yield beam.pvalue.TaggedOutput("prepared", outcome)
             elif self._buffer.add(outcome):
-                yield from self._buffer.flush(self._run)
+                yield from self._buffer.flush(self._run.temp_dir)
+
+
+def _count_tally(tally: EncodeTally) -> None:
+    """The counters of records a worker encoded into its own fragments (as _count_encoded, per task)."""
+    progress.advance("encode", tally.records)
+    if tally.passed_through:
+        count("images_passed_through", tally.passed_through)
+    if tally.records > tally.passed_through:
+        count("images_reencoded", tally.records - tally.passed_through)
+    if tally.records:
+        crash_point("encode")
+    if tally.trailers:
+        count("jpeg_trailers_dropped", tally.trailers)
+        count("jpeg_trailer_bytes_dropped", tally.trailer_bytes)
 
 
 def _crash_reject(item: MediaItem, why: str) -> dict:
@@ -381,17 +385,17 @@ class _WriteFragmentsFn(beam.DoFn):
         self.config = config
 
     def start_bundle(self):
-        self._buffer = FragmentBuffer(self.config.fragment_bytes)
+        self._buffer = fragments.FragmentBuffer(self.config.fragment_bytes)
         self._run = None
 
     def process(self, record: Encoded, run: RunInfo):
         self._run = run
         if self._buffer.add(record):
-            yield from self._buffer.flush(run)
+            yield from self._buffer.flush(run.temp_dir)
 
     def finish_bundle(self):
         if self._run is not None:
-            yield from _windowed(self._buffer.flush(self._run))
+            yield from _windowed(self._buffer.flush(self._run.temp_dir))
 
 
 # ---------------------------------------------------------------------------------------------- dedup

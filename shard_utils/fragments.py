@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import pickle
+import uuid
 from dataclasses import dataclass, field
 from typing import Container, Iterable, Iterator, Mapping
 
@@ -126,6 +127,28 @@ def write_fragment(folder: str, name: str, records: Iterable[Encoded]) -> Fragme
         sections[-1] = Section(last.split, last.start, last.num_bytes + len(e.framed), last.first, last.count + 1)
         offset += len(e.framed)
     return FragmentInfo(path, meta_path, tuple(offsets), tuple(sections))
+
+
+class FragmentBuffer:
+    """Framed records waiting to be written as one sorted fragment, once they reach `limit` bytes."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.records: list[Encoded] = []
+        self.size = 0
+
+    def add(self, record: Encoded) -> bool:
+        """Buffer a record; True when the buffer is full and should be flushed."""
+        self.records.append(record)
+        self.size += len(record.framed)
+        return self.size >= self.limit
+
+    def flush(self, folder: str) -> Iterator[FragmentInfo]:
+        """Write the buffered records as one fragment under the run's temporary `folder`; yields its FragmentInfo."""
+        info = write_fragment(folder, uuid.uuid4().hex, self.records)
+        self.records, self.size = [], 0
+        if info is not None:
+            yield info
 
 
 def slices(info: FragmentInfo, plans: Mapping[str, SplitPlan],

@@ -16,3 +16,31 @@ def square_or_crash(items, settings):
             continue
         out.append(item * item)
     return out
+
+
+_kept: list = []  # what keep_or_crash holds in this worker until release_kept writes it
+
+
+def keep_or_crash(items, replay=False):
+    """Holds numbers in the worker (as an encoder holds its fragment buffer); 'segv' kills the worker.
+    Returns ([how many it took], released=False); a replay returns no count (it was given already)."""
+    for item in items:
+        if item == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+    _kept.extend(items)
+    return ([] if replay else [len(items)]), False
+
+
+def release_kept(items, folder):
+    """Writes what this worker holds to a new file under `folder`: ([its path], released=True)."""
+    import json
+
+    path = os.path.join(folder, f"{os.getpid()}-{time.time_ns()}.json")
+    with open(path, "w") as out:
+        json.dump(_kept, out)
+    _kept.clear()
+    return [path], True
+
+
+def fail_with_message(items):
+    raise ValueError(f"cannot use {items[0]!r}: a message the build should show")

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 from conftest import run_cli, run_job, write_images
-from readers import all_records, by_source, dataset_files, records, shard_bytes
+from readers import all_records, by_source, dataset_files, records, rejected, shard_bytes
 
 from shard_utils import plan, schema
 from shard_utils.manifest import load
@@ -65,6 +65,21 @@ def test_same_input_gives_identical_bytes_across_workers_and_modes(images, tmp_p
     assert shard_bytes(one) == shard_bytes(two) and len(shard_bytes(one)) == 16
     first, second = load(str(one)), load(str(two))
     assert first.splits == second.splits
+
+
+def test_a_worker_crash_loses_only_its_file_though_the_worker_held_other_records(tmp_path, monkeypatch):
+    """Workers write their own fragments: records a dead worker held unwritten are encoded again elsewhere."""
+    src = tmp_path / "in"
+    write_images(src, {"a": 20, "b": 20})
+    monkeypatch.setenv("TPU_SHARDS_SEGV_ON", "b/img0013.jpg")
+    crashed = run_job(src, tmp_path / "crashed", "--workers", "2", "--num-cores", "2")
+    monkeypatch.delenv("TPU_SHARDS_SEGV_ON")
+    (src / "b" / "img0013.jpg").unlink()
+    clean = run_job(src, tmp_path / "clean", "--workers", "1", "--num-cores", "2")
+    assert rejected(tmp_path / "crashed") == {"b/img0013.jpg": "corrupt"}
+    assert "SIGSEGV" in (tmp_path / "crashed" / "rejected.jsonl").read_text()
+    assert crashed.splits["train"].num_records == clean.splits["train"].num_records == 39
+    assert shard_bytes(tmp_path / "crashed") == shard_bytes(tmp_path / "clean")
 
 
 def test_seed_changes_order_not_content(images, tmp_path):

@@ -97,3 +97,59 @@ def test_a_crash_in_work_that_cannot_be_isolated_is_an_error(helpers_on_path):
             list(pool.drain())
     finally:
         pool.close()
+
+
+def released_numbers(results) -> tuple[list[int], list]:
+    """(the numbers in the files release_kept wrote, every other result)."""
+    import json
+
+    numbers, other = [], []
+    for result in results:
+        for x in result:
+            if isinstance(x, str) and x.endswith(".json"):
+                numbers.extend(json.loads(Path(x).read_text()))
+            else:
+                other.append(x)
+    return sorted(numbers), other
+
+
+def test_kept_work_is_released_exactly_once(helpers_on_path, tmp_path):
+    pool = LocalPool(2)
+    try:
+        for i in range(12):
+            pool.submit("pool_helpers.keep_or_crash", [i * 10 + j for j in range(5)], keeps=True)
+        numbers, counts = released_numbers([*pool.drain(), *pool.release_all("pool_helpers.release_kept",
+                                                                              str(tmp_path))])
+    finally:
+        pool.close()
+    assert numbers == sorted(i * 10 + j for i in range(12) for j in range(5))
+    assert counts == [5] * 12
+    assert 1 <= len(list(tmp_path.iterdir())) <= 2  # one file per worker that held something
+
+
+def test_kept_work_lost_with_its_worker_is_replayed_and_counted_once(helpers_on_path, tmp_path):
+    """A worker dies (a hostile file) after it took, but before it wrote, other batches: they are redone elsewhere."""
+    pool = LocalPool(1)
+    try:
+        for i in range(4):
+            pool.submit("pool_helpers.keep_or_crash", [i * 10 + j for j in range(3)], keeps=True)
+        first = list(pool.drain())  # answered: the worker now holds 12 numbers
+        pool.submit("pool_helpers.keep_or_crash", [100, "segv", 101], keeps=True,
+                    on_crash=lambda item, why: ("crashed", item))
+        numbers, other = released_numbers([*first, *pool.release_all("pool_helpers.release_kept", str(tmp_path))])
+    finally:
+        pool.close()
+    assert numbers == sorted([i * 10 + j for i in range(4) for j in range(3)] + [100, 101])
+    assert sorted(x for x in other if isinstance(x, int)) == [1, 1, 3, 3, 3, 3]  # replays add no count
+    assert [x for x in other if isinstance(x, tuple)] == [("crashed", "segv")]
+
+
+def test_an_exception_in_a_task_is_raised_here_with_its_message(helpers_on_path):
+    pool = LocalPool(1)
+    try:
+        pool.submit("pool_helpers.fail_with_message", ["x.jpg"])
+        with pytest.raises(ValueError, match="cannot use 'x.jpg': a message the build should show"):
+            list(pool.drain())
+    finally:
+        pool.close()
+

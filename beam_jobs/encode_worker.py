@@ -1,0 +1,64 @@
+"""Encoding in a local worker process that writes its own fragments: the records never travel back to the build.
+
+Each worker keeps a fragment buffer per run across its tasks and writes it as one sorted fragment
+when it fills or when the build asks (at the end of the encode step). The build receives only
+rejects, counts and written fragments; a task whose records die with their worker before they are
+written is replayed elsewhere by the pool (`LocalPool.submit(keeps=True)`). No Beam here.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+from shard_utils.encode import EncodeSettings, Encoded, encode_batch
+from shard_utils.fragments import FragmentBuffer
+from shard_utils.inputs import MediaItem
+
+SEGV_ON = "TPU_SHARDS_SEGV_ON"  # test hook: a worker given this source id dies as a crashing decoder would
+_buffers: dict[tuple[str, int], FragmentBuffer] = {}  # (run folder, limit) -> this worker's buffer
+
+
+@dataclass(frozen=True)
+class EncodeTally:
+    """What a task encoded, for the build's counters and progress."""
+
+    records: int
+    passed_through: int
+    trailers: int
+    trailer_bytes: int
+
+
+def encode_and_keep(items: list[MediaItem], settings: EncodeSettings, folder: str, limit: int,
+                    replay: bool = False) -> tuple[list, bool]:
+    """Encode items into this worker's buffer, writing it when it reaches `limit` bytes.
+
+    Returns ([rejects..., FragmentInfo..., EncodeTally], released): released when nothing is left in
+    the buffer. A replay (the first run's records were lost) returns only the fragments it writes.
+    """
+    if any(item.source_id == os.environ.get(SEGV_ON) for item in items):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    buffer = _buffers.setdefault((folder, limit), FragmentBuffer(limit))
+    out: list = []
+    records = passed = trailers = trailer_bytes = 0
+    for outcome in encode_batch(items, settings):
+        if not isinstance(outcome, Encoded):
+            if not replay:
+                out.append(outcome)
+            continue
+        buffer.add(outcome)
+        records += 1
+        passed += outcome.passed_through
+        trailers += bool(outcome.trailer_bytes)
+        trailer_bytes += outcome.trailer_bytes
+    if buffer.size >= limit:
+        out.extend(buffer.flush(folder))
+    if not replay:
+        out.append(EncodeTally(records, passed, trailers, trailer_bytes))
+    return out, not buffer.records
+
+
+def flush_kept(items: list, folder: str, limit: int) -> tuple[list, bool]:
+    """Write what this worker holds for the run as one fragment: ([FragmentInfo] or [], released)."""
+    buffer = _buffers.pop((folder, limit), None)
+    return (list(buffer.flush(folder)) if buffer is not None else []), True
