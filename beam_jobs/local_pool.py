@@ -1,8 +1,8 @@
 """A pool of worker processes for a local build, one per core: they encode media and write shards.
 
 Beam's in-process runner uses about one core, and its multi-process mode sends every element
-over gRPC. The encode and write steps instead hand batches of work to these workers and get the
-results back. Workers are plain `python -m beam_jobs.local_pool` processes talking over pipes:
+over gRPC. The encode and write steps instead hand batches of work to these workers, which write
+fragments and shards themselves and send back only what the job must know of them. Workers are plain `python -m beam_jobs.local_pool` processes talking over pipes:
 they import no Beam, run in their own session (a terminal's Ctrl-C reaches the build, which stops
 them), die with their parent, and a worker that crashes on a hostile file costs only that file:
 its batch is retried item by item and the item that crashes again is rejected.

@@ -240,7 +240,7 @@ class _EncodeFn(beam.DoFn):
             items = chunk[start:start + TASK_ITEMS]
             if settings.frame_now:  # the workers write the fragments: records never come back here
                 pool.submit("beam_jobs.encode_worker.encode_and_keep", items, settings, run.temp_dir,
-                            self.config.fragment_bytes, on_crash=_crash_reject, keeps=True)
+                            self._worker_buffer, on_crash=_crash_reject, keeps=True)
             else:  # records wait for their embedding, in the graph
                 pool.submit("shard_utils.encode.encode_batch", items, settings, on_crash=_crash_reject)
         while pool.in_flight > 4 * self.config.workers:  # bound what waits in memory
@@ -253,12 +253,17 @@ class _EncodeFn(beam.DoFn):
         out: list = []
         if self._pool is not None and self._run is not None:
             for outcomes in self._pool.release_all("beam_jobs.encode_worker.flush_kept", self._run.temp_dir,
-                                                   self.config.fragment_bytes):
+                                                   self._worker_buffer):
                 out.extend(self._take(outcomes))
         if self._run is not None:
             out.extend(self._buffer.flush(self._run.temp_dir))
         yield from _windowed(out)
 
+
+    @property
+    def _worker_buffer(self) -> int:
+        """Each worker's fragment buffer: together they hold what one encoder would (--fragment-mb)."""
+        return max(1, self.config.fragment_bytes // self.config.workers)
 
     def _settings_for(self, labels: list[str]) -> EncodeSettings:
         if self._settings is None:
