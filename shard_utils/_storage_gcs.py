@@ -158,7 +158,7 @@ class _Upload(BlobWriter):
             super().close()
 
 
-def start_write(uri: str) -> _Upload:
+def start_write(uri: str, durable: bool = True) -> _Upload:  # an upload is durable once committed
     return _Upload(_blob(uri), chunk_size=storage.WRITE_CHUNK_SIZE, ignore_flush=True, retry=DEFAULT_RETRY)
 
 

@@ -132,10 +132,10 @@ def checksum(path: str) -> tuple[int, str] | None:
 
 
 class _TempFile:
-    """A hidden temp file beside the destination, fsynced and renamed over it on commit."""
+    """A hidden temp file beside the destination, fsynced (if durable) and renamed over it on commit."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, durable: bool = True):
+        self.path, self.durable = path, durable
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)  # as on gs://, where a name needs no folder made first
         fd, self.temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
@@ -150,7 +150,8 @@ class _TempFile:
     def finish(self) -> str:
         """Flush, fsync and close; the temp file is complete and readable by others."""
         self.file.flush()
-        os.fsync(self.file.fileno())
+        if self.durable:
+            os.fsync(self.file.fileno())
         self.file.close()
         os.chmod(self.temp, 0o644)  # mkstemp makes it 0600; others read datasets
         return self.temp
@@ -170,8 +171,8 @@ class _TempFile:
             pass
 
 
-def start_write(path: str) -> _TempFile:
-    return _TempFile(path)
+def start_write(path: str, durable: bool = True) -> _TempFile:
+    return _TempFile(path, durable)
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -109,11 +109,11 @@ def write_fragment(folder: str, name: str, records: Iterable[Encoded]) -> Fragme
         return None
     path = storage.join(folder, "fragments", name + ".records")
     meta_path = storage.join(folder, "fragment-metas", name + ".meta")
-    with storage.open_write(path) as out:
+    with storage.open_write(path, durable=False) as out:  # scratch: a rerun writes its own
         for e in ordered:
             out.write(e.framed)
     offsets = [0]
-    with storage.open_write(meta_path) as out:
+    with storage.open_write(meta_path, durable=False) as out:
         for i in range(0, len(ordered), META_CHUNK):
             data = pickle.dumps([e.meta for e in ordered[i:i + META_CHUNK]], protocol=pickle.HIGHEST_PROTOCOL)
             out.write(data)

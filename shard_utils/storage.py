@@ -349,11 +349,14 @@ def write_bytes(uri: str, data: bytes) -> None:
 
 
 @contextmanager
-def open_write(uri: str) -> Iterator[IO[bytes]]:
+def open_write(uri: str, durable: bool = True) -> Iterator[IO[bytes]]:
     """A binary writer for a large file that appears whole when the block ends, and not at all
-    if the block raises (a hidden temp file renamed on close; a resumable upload on gs://)."""
+    if the block raises (a hidden temp file renamed on close; a resumable upload on gs://).
+
+    durable=False: a local file is not fsynced (scratch files of one run, redone by a rerun anyway).
+    """
     with _failing("write", uri):
-        upload = _backend(uri).start_write(uri)
+        upload = _backend(uri).start_write(uri, durable)
     try:
         yield _Writer(upload, uri)
     except BaseException:

@@ -175,9 +175,8 @@ def memory(bench: Bench) -> str:
         lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"driver MB at {n}",
                             f"at {n * factor}", "ratio", f"img/s at {n * factor}",
                             f"marginal img/s {n} -> {n * factor}"], rows))
-        lines.append("  the rest of the tree is the encode workers: each merges the shard it writes in memory, so "
-                     "their share grows with the shards up to --target-shard-mb; the driver's fragment buffer "
-                     "(--fragment-mb) fills likewise, then both stay")
+        lines.append("  the rest of the tree is the workers: each holds a fragment buffer (--fragment-mb / workers) "
+                     "and, when writing a shard, windows of its slices (16 MiB): both fill, then stay")
     if len(bench.workers) > 1:
         low, rows = bench.workers[0], []
         for w in bench.workers:
