@@ -23,7 +23,7 @@ from . import options, publish, running
 from .config import BuildConfig
 from .errors import UsageError
 from .listing_io import prepare_listings
-from .transforms import (DistinctLabels, EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
+from .transforms import (EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
                          ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, new_run_id, without_dropped)
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
@@ -34,7 +34,7 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     run = p | "StartRun" >> StartRun(config)  # RunInfo
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
     listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally
-    labels = listed["media"] | "DistinctLabels" >> DistinctLabels()  # label names
+    labels = listed["labels"]  # label names
     encoded = listed["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run)  # fragments: FragmentInfo
     frags, rejects = encoded.fragments, [listed["rejected"], encoded.rejected]
     if config.embed is not None:  # records wait for their embedding before they are framed

@@ -69,9 +69,11 @@ class BuildConfig:
     dedup: bool = False
     follow_symlinks: bool = False
     listing: ListingOptions = ListingOptions()
-    # Local runs report a build that cannot publish through a Beam metric the driver reads (an exception
-    # in a local worker process prints Beam's traceback); remote runs fail the job with the message.
-    failures_in_metrics: bool = False
+    # A local run (Beam's in-process runner) reports a build that cannot publish through a Beam metric
+    # the driver reads (an exception in a local worker process prints Beam's traceback), where a remote
+    # run fails the job with the message; and it streams the listing into the encode step, where a
+    # remote run reshuffles it to spread the work over Dataflow's workers.
+    local: bool = False
     video: VideoOptions | None = None  # a video dataset: clips sampled into frames
     embed: EmbedSpec | None = None  # a model run on every image (or frame): its embedding goes in the record
     embed_key: str = "image/embedding"

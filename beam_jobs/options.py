@@ -297,4 +297,4 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         fragment_bytes=int(args.fragment_mb * 2**20),
         overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,
-        failures_in_metrics=local)
+        local=local)

@@ -332,7 +332,7 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         tool_version=shard_utils.__version__, label_offset=source.label_offset,
         shard_extension=first["extension"] if first else "tfrecord", max_rejected=NO_REJECT_LIMIT,
         bucket_bits=args.hash_bucket_bits, fragment_bytes=int(args.fragment_mb * 2**20), overwrite=args.overwrite,
-        listing=ListingOptions(extras=source_extras(source)), failures_in_metrics=local)
+        listing=ListingOptions(extras=source_extras(source)), local=local)
 
 
 def run(argv: Sequence[str] | None = None) -> Manifest | None:

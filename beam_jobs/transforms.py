@@ -87,7 +87,10 @@ class ListMedia(beam.PTransform):
     """Streams the files under the input in chunks and sorts them into media, skipped and rejected.
 
     Outputs: `media` (list[MediaItem], a chunk), `rejected` (dict), `skipped_files` (dict naming a
-    non-media file), `tally` (publish.Tally per chunk: files seen and skipped by reason).
+    non-media file), `tally` (publish.Tally per chunk: files seen and skipped by reason), `labels`
+    (each label name once). Locally the labels come from a second, cheap walk, so the media stream
+    into the encode step instead of waiting, all in memory, for the label set; on Dataflow the chunks
+    are reshuffled over the workers and the labels are those of the media.
     """
 
     def __init__(self, config: BuildConfig):
@@ -96,22 +99,39 @@ class ListMedia(beam.PTransform):
 
     def expand(self, pbegin):
         cfg = self.config
-        out = (
-            pbegin
-            | "Root" >> beam.Create([cfg.input])
-            | "Walk" >> beam.FlatMap(walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
-            | "Spread" >> beam.Reshuffle()
-            | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing,
-                                         cfg.video is not None).with_outputs(
-                "rejected", "skipped_files", "tally", main="media")
-        )
-        return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally}
+        root = pbegin | "Root" >> beam.Create([cfg.input])
+        walked = root | "Walk" >> beam.FlatMap(walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
+        if not cfg.local:
+            walked = walked | "Spread" >> beam.Reshuffle()
+        out = walked | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing,
+                                                  cfg.video is not None).with_outputs(
+            "rejected", "skipped_files", "tally", main="media")
+        if cfg.local:
+            labels = (pbegin  # a root of its own: sharing the media's would stop Beam fusing their stage
+                      | "LabelsRoot" >> beam.Create([cfg.input])
+                      | "WalkForLabels" >> beam.FlatMap(walked_labels, cfg.follow_symlinks, cfg.split_dirs,
+                                                        cfg.listing, cfg.video is not None))
+        else:
+            labels = out.media | "DistinctLabels" >> DistinctLabels()
+        return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally,
+                "labels": labels}
 
 
 def walk_chunks(root: str, follow_symlinks: bool = False, size: int = LIST_CHUNK) -> Iterator[list[storage.Entry]]:
     walked = storage.walk(root, follow_symlinks=follow_symlinks)
     while chunk := list(itertools.islice(walked, size)):
         yield chunk
+
+
+def walked_labels(root: str, follow_symlinks: bool, split_dirs: bool, options: ListingOptions,
+                  video: bool = False) -> list[str]:
+    """The label names of the media under root, each once, in sorted order (what DistinctLabels gives)."""
+    found: set[str] = set()
+    for entry in storage.walk(root, follow_symlinks=follow_symlinks):
+        item = listings.classify_entry(entry, split_dirs, root, options, video)
+        if isinstance(item, MediaItem):
+            found.update(item.labels)
+    return sorted(found)
 
 
 def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions,
@@ -158,7 +178,8 @@ class ListListedMedia(beam.PTransform):
         rejected = ((rows.rejected, unique.rejected) | "AllRowRejects" >> beam.Flatten()
                     | "CountRejects" >> beam.Map(lambda r: _rejected(r).value))
         nothing = pbegin | "NoSkippedFiles" >> beam.Create([])
-        return {"media": media, "rejected": rejected, "skipped_files": nothing, "tally": seen}
+        labels = media | "DistinctLabels" >> DistinctLabels()
+        return {"media": media, "rejected": rejected, "skipped_files": nothing, "tally": seen, "labels": labels}
 
 
 def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:
@@ -635,7 +656,7 @@ def publish_or_fail(results: list, config: BuildConfig, finish=publish.finish, *
     try:
         return finish(results, config, **side)
     except (plan.PlanError, UsageError) as exc:
-        if not config.failures_in_metrics:
+        if not config.local:
             raise
         Metrics.string_set(NAMESPACE, FAILURE_METRIC).add(f"{type(exc).__name__}: {exc}")
         return ""
