@@ -2,7 +2,9 @@
 
 Beam's in-process runner uses about one core, and its multi-process mode sends every element
 over gRPC. The encode and write steps instead hand batches of work to these workers, which write
-fragments and shards themselves and send back only what the job must know of them. Workers are plain `python -m beam_jobs.local_pool` processes talking over pipes:
+fragments and shards themselves and send back only what the job must know of them. Workers are plain
+`python -m beam_jobs.local_pool [MODULE...]` processes talking over pipes (they import the named modules
+as they start, so a build that starts its pool first overlaps their start-up with its own):
 they import no Beam, run in their own session (a terminal's Ctrl-C reaches the build, which stops
 them), die with their parent, and a worker that crashes on a hostile file costs only that file:
 its batch is retried item by item and the item that crashes again is rejected.
@@ -92,13 +94,15 @@ class LocalPool:
     _shared = threading.local()  # one pool per thread that runs steps (a pool is not shared across threads)
 
     @classmethod
-    def shared(cls, workers: int) -> "LocalPool":
-        """This thread's pool of `workers` processes, started on first use and kept for every step."""
+    def shared(cls, workers: int, preload: tuple[str, ...] = ()) -> "LocalPool":
+        """This thread's pool of `workers` processes, started on first use and kept for every step.
+
+        preload: modules a new pool's workers import as they start (see LocalPool)."""
         pool = getattr(cls._shared, "pool", None)
         if pool is None or pool._closed or pool.size != workers:
             if pool is not None:
                 pool.close()
-            pool = cls._shared.pool = LocalPool(workers)
+            pool = cls._shared.pool = LocalPool(workers, preload=preload)
         return pool
 
     @classmethod
@@ -107,10 +111,10 @@ class LocalPool:
         for pool in list(cls._live):
             pool.close()
 
-    def __init__(self, workers: int, depth: int = 2):
+    def __init__(self, workers: int, depth: int = 2, preload: tuple[str, ...] = ()):
         if workers < 1:
             raise ValueError("a pool needs at least one worker")
-        self.size, self._depth = workers, depth
+        self.size, self._depth, self._preload = workers, depth, tuple(preload)
         self._events: queue.Queue = queue.Queue()
         self._pending: collections.deque = collections.deque()
         self._workers: dict[int, _Worker] = {}
@@ -214,7 +218,7 @@ class LocalPool:
 
     def _spawn(self) -> None:
         # Their own session: a terminal's Ctrl-C reaches the build, which stops them; not the workers.
-        proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local_pool"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local_pool", *self._preload], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1", POOL_WORKER: "1"},
                                 start_new_session=True)
         wid = self._next_worker
@@ -326,12 +330,18 @@ def _die_with_parent() -> None:
         pass
 
 
-def worker_main() -> None:
-    """A worker: answer (task id, function name, items, args) messages until the input closes."""
+def worker_main(preload: list[str] = ()) -> None:
+    """A worker: import the `preload` modules, then answer (task id, function name, items, args) messages
+    until the input closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but results may go to the pipe
+    for module in preload:  # while the build is still constructing its graph: start-up in parallel
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the task that needs it imports it again and reports the error
+            pass
     functions: dict[str, Callable] = {}
     while True:
         try:
@@ -358,4 +368,4 @@ def _picklable(exc: BaseException) -> bool:
 
 
 if __name__ == "__main__":
-    worker_main()
+    worker_main(sys.argv[1:])

@@ -10,7 +10,7 @@ import threading
 from typing import Callable
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from shard_utils import manifest, runlock, storage
 from shard_utils.plan import PlanError
@@ -44,6 +44,7 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     result = None
     try:
         with lease, progress.showing(show_progress if local else False):
+            start_local_pool(config, opts)
             pipeline = beam.Pipeline(options=opts)
             build(pipeline)
             result = pipeline.run()
@@ -70,6 +71,20 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     finally:
         LocalPool.close_all()  # the encode and write steps' worker processes
     return result
+
+
+POOL_MODULES = ("beam_jobs.encode_worker", "beam_jobs.shard_writer")  # what the encode and write steps run
+
+
+def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
+    """Start the local build's worker processes before the graph is built, so that their start-up (Python,
+    Pillow, the job's modules) overlaps Beam's graph construction instead of following it. Only where the
+    steps will run in this thread: Beam's in-process runner in its default single-threaded mode."""
+    runner = opts.view_as(StandardOptions).runner or ""
+    direct = opts.view_as(DirectOptions)
+    if (config.workers > 1 and runner in options.LOCAL_RUNNERS and not opts.view_as(GoogleCloudOptions).template_location
+            and (direct.direct_num_workers or 1) <= 1):
+        LocalPool.shared(config.workers, preload=POOL_MODULES)
 
 
 class LeaseKeeper:

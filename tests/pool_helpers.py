@@ -44,3 +44,10 @@ def release_kept(items, folder):
 
 def fail_with_message(items):
     raise ValueError(f"cannot use {items[0]!r}: a message the build should show")
+
+
+def loaded_modules(items, names):
+    """Which of the named modules this worker had imported before the task ran."""
+    import sys
+
+    return [name for name in names if name in sys.modules]

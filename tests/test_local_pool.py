@@ -153,3 +153,35 @@ def test_an_exception_in_a_task_is_raised_here_with_its_message(helpers_on_path)
     finally:
         pool.close()
 
+
+
+def test_workers_import_the_preloaded_modules_as_they_start_and_ignore_one_that_fails(helpers_on_path):
+    wanted = ["beam_jobs.encode_worker", "beam_jobs.shard_writer", "shard_utils.images"]
+    pool = LocalPool(2, preload=("beam_jobs.encode_worker", "beam_jobs.shard_writer", "no_such_module_here"))
+    try:
+        pool.submit("pool_helpers.loaded_modules", [], wanted)
+        pool.submit("pool_helpers.square_or_crash", [3, 4], 0.0)
+        results = list(pool.drain())
+    finally:
+        pool.close()
+    assert wanted in results  # imported before any task needed them (images through encode_worker)
+    assert [9, 16] in results  # a module that cannot be imported costs the pool nothing
+
+
+def test_a_local_build_starts_its_pool_before_building_the_graph(monkeypatch):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_jobs import running
+    from beam_jobs.config import BuildConfig
+
+    started = []
+    monkeypatch.setattr(LocalPool, "shared", classmethod(lambda cls, workers, preload=(): started.append(
+        (workers, preload))))
+    config = BuildConfig(input="in", output="out", temp_root="tmp", workers=2)
+    running.start_local_pool(config, PipelineOptions(["--runner=FnApiRunner"]))
+    running.start_local_pool(config, PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
+                                                      "--direct_running_mode=multi_threading"]))
+    running.start_local_pool(BuildConfig(input="in", output="out", temp_root="tmp", workers=1),
+                             PipelineOptions(["--runner=FnApiRunner"]))
+    running.start_local_pool(config, PipelineOptions(["--runner=DataflowRunner"]))
+    assert started == [(2, running.POOL_MODULES)]  # only where the steps run in this thread, with a pool
