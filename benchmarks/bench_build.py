@@ -8,7 +8,9 @@ On photo-like ~400x400 images (generated once in a process pool, cached under --
 1. re-encode (PNG in, --jpeg-quality 75): the job against the plain Pillow decode + JPEG-encode loop run with
    as many processes as the job has workers (files split evenly);
 2. pass-through (JPEG in): the job (--validate decode and structure) against "the floor": read, validate by
-   a 1/8-scale decode, sha256, build and frame the Example with the job's own code, write;
+   a 1/8-scale decode, sha256, build and frame the Example with the job's own code, write; and against the
+   "balanced floor": the same plus the second pass any exactly balanced build needs (sorted runs, then each
+   shard merged in key order, hashed and written durably);
    (both also time the job's own per-image step, encode_batch, alone: the rest is the pipeline around it)
 3. the peer: a TensorFlow Datasets GeneratorBasedBuilder over the same files, in one process;
 4. scaling over --workers; 5. peak memory of the whole process tree at N and --big-factor x N images;
@@ -57,6 +59,8 @@ def measure_main(bench: Bench) -> None:
             bench.pillow(w, n)
             bench.floor(w, n)
             bench.floor(w, n, decode=False)
+            bench.balanced_floor(w, n)
+            bench.balanced_floor(w, n, decode=False)
             for path in MAIN_PATHS:
                 bench.encode_alone(path, w, n)
                 bench.job(path, w, tiny)

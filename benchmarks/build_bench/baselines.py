@@ -3,6 +3,10 @@
 - `pillow_reencode`: the plain Pillow loop, decode + JPEG encode, nothing else (the re-encode path's floor).
 - `passthrough_floor`: per JPEG, what a pass-through record cannot avoid: read, validate by decoding at
   1/8 scale (Pillow draft), sha256, build and frame the Example with the job's own code, write.
+- `balanced_floor`: the floor plus what exact balance cannot avoid in any design that learns which files are
+  usable only by reading them: a second pass once the counts are known (each process writes its records as
+  one sorted run; then, in parallel, every shard is merged from the runs in key order, hashed (CRC32C and
+  SHA-256 for the manifest) and written durably). No Beam, no index, no manifest: the floor of a two-pass build.
 - `job_encode`: the job's own per-image step (encode_batch) alone, to split the job's time between that
   step and everything around it (Beam, the pool's pipes, fragments, shards).
 """
@@ -19,7 +23,7 @@ from typing import Callable
 
 from PIL import Image
 
-from shard_utils import schema
+from shard_utils import plan, schema, storage
 from shard_utils.tfrecord import frame
 
 
@@ -55,6 +59,92 @@ def passthrough_floor(paths: list[str], root: str, out_path: str, decode: bool =
                 label_text=label_name, source_id=os.path.relpath(path, root), sha256=hashlib.sha256(data).hexdigest())
             out.write(frame(schema.encode_example(record)))
     return len(paths)
+
+
+def sorted_run(paths: list[str], root: str, out_path: str, decode: bool = True) -> list[tuple[int, int, int]]:
+    """Pass 1 of the balanced floor: the floor's work, the records written as one run sorted by their shuffle
+    key; returns (key, offset, length) of each record in the run."""
+    labels = {name: i for i, name in enumerate(sorted(os.listdir(root)))}
+    records = []
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if decode:
+            image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
+            image.load()
+        label_name, source_id = os.path.basename(os.path.dirname(path)), os.path.relpath(path, root)
+        record = schema.ImageRecord(
+            encoded=data, height=height, width=width, channels=3, label=labels[label_name], label_text=label_name,
+            source_id=source_id, sha256=hashlib.sha256(data).hexdigest())
+        records.append((plan.sort_key(0, source_id), frame(schema.encode_example(record))))
+    records.sort(key=lambda r: r[0])
+    places, offset = [], 0
+    with open(out_path, "wb") as out:
+        for key, framed in records:
+            out.write(framed)
+            places.append((key, offset, len(framed)))
+            offset += len(framed)
+    return places
+
+
+def write_balanced_shard(args: tuple) -> int:
+    """Pass 2 of the balanced floor: one shard's records, read from the runs in key order, hashed, written
+    durably; returns the number of records."""
+    pieces, out_path = args  # pieces: (key, run path, offset, length) in key order
+    digest = storage.Digest()
+    handles: dict[str, object] = {}
+    with open(out_path, "wb") as out:
+        for _, run, offset, length in pieces:
+            f = handles.get(run) or handles.setdefault(run, open(run, "rb"))
+            f.seek(offset)
+            data = f.read(length)
+            out.write(data)
+            digest.update(data)
+        out.flush()
+        os.fsync(out.fileno())
+    for f in handles.values():
+        f.close()
+    return len(pieces)
+
+
+def _run_part(args: tuple) -> list[tuple[int, int, int]]:
+    return sorted_run(*args)
+
+
+def _forked(processes: int):
+    return multiprocessing.get_context("fork").Pool(processes)
+
+
+def time_balanced_floor(root: Path, processes: int, out_dir: Path, decode: bool = True,
+                        num_shards: int = 8) -> tuple[float, float]:
+    """(wall, CPU) seconds of the two-pass balanced floor over the files under root with `processes` processes:
+    pass 1 (sorted runs), then `num_shards` equal shards merged from the runs, written in parallel."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = files_in(root)
+    runs = [str(out_dir / f"run-{k}.records") for k in range(processes)]
+    jobs = [(paths[k::processes], str(root), runs[k], decode) for k in range(processes)]
+    start, cpu = time.perf_counter(), cpu_seconds()
+    pool = _forked(processes) if processes > 1 else None
+    try:
+        placed = pool.map(_run_part, jobs, chunksize=1) if pool else [_run_part(jobs[0])]
+        merged = sorted((key, runs[k], offset, length) for k, places in enumerate(placed)
+                        for key, offset, length in places)
+        starts = plan.shard_starts(len(merged), num_shards) + [len(merged)]
+        shards = [(merged[starts[i]:starts[i + 1]], str(out_dir / f"shard-{i}.records")) for i in range(num_shards)]
+        done = sum(pool.map(write_balanced_shard, shards, chunksize=1) if pool else map(write_balanced_shard, shards))
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    seconds = time.perf_counter() - start
+    if done != len(paths):
+        raise RuntimeError(f"balanced floor wrote {done} of {len(paths)} records")
+    timing = seconds, cpu_seconds() - cpu
+    for name in os.listdir(out_dir):
+        os.remove(out_dir / name)
+    return timing
 
 
 def job_items(root: Path) -> list:

@@ -1,7 +1,8 @@
 """One benchmark run: its options, its inputs, what it measured, and the rates derived from that.
 
 Keys of the board: ("job", path, workers, count), ("tfds", kind, count), ("pillow", workers, count),
-("floor" | "floor-nodecode", kind, workers, count), ("encode", path, workers, count).
+("floor" | "floor-nodecode", kind, workers, count), ("balanced" | "balanced-nodecode", "jpg", workers, count),
+("encode", path, workers, count).
 """
 from __future__ import annotations
 
@@ -83,6 +84,11 @@ class Bench:
         log(f"pass-through floor x {count}, {workers} processes{'' if decode else ', no decode'}")
         wall, cpu = baselines.time_floor(self.input(kind, count), workers, self.work / "floor-out", decode)
         self.board.add(("floor" if decode else "floor-nodecode", kind, workers, count), Timing(wall, cpu))
+
+    def balanced_floor(self, workers: int, count: int, decode: bool = True) -> None:
+        log(f"balanced (two-pass) floor x {count}, {workers} processes{'' if decode else ', no decode'}")
+        wall, cpu = baselines.time_balanced_floor(self.input("jpg", count), workers, self.work / "floor-out", decode)
+        self.board.add(("balanced" if decode else "balanced-nodecode", "jpg", workers, count), Timing(wall, cpu))
 
     def encode_alone(self, path: str, workers: int, count: int) -> None:
         quality = 75 if path == "reencode" else 95

@@ -74,7 +74,9 @@ def passthrough(bench: Bench) -> str:
     n, all_w = bench.n, bench.all
     rows = []
     for name, label in (("floor", "floor (read, 1/8 decode, sha256, Example, frame, write)"),
-                        ("floor-nodecode", "floor without the decode (for --validate structure)")):
+                        ("floor-nodecode", "floor without the decode (for --validate structure)"),
+                        ("balanced", "balanced floor (floor + sorted runs + shards merged, hashed, fsynced)"),
+                        ("balanced-nodecode", "balanced floor without the decode")):
         rows += [_baseline_row(bench, f"{label}, {w} proc", (name, "jpg", w, n), w) for w in _ends(bench)]
     for path in ("decode", "structure"):
         rows += [_baseline_row(bench, f"job's encode_batch alone, --validate {path}, {w} proc",
@@ -89,6 +91,12 @@ def passthrough(bench: Bench) -> str:
             target = verdict(wall, 0.8) if path == "decode" else "(no target)"
             lines.append(f"  job --validate {path} steady / {floor}, {w} process(es): {fmt(wall, 2)}x {target}; "
                          f"CPU per image ({floor} / job steady) {fmt(cpu, 2)}x")
+    for path, floor in (("decode", "balanced"), ("structure", "balanced-nodecode")):
+        for w in _ends(bench):
+            wall = ratio(bench.steady(("job", path, w)), bench.rate((floor, "jpg", w, n)))
+            cost = ratio(bench.rate((floor, "jpg", w, n)), bench.rate((floor.replace("balanced", "floor"), "jpg", w, n)))
+            lines.append(f"  job --validate {path} steady / {floor} floor, {w} process(es): {fmt(wall, 2)}x "
+                         f"(the balanced floor itself is {fmt(cost, 2)}x the one-pass floor: what exact balance costs)")
     if bench.args.big_factor:
         big = n * bench.args.big_factor
         marginal = bench.marginal(("job", "decode", all_w), n, big)
