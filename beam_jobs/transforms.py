@@ -127,7 +127,10 @@ def walked_labels(root: str, follow_symlinks: bool, split_dirs: bool, options: L
                   video: bool = False) -> list[str]:
     """The label names of the media under root, each once, in sorted order (what DistinctLabels gives)."""
     found: set[str] = set()
+    by_folder = options.label_from_name is None  # a walked item's one label is then its label folder's name
     for entry in storage.walk(root, follow_symlinks=follow_symlinks):
+        if by_folder and inputs.split_and_label(entry.rel_path, split_dirs)[1] in found:
+            continue  # this folder's label is known: classifying its other files cannot add one
         item = listings.classify_entry(entry, split_dirs, root, options, video)
         if isinstance(item, MediaItem):
             found.update(item.labels)
