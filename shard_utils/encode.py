@@ -144,10 +144,12 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
         sha256=sha256, labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
         extras=_extras(item, settings.extras))
     split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)
-    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, 0, labels, sha256,
+    data = frame(schema.encode_example(record)) if settings.frame_now else b""
+    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,
                       record.height, record.width, item.extras)
-    prepared = Prepared(split, meta, record, passed_through, trailer)
-    return framed(prepared) if settings.frame_now else prepared
+    if settings.frame_now:  # as framed() would make it, without a Prepared record and a copy of its meta
+        return Encoded(split, meta, data, passed_through, trailer)
+    return Prepared(split, meta, record, passed_through, trailer)
 
 
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:
