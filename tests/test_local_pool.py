@@ -185,3 +185,19 @@ def test_a_local_build_starts_its_pool_before_building_the_graph(monkeypatch):
                              PipelineOptions(["--runner=FnApiRunner"]))
     running.start_local_pool(config, PipelineOptions(["--runner=DataflowRunner"]))
     assert started == [(2, running.POOL_MODULES)]  # only where the steps run in this thread, with a pool
+
+
+def test_a_build_runs_its_steps_in_the_pool_it_started_first(images, tmp_path, monkeypatch):
+    from conftest import run_job
+
+    started = []
+    original = LocalPool.__init__
+
+    def counting(self, workers, *args, **kwargs):
+        started.append((workers, kwargs.get("preload", ())))
+        original(self, workers, *args, **kwargs)
+
+    monkeypatch.setattr(LocalPool, "__init__", counting)
+    m = run_job(images, tmp_path / "out", "--workers", "2", "--num-cores", "2", "--no-progress")
+    assert m.splits["train"].num_records == 36
+    assert [w for w, _ in started] == [2] and started[0][1]  # one pool, the preloaded one, served every step
