@@ -11,6 +11,7 @@ from typing import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
+from apache_beam.runners.worker import statesampler
 
 from shard_utils import manifest, runlock, storage
 from shard_utils.plan import PlanError
@@ -43,7 +44,8 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     lease = LeaseKeeper(config.output, config.run_id) if config.run_id else contextlib.nullcontext()
     result = None
     try:
-        with lease, progress.showing(show_progress if local else False):
+        with lease, progress.showing(show_progress if local else False), \
+                quick_stage_ends(local and not cloud.template_location):
             start_local_pool(config, opts)
             pipeline = beam.Pipeline(options=opts)
             build(pipeline)
@@ -71,6 +73,29 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     finally:
         LocalPool.close_all()  # the encode and write steps' worker processes
     return result
+
+
+LOCAL_SAMPLING_MS = 10  # the in-process runner's state-sampling period (Beam's default: 200 ms)
+
+
+@contextlib.contextmanager
+def quick_stage_ends(local: bool):
+    """Within the block, stages of Beam's in-process runner end within 10 ms of their last element.
+
+    Each bundle ends by joining Beam's state-sampler thread, which sleeps up to 200 ms between samples
+    (ramping up over a stage's first second), so every long stage idled up to 200 ms at its end: 50-120 ms
+    measured after the encode step, 30-50 ms after the shard writers. Nothing reads those samples here.
+    Left alone on Dataflow, and when Beam's sampler is not the one this was measured on."""
+    init = statesampler.StateSampler.__init__
+    defaults = getattr(init, "__defaults__", None)
+    if not local or defaults != (getattr(statesampler, "DEFAULT_SAMPLING_PERIOD_MS", None),):
+        yield
+        return
+    init.__defaults__ = (LOCAL_SAMPLING_MS,)
+    try:
+        yield
+    finally:
+        init.__defaults__ = defaults
 
 
 POOL_MODULES = ("beam_jobs.encode_worker", "beam_jobs.shard_writer")  # what the encode and write steps run
