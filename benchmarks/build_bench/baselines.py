@@ -19,7 +19,7 @@ import os
 import resource
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from PIL import Image
 
@@ -41,31 +41,9 @@ def pillow_reencode(paths: list[str], quality: int) -> int:
     return len(paths)
 
 
-def passthrough_floor(paths: list[str], root: str, out_path: str, decode: bool = True) -> int:
-    """Read, (validate by a 1/8-scale decode), hash, encode and frame the Example, write; returns the number done."""
+def floor_records(paths: list[str], root: str, decode: bool = True) -> Iterator[tuple[str, bytes]]:
+    """(source id, framed Example) per file: read, (validate by a 1/8-scale decode), hash, encode, frame."""
     labels = {name: i for i, name in enumerate(sorted(os.listdir(root)))}
-    with open(out_path, "wb") as out:
-        for path in paths:
-            with open(path, "rb") as f:
-                data = f.read()
-            image = Image.open(io.BytesIO(data))
-            width, height = image.size
-            if decode:
-                image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
-                image.load()
-            label_name = os.path.basename(os.path.dirname(path))
-            record = schema.ImageRecord(
-                encoded=data, height=height, width=width, channels=3, label=labels[label_name],
-                label_text=label_name, source_id=os.path.relpath(path, root), sha256=hashlib.sha256(data).hexdigest())
-            out.write(frame(schema.encode_example(record)))
-    return len(paths)
-
-
-def sorted_run(paths: list[str], root: str, out_path: str, decode: bool = True) -> list[tuple[int, int, int]]:
-    """Pass 1 of the balanced floor: the floor's work, the records written as one run sorted by their shuffle
-    key; returns (key, offset, length) of each record in the run."""
-    labels = {name: i for i, name in enumerate(sorted(os.listdir(root)))}
-    records = []
     for path in paths:
         with open(path, "rb") as f:
             data = f.read()
@@ -78,8 +56,22 @@ def sorted_run(paths: list[str], root: str, out_path: str, decode: bool = True) 
         record = schema.ImageRecord(
             encoded=data, height=height, width=width, channels=3, label=labels[label_name], label_text=label_name,
             source_id=source_id, sha256=hashlib.sha256(data).hexdigest())
-        records.append((plan.sort_key(0, source_id), frame(schema.encode_example(record))))
-    records.sort(key=lambda r: r[0])
+        yield source_id, frame(schema.encode_example(record))
+
+
+def passthrough_floor(paths: list[str], root: str, out_path: str, decode: bool = True) -> int:
+    """The floor's records written in arrival order; returns the number done."""
+    with open(out_path, "wb") as out:
+        for _, framed in floor_records(paths, root, decode):
+            out.write(framed)
+    return len(paths)
+
+
+def sorted_run(paths: list[str], root: str, out_path: str, decode: bool = True) -> list[tuple[int, int, int]]:
+    """Pass 1 of the balanced floor: the floor's records written as one run sorted by their shuffle key;
+    returns (key, offset, length) of each record in the run."""
+    records = sorted(((plan.sort_key(0, source_id), framed) for source_id, framed in floor_records(paths, root, decode)),
+                     key=lambda r: r[0])
     places, offset = [], 0
     with open(out_path, "wb") as out:
         for key, framed in records:
