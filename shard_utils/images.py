@@ -84,11 +84,13 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
     """Turn source bytes into a JPEG record image, keeping the original bytes when nothing would change."""
     if not data:
         raise Rejected("empty", "file is empty (0 bytes)")
-    image = _open(data, options.max_pixels)
-    orientation = _orientation(image)
-    if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
-        return _pass_through(data, image, options.validate)
-    return _reencode(image, orientation, options)
+    with warnings.catch_warnings():  # a bad file is a rejection with its reason, never a warning on stderr
+        warnings.simplefilter("ignore")
+        image = _open(data, options.max_pixels)
+        orientation = _orientation(image)
+        if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
+            return _pass_through(data, image, options.validate)
+        return _reencode(image, orientation, options)
 
 
 def _pass_through(data: bytes, image: Image.Image, validate: str) -> PreparedImage:
@@ -129,9 +131,7 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     if _is_heif(brands):
         _register_heif()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data))  # warnings are off (prepare_image): over --max-pixels is refused below
     except Image.DecompressionBombError as exc:
         raise Rejected("too_large", f"image is too large to decode safely: {exc}") from None
     except UnidentifiedImageError:
@@ -183,16 +183,15 @@ def _register_heif() -> bool:
 
 
 def _load(image: Image.Image, draft: tuple[int, int] | None) -> tuple[float, float, float, float] | None:
-    """Decode the pixels (first frame), turning any decoder failure into a rejection.
+    """Decode the pixels (first frame), turning any decoder failure into a rejection (warnings are off: see
+    prepare_image).
 
     With `draft` (JPEG only) the decoder may scale down by 2, 4 or 8 to at least that size; the return
     value is then the box of the decoded image that holds the whole picture (its last pixels may be partial).
     """
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            drafted = image.draft(image.mode, draft) if draft is not None else None
-            image.load()
+        drafted = image.draft(image.mode, draft) if draft is not None else None
+        image.load()
     except Image.DecompressionBombError as exc:
         raise Rejected("too_large", f"image is too large to decode safely: {exc}") from None
     except MemoryError:
@@ -211,13 +210,16 @@ def jpeg_primary_end(data: bytes) -> int:
     """
     if data[:2] != b"\xff\xd8":
         raise ValueError("does not start with a start-of-image marker")
-    pos, scans = 2, 0
+    pos, scans, size = 2, 0, len(data)
     while True:
-        found = _NEXT_MARKER.search(data, pos)  # skips fill bytes, and stray bytes as libjpeg does
-        if found is None:
-            raise ValueError("is truncated: no end-of-image marker" + (" after the scan data" if scans else
-                                                                         " and no scan data"))
-        marker, pos = data[found.end() - 1], found.end()
+        if pos + 1 < size and data[pos] == 0xFF and data[pos + 1] not in (0x00, 0xFF):
+            marker, pos = data[pos + 1], pos + 2  # where a well-formed file has its next marker
+        else:
+            found = _NEXT_MARKER.search(data, pos)  # skips fill bytes, and stray bytes as libjpeg does
+            if found is None:
+                raise ValueError("is truncated: no end-of-image marker" + (" after the scan data" if scans else
+                                                                             " and no scan data"))
+            marker, pos = data[found.end() - 1], found.end()
         if marker == _EOI:
             if not scans:
                 raise ValueError(f"has no scan data before its end-of-image marker at offset {pos - 2}")

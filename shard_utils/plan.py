@@ -43,6 +43,8 @@ def unit_hash(seed: int, key: str) -> float:
 
 def choose_split(fractions: list[tuple[str, float]], seed: int, key: str) -> str:
     """The split whose cumulative fraction range holds the key's hash."""
+    if len(fractions) == 1:  # the usual one split: no hash needed to know where every key goes
+        return fractions[0][0]
     u = unit_hash(seed, key)
     total = sum(f for _, f in fractions)
     acc = 0.0

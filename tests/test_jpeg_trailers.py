@@ -1,10 +1,13 @@
 """The JPEG marker walk that finds where the primary image ends, and what prepare_image keeps of a JPEG
 with bytes after its end-of-image marker (motion photos, maker data)."""
 import io
+import re
+import warnings
 import struct
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import photo
 from PIL import ExifTags, Image
 
@@ -159,3 +162,77 @@ def test_mpo_is_reencoded_from_its_first_picture():
         assert not out.passed_through and out.trailer_bytes == 0
         pixels = np.asarray(Image.open(io.BytesIO(out.encoded)).convert("RGB"), dtype=np.int16)
         assert np.abs(pixels.reshape(-1, 3).mean(0) - (200, 30, 30)).max() < 8
+
+
+def _searching_walk(data: bytes) -> int | str:
+    """The marker walk as a decoder does it, searching for every marker (no shortcut): the reference for
+    jpeg_primary_end, which reads a marker in place when it is where a well-formed file has it."""
+    if data[:2] != b"\xff\xd8":
+        return "start-of-image"
+    pos, scans = 2, 0
+    while True:
+        found = re.compile(rb"\xff[^\x00\xff]").search(data, pos)
+        if found is None:
+            return "no end-of-image marker"
+        marker, pos = data[found.end() - 1], found.end()
+        if marker == 0xD9:
+            return pos if scans else "no scan data"
+        if marker == 0xD8:
+            return "second start-of-image"
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            continue
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        if pos + 2 > len(data) or pos + length > len(data):
+            return "truncated in the header"
+        if length < 2:
+            return "bad segment length"
+        pos += length
+        if marker == 0xDA:
+            scans += 1
+            found = re.compile(rb"\xff[^\x00\xd0-\xd7]").search(data, pos)
+            if found is None:
+                return "no end-of-image marker after the scan data"
+            pos = found.start()
+
+
+def _outcome(data: bytes) -> int | str:
+    try:
+        return jpeg_primary_end(data)
+    except ValueError as exc:
+        return str(exc)
+
+
+@pytest.fixture(scope="module")
+def kinds() -> list[bytes]:
+    """Baseline, progressive, with restart markers, with an EXIF thumbnail, with fill bytes."""
+    base = jpeg(photo(40, 32, 7), quality=90)
+    return [base, jpeg(photo(40, 32, 8), progressive=True), jpeg(photo(40, 32, 9), restart_marker_blocks=2),
+            with_exif_thumbnail(base, jpeg(photo(8, 8, 4))), base[:2] + b"\xff\xff" + base[2:]]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 4), st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(
+    [b"", b"\xff", b"\x00", b"\xff\xd9", b"\xff\xd8", b"\xff\xda", b"\xff\xd0", b"\xff\xff", b"\x12"]),
+    st.integers(0, 6)), max_size=4), st.binary(max_size=12))
+def test_the_marker_walk_finds_what_a_searching_walk_finds(kinds, kind, edits, tail):
+    data = bytearray(kinds[kind])
+    for where, insert, cut in edits:  # replace `cut` bytes at a relative position with `insert`
+        at = int(where * len(data))
+        data[at:at + cut] = insert
+    data = bytes(data) + tail
+    expected, got = _searching_walk(data), _outcome(data)
+    assert got == expected if isinstance(expected, int) else expected in got
+
+
+def test_preparing_an_image_warns_of_nothing(monkeypatch, baseline):
+    """Pillow's decompression-bomb warning (here at a lowered limit) is not for users: --max-pixels decides."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2000)  # the 3,072-pixel image is over it, under twice it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Image.open(io.BytesIO(baseline))
+        assert caught, "Pillow no longer warns here: this test checks nothing"
+        caught.clear()
+        for validate in ("decode", "structure"):
+            assert prepare_image(baseline, ImageOptions(validate=validate)).passed_through
+        assert not prepare_image(baseline, ImageOptions(size=(16, 16))).passed_through
+    assert caught == []
