@@ -128,7 +128,11 @@ def walked_labels(root: str, follow_symlinks: bool, split_dirs: bool, options: L
     """The label names of the media under root, each once, in sorted order (what DistinctLabels gives)."""
     found: set[str] = set()
     by_folder = options.label_from_name is None  # a walked item's one label is then its label folder's name
-    for entry in storage.walk(root, follow_symlinks=follow_symlinks):
+
+    def known(folder: str) -> bool:  # a folder of a found label: the rest of it is not listed (locally)
+        return inputs.split_and_label(folder + "/_", split_dirs)[1] in found
+
+    for entry in storage.walk(root, follow_symlinks=follow_symlinks, prune=known if by_folder else None):
         if by_folder and inputs.split_and_label(entry.rel_path, split_dirs)[1] in found:
             continue  # this folder's label is known: classifying its other files cannot add one
         item = listings.classify_entry(entry, split_dirs, root, options, video)

@@ -14,7 +14,7 @@ import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import storage
 
@@ -49,14 +49,17 @@ def top_level_dirs(root: str) -> list[str]:
         return [e.name for e in it if e.is_dir(follow_symlinks=False)]
 
 
-def walk(root: str, follow_symlinks: bool) -> Iterator[storage.Entry]:
-    """Depth-first, sorted by name; the root must be listable, sub-folders that are not become entries."""
+def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None = None) -> Iterator[storage.Entry]:
+    """Depth-first, sorted by name; the root must be listable, sub-folders that are not become entries.
+    A folder for which prune(its relative path) is true, asked before each of its entries, is left."""
     real_root = os.path.realpath(root)
     with os.scandir(root) as it:  # an unlistable root is an error, as a missing bucket is
         first = sorted(it, key=lambda e: e.name)
     pending: list[tuple[str, list[os.DirEntry] | None]] = [("", first)]
     while pending:
         rel_dir, entries = pending.pop()
+        if prune is not None and rel_dir and prune(rel_dir):
+            continue
         if entries is None:
             try:
                 with os.scandir(os.path.join(root, rel_dir)) as it:
@@ -66,6 +69,8 @@ def walk(root: str, follow_symlinks: bool) -> Iterator[storage.Entry]:
                                     f"folder cannot be listed: {exc.strerror or exc}")
                 continue
         for entry in entries:
+            if prune is not None and rel_dir and prune(rel_dir):
+                break
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             try:
                 if entry.is_symlink():

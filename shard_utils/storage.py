@@ -18,7 +18,7 @@ import io
 import posixpath
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 GCS = "gs://"
 LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
@@ -255,15 +255,20 @@ def list_names(folder: str) -> list[str]:
         return sorted(_backend(folder).list_names(folder))
 
 
-def walk(root: str, follow_symlinks: bool = False) -> Iterator[Entry]:
+def walk(root: str, follow_symlinks: bool = False, prune: Callable[[str], bool] | None = None) -> Iterator[Entry]:
     """Every file under root, recursively, streamed (page by page on gs://).
 
     Local symlinks are never followed out of root or into folders; with follow_symlinks=True links
     to files are followed wherever they point. Links that dangle, loop or lead to folders, unreadable
     files and folders come out as entries with a reason instead of being dropped.
+    prune(folder's relative path), when given, may stop the rest of a folder being listed locally
+    (asked as the walk goes, so it can depend on what came out); gs:// lists everything anyway.
     """
     with _failing("list", root):
-        yield from _backend(root).walk(root, follow_symlinks)
+        if prune is not None and not is_gcs(root):
+            yield from _backend(root).walk(root, follow_symlinks, prune)
+        else:
+            yield from _backend(root).walk(root, follow_symlinks)
 
 
 def top_level_dirs(root: str) -> list[str]:

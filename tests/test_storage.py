@@ -278,6 +278,32 @@ def test_walk_follow_symlinks_follows_links_to_files_anywhere(linked):
     assert "sub/deep.bin" in got and not any(k.startswith("folder_link/") for k in got)
 
 
+def test_walk_leaves_a_folder_once_prune_says_so_as_it_goes(tmp_path, gcs):
+    """prune is asked before each entry of a folder: what came out so far may decide it; pruned folders'
+    sub-folders are not listed. gs:// ignores it (the caller must not rely on it there)."""
+    names = ["a/1", "a/2", "a/sub/3", "a/sub/deeper/4", "b/5", "b/6", "c/sub/7", "top"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    seen: list[str] = []
+    asked: set[str] = set()
+
+    def prune(folder: str) -> bool:
+        asked.add(folder)
+        return folder.split("/")[0] in {p.split("/")[0] for p in seen if "/" in p}
+
+    for entry in storage.walk(str(tmp_path), prune=prune):
+        seen.append(entry.rel_path)
+    assert sorted(seen) == ["a/1", "b/5", "c/sub/7", "top"]  # the first file of each top folder, then left
+    assert "a/sub" not in asked and "a/sub/deeper" not in asked  # "a" was left before reaching them
+    assert [e.rel_path for e in storage.walk(str(tmp_path), prune=lambda folder: False)] == \
+        [e.rel_path for e in storage.walk(str(tmp_path))]
+    bucket = gcs.new_bucket("prune")
+    for name in names:
+        gcs.client.bucket(bucket).blob("in/" + name).upload_from_string(b"x")
+    assert sorted(e.rel_path for e in storage.walk(f"gs://{bucket}/in", prune=lambda folder: True)) == sorted(names)
+
+
 def test_walk_on_a_bucket_skips_folder_placeholders(gcs):
     bucket = gcs.new_bucket("walk")
     for name, data in {"in/a/x.jpg": b"12345", "in/a/": b"", "in/b/y.jpg": b"1", "other/z": b"1"}.items():
