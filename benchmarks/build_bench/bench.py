@@ -121,6 +121,13 @@ class Bench:
         return 1e3 * per_image(count, self.tiny, self.board.get((*key, count)).cpu,
                                self.board.get((*key, self.tiny)).cpu)
 
+    def steady_driver_ms(self, key: tuple, count: int | None = None) -> float:
+        """The driver process's own CPU milliseconds per image without the fixed start-up (key without the count):
+        work done in one process, so 1000 / it is the most img/s any number of workers can reach."""
+        count = count or self.n
+        return 1e3 * per_image(count, self.tiny, self.board.get((*key, count)).driver_cpu,
+                               self.board.get((*key, self.tiny)).driver_cpu)
+
     def marginal(self, key: tuple, low: int, high: int) -> float:
         """Images/s between two sizes of one build: less noisy than `steady` when the start-up is a large
         part of the smaller build."""

@@ -2,8 +2,8 @@
 
     python -m build_bench.job_child RESULT.json [--profile DIR] -- JOB ARGS...
 
-Writes {"seconds", "cpu_seconds", "driver_peak_mb"} to RESULT.json (CPU: this process and its encode
-workers, which the job has reaped when run() returns). With --profile, every thread of this process runs
+Writes {"seconds", "cpu_seconds", "driver_cpu_seconds", "driver_peak_mb"} to RESULT.json (CPU: this process
+and its encode workers, which the job has reaped when run() returns; driver CPU: this process alone). With --profile, every thread of this process runs
 under cProfile: the main thread's stats go to DIR/driver.prof, the other threads' to DIR/threads.prof
 (encode workers profile themselves: see hook/).
 """
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> None:
     if rest[:1] == ["--"]:
         rest = rest[1:]
     out: dict = {}
-    cpu = cpu_seconds()
+    cpu, driver_cpu = cpu_seconds(), time.process_time()
     if profile_dir:
         with ThreadProfiles() as profiles:
             start = time.perf_counter()
@@ -100,6 +100,7 @@ def main(argv: list[str]) -> None:
         build_shards.run(rest)
         out["seconds"] = time.perf_counter() - start
     out["cpu_seconds"] = cpu_seconds() - cpu
+    out["driver_cpu_seconds"] = time.process_time() - driver_cpu
     out["driver_peak_mb"] = peak_rss_mb()
     with open(result_path, "w") as f:
         json.dump(out, f)

@@ -13,6 +13,7 @@ class Timing:
     cpu: float = math.nan  # user + system seconds of every process involved
     peak_mb: float = math.nan  # the largest summed RSS of the process tree
     driver_mb: float = math.nan  # the job's driver process alone (VmHWM)
+    driver_cpu: float = math.nan  # user + system seconds of the job's driver process alone
 
 
 class Board:
@@ -27,12 +28,14 @@ class Board:
             self.entries[key] = new
             return
         self.entries[key] = Timing(_best(min, old.seconds, new.seconds), _best(min, old.cpu, new.cpu),
-                                   _best(max, old.peak_mb, new.peak_mb), _best(max, old.driver_mb, new.driver_mb))
+                                   _best(max, old.peak_mb, new.peak_mb), _best(max, old.driver_mb, new.driver_mb),
+                                   _best(min, old.driver_cpu, new.driver_cpu))
 
     def add_result(self, key: tuple, result: dict) -> None:
         """A child's result dict (job_child / tfds_child JSON plus runner's peak_tree_mb)."""
         self.add(key, Timing(result["seconds"], result.get("cpu_seconds", math.nan),
-                             result.get("peak_tree_mb", math.nan), result.get("driver_peak_mb", math.nan)))
+                             result.get("peak_tree_mb", math.nan), result.get("driver_peak_mb", math.nan),
+                             result.get("driver_cpu_seconds", math.nan)))
 
     def get(self, key: tuple) -> Timing:
         return self.entries.get(key) or Timing(math.nan)

@@ -161,6 +161,11 @@ def scaling(bench: Bench) -> str:
             target = f"  {verdict(steady, 1.7)}" if (low, high) == (1, 2) else ""
             lines.append(f"  job {path}: {high} / {low} workers: end to end {fmt(e2e, 2)}x, steady {fmt(steady, 2)}x"
                          + target)
+        for path in ("reencode", "decode", "structure"):
+            driver = bench.steady_driver_ms(("job", path, high))
+            lines.append(f"  job {path}: the driver's own CPU per image, steady, {high} workers: {fmt(driver, 3)} ms; "
+                         f"its work is serial, so no number of workers takes this path past {fmt(ratio(1e3, driver), 0)} "
+                         "img/s on such cores")
         for name, key in (("Pillow loop", lambda w: ("pillow", w, n)), ("floor", lambda w: ("floor", "jpg", w, n))):
             scaled = ratio(bench.rate(key(high)), bench.rate(key(low)))
             lines.append(f"  {name}: {high} / {low} processes: {fmt(scaled, 2)}x (what the machine gave the baselines)")
