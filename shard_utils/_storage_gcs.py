@@ -8,7 +8,7 @@ Functions raise the library's exceptions; `storage` words them with describe().
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Callable, Iterator
 
 from google.api_core import exceptions as api
 from google.cloud.storage.fileio import BlobWriter
@@ -89,8 +89,9 @@ def top_level_dirs(root: str) -> list[str]:
     return [name.rstrip("/") for name in list_names(root) if name.endswith("/")]
 
 
-def walk(root: str, follow_symlinks: bool) -> Iterator[storage.Entry]:
-    """Objects have no symlinks: follow_symlinks changes nothing here."""
+def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None = None) -> Iterator[storage.Entry]:
+    """Objects have no symlinks: follow_symlinks changes nothing here. Nor does prune: a flat listing of
+    the prefix has no folder to leave."""
     bucket, prefix = _prefix(root)
     # One page at a time: the caller sees the first objects before the rest are listed, and
     # nothing here holds more than a page, however many objects the bucket has.

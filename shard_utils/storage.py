@@ -265,10 +265,7 @@ def walk(root: str, follow_symlinks: bool = False, prune: Callable[[str], bool] 
     (asked as the walk goes, so it can depend on what came out); gs:// lists everything anyway.
     """
     with _failing("list", root):
-        if prune is not None and not is_gcs(root):
-            yield from _backend(root).walk(root, follow_symlinks, prune)
-        else:
-            yield from _backend(root).walk(root, follow_symlinks)
+        yield from _backend(root).walk(root, follow_symlinks, prune)
 
 
 def top_level_dirs(root: str) -> list[str]:
