@@ -134,8 +134,7 @@ def time_balanced_floor(root: Path, processes: int, out_dir: Path, decode: bool 
     if done != len(paths):
         raise RuntimeError(f"balanced floor wrote {done} of {len(paths)} records")
     timing = seconds, cpu_seconds() - cpu
-    for name in os.listdir(out_dir):
-        os.remove(out_dir / name)
+    _empty(out_dir)
     return timing
 
 
@@ -201,7 +200,7 @@ def timed_split(part: Callable[[tuple], int], paths: list, processes: int,
     if processes == 1:
         done = part(jobs[0])
     else:
-        pool = multiprocessing.get_context("fork").Pool(processes)
+        pool = _forked(processes)
         try:
             done = sum(pool.map(part, jobs, chunksize=1))
         finally:
@@ -226,6 +225,11 @@ def time_floor(root: Path, processes: int, out_dir: Path, decode: bool = True) -
     out_dir.mkdir(parents=True, exist_ok=True)
     timing = timed_split(_floor_part, files_in(root), processes,
                           lambda k, chunk: (chunk, str(root), str(out_dir / f"floor-{k}.records"), decode))
-    for name in os.listdir(out_dir):
-        os.remove(out_dir / name)
+    _empty(out_dir)
     return timing
+
+
+def _empty(folder: Path) -> None:
+    """Remove what a floor wrote (the next measurement starts from an empty folder)."""
+    for name in os.listdir(folder):
+        os.remove(folder / name)

@@ -91,10 +91,10 @@ def passthrough(bench: Bench) -> str:
             target = verdict(wall, 0.8) if path == "decode" else "(no target)"
             lines.append(f"  job --validate {path} steady / {floor}, {w} process(es): {fmt(wall, 2)}x {target}; "
                          f"CPU per image ({floor} / job steady) {fmt(cpu, 2)}x")
-    for path, floor in (("decode", "balanced"), ("structure", "balanced-nodecode")):
+    for path, floor, one_pass in (("decode", "balanced", "floor"), ("structure", "balanced-nodecode", "floor-nodecode")):
         for w in _ends(bench):
             wall = ratio(bench.steady(("job", path, w)), bench.rate((floor, "jpg", w, n)))
-            cost = ratio(bench.rate((floor, "jpg", w, n)), bench.rate((floor.replace("balanced", "floor"), "jpg", w, n)))
+            cost = ratio(bench.rate((floor, "jpg", w, n)), bench.rate((one_pass, "jpg", w, n)))
             lines.append(f"  job --validate {path} steady / {floor} floor, {w} process(es): {fmt(wall, 2)}x "
                          f"(the balanced floor itself is {fmt(cost, 2)}x the one-pass floor: what exact balance costs)")
     if bench.args.big_factor:
