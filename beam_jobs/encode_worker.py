@@ -1,5 +1,8 @@
 """Encoding in a local worker process that writes its own fragments: the records never travel back to the build.
 
+`encode_run` is the other way: items of one planned shard, in key order, encoded straight into one
+file (`write_once`), which becomes the shard itself when the plan holds.
+
 Each worker keeps a fragment buffer per run across its tasks and writes it as one sorted fragment
 when it fills or when the build asks (at the end of the encode step). The build receives only
 rejects, counts and written fragments; a task whose records die with their worker before they are
@@ -7,11 +10,14 @@ written is replayed elsewhere by the pool (`LocalPool.submit(keeps=True)`). No B
 """
 from __future__ import annotations
 
+import array
 import os
 import signal
+import uuid
 from dataclasses import dataclass
 
-from shard_utils.encode import EncodeSettings, Encoded, encode_batch
+from shard_utils import plan, storage, write_once
+from shard_utils.encode import EncodeSettings, Encoded, encode_batch, encode_item
 from shard_utils.fragments import FragmentBuffer
 from shard_utils.inputs import MediaItem
 
@@ -62,3 +68,44 @@ def flush_kept(items: list, folder: str, limit: int) -> tuple[list, bool]:
     """Write what this worker holds for the run as one fragment: ([FragmentInfo] or [], released)."""
     buffer = _buffers.pop((folder, limit), None)
     return (list(buffer.flush(folder)) if buffer is not None else []), True
+
+
+def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bucket_bits: int) -> list:
+    """Encode items (one split, key order) into one run file under `folder`, checksummed as it is written.
+
+    Returns [rejects..., WrittenRun (when any record was made), EncodeTally]. The file is durable: it may
+    become a shard as it is.
+    """
+    if any(item.source_id == os.environ.get(SEGV_ON) for item in items):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    name = uuid.uuid4().hex
+    path, meta_path = storage.join(folder, "runs", name + ".records"), storage.join(folder, "runs", name + ".meta")
+    out: list = []
+    metas, lengths, totals = [], array.array("Q"), plan.SplitTotals()
+    digest = storage.Digest()
+    passed = trailers = trailer_bytes = 0
+    split = None
+    with storage.open_write(path) as f:
+        for item in items:
+            outcome = encode_item(item, settings)
+            if not isinstance(outcome, Encoded):
+                out.append(outcome)
+                continue
+            if split is not None and outcome.split != split:
+                raise plan.InternalError(f"a run holds records of splits {split!r} and {outcome.split!r}")
+            split = outcome.split
+            f.write(outcome.framed)
+            digest.update(outcome.framed)
+            meta = outcome.meta
+            metas.append(meta)
+            lengths.append(meta.length)
+            totals.add(meta.sort_key, meta.length, bucket_bits)
+            passed += outcome.passed_through
+            trailers += bool(outcome.trailer_bytes)
+            trailer_bytes += outcome.trailer_bytes
+    if metas:  # a run of rejects only leaves an empty file in the run's temporary folder
+        write_once.write_metas(meta_path, metas)
+        out.append(write_once.WrittenRun(split, path, meta_path, metas[0].order, lengths, totals, digest.size,
+                                         digest.crc32c, digest.sha256))
+    out.append(EncodeTally(len(metas), passed, trailers, trailer_bytes))
+    return out

@@ -2,7 +2,8 @@
 
 The writer reads its slices in windows (so what it holds is bounded, whatever the shard's size),
 merges the sorted runs in key order, writes the shard and its index rows under the run's temporary
-folder, and checks it got the planned count.
+folder, and checks it got the planned count. A shard planned from runs (`write_once`) is the run
+itself, or byte ranges of runs copied in order: only its index is written then.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from shard_utils import fragments, index, plan, schema, storage
+from shard_utils import fragments, index, plan, schema, storage, write_once
 
 from .config import BuildConfig, RunInfo
 from .publish import ShardResult, crash_point, keep_lease
@@ -31,7 +32,7 @@ class Written:
     """A written shard and what the job counts of it."""
 
     result: ShardResult
-    fragment_bytes_read: int
+    fragment_bytes_read: int  # or, for a shard of runs, the bytes copied from them
 
 
 def write_shards(tasks: Sequence[ShardTask], config: BuildConfig, run: RunInfo,
@@ -74,6 +75,50 @@ def write_shard(task: ShardTask, config: BuildConfig, run: RunInfo, dropped: Ite
     result = ShardResult(task.split, task.shard, temp_path, name, len(rows), digest.size, digest.crc32c,
                          digest.sha256, tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
     return Written(result, read)
+
+
+COPY_BLOCK = 4 * 2**20  # bytes copied from a run at a time
+
+
+def write_run_shards(tasks: Sequence[write_once.ShardFromRuns], config: BuildConfig, run: RunInfo) -> list[Written]:
+    """write_run_shard over a batch of tasks: the unit of work of a local worker process."""
+    return [write_run_shard(task, config, run) for task in tasks]
+
+
+def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: RunInfo) -> Written:
+    """A shard of runs: the one run it is (nothing copied), or its pieces copied in order; then its index."""
+    keep_lease(config, run)
+    crash_point("write")
+    name = plan.shard_name(task.split, task.shard, task.num_shards, config.shard_extension)
+    metas = [m for piece in task.pieces for m in piece.metas()]
+    if task.whole:
+        path, copied = task.pieces[0].path, 0
+        size, crc32c, sha256 = task.num_bytes, task.crc32c, task.sha256
+    else:
+        path = storage.join(run.temp_dir, "shards", name)
+        digest = storage.Digest()
+        with storage.open_write(path) as out:
+            for piece in task.pieces:
+                for at in range(piece.start, piece.start + piece.length, COPY_BLOCK):
+                    data = storage.read_range(piece.path, at, min(COPY_BLOCK, piece.start + piece.length - at))
+                    out.write(data)
+                    digest.update(data)
+        size, crc32c, sha256, copied = digest.size, digest.crc32c, digest.sha256, digest.size
+    if size != sum(m.length for m in metas):
+        raise plan.InternalError(f"shard {task.shard} of split {task.split!r} holds {size} bytes, its "
+                                 f"records' lengths add up to {sum(m.length for m in metas)}")
+    rows, classes, longest, offset = [], Counter(), Counter(), 0
+    for meta in metas:
+        rows.append(index.row_from_meta(task.shard, offset, meta, config.listing.extras, multi_label=True))
+        offset += meta.length
+        classes.update(meta.labels)
+        _note_lengths(longest, meta)
+    index_part = storage.join(run.temp_dir, "index", name + ".avro")
+    with storage.open_write(index_part) as out:
+        index.write_index(out, rows, index.index_schema(config.listing.extras))
+    result = ShardResult(task.split, task.shard, path, name, len(rows), size, crc32c, sha256,
+                         tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
+    return Written(result, copied)
 
 
 def _note_lengths(longest: Counter, meta) -> None:
