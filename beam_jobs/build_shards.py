@@ -24,7 +24,8 @@ from .config import BuildConfig
 from .errors import UsageError
 from .listing_io import prepare_listings
 from .transforms import (EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
-                         ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, new_run_id, without_dropped)
+                         ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, WriteShardsOnce, new_run_id,
+                         without_dropped)
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
@@ -35,6 +36,14 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
     listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally
     labels = listed["labels"]  # label names
+    if writes_once(config):
+        sharded = listed["media"] | "WriteShardsOnce" >> WriteShardsOnce(config, labels, run)
+        rejected = (listed["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()  # dicts
+        no_duplicates = p | "NoDuplicates" >> beam.Create([])
+        _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"],
+             "rejected": rejected, "skipped_files": listed["skipped_files"], "tally": listed["tally"],
+             "labels": labels, "run": run, "cross_split": no_duplicates} | "FinalizeDataset" >> FinalizeDataset(config)
+        return
     encoded = listed["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run)  # fragments: FragmentInfo
     frags, rejects = encoded.fragments, [listed["rejected"], encoded.rejected]
     if config.embed is not None:  # records wait for their embedding before they are framed
@@ -47,6 +56,16 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     _ = {"shards": sharded.shards, "plans": sharded.plans, "failure": sharded.failure, "rejected": rejected,
          "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": labels, "run": run,
          "cross_split": sharded.cross_split} | "FinalizeDataset" >> FinalizeDataset(config)
+
+
+def writes_once(config: BuildConfig) -> bool:
+    """Whether the build takes the write-once path (WriteShardsOnce): a local run, whose driver can hold the
+    listing, without --dedup (duplicates are known only once encoded) or an embedding model (records are
+    framed after it). Dataflow keeps the fragment path, whose driver holds nothing per record."""
+    return config.local and config.embed is None and not config.dedup and WRITE_ONCE
+
+
+WRITE_ONCE = True  # tests set it False to compare the two paths
 
 
 class ShardsWritten(NamedTuple):
@@ -238,7 +257,8 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
 
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
-                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped", "fragment_bytes_read")
+                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped", "fragment_bytes_read",
+                 "shard_bytes_copied")
 
 
 def counter_totals(result) -> dict[str, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import itertools
+import pickle
 import uuid
 from typing import Iterable, Iterator
 
@@ -17,7 +18,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from shard_utils import fragments, inputs, listings, plan, storage
+from shard_utils import fragments, inputs, listings, plan, storage, write_once
 from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_batch, framed, reject
 from shard_utils.generations import label_order
 from shard_utils.inputs import MediaItem
@@ -28,6 +29,7 @@ from .config import BuildConfig, RunInfo
 from .errors import UsageError
 from .listing_io import DropDuplicateRows, ListingItems
 from . import shard_writer
+from . import encode_worker
 from .encode_worker import EncodeTally
 from .local_pool import LocalPool
 from .publish import crash_point
@@ -271,7 +273,11 @@ class _EncodeFn(beam.DoFn):
                             self._worker_buffer, on_crash=_crash_reject, keeps=True)
             else:  # records wait for their embedding, in the graph
                 pool.submit("shard_utils.encode.encode_batch", items, settings, on_crash=_crash_reject)
-        while pool.in_flight > 4 * self.config.workers:  # bound what waits in memory
+        yield from self._collect(pool)
+
+    def _collect(self, pool: LocalPool) -> Iterator:
+        """What the pool has finished, waiting for some while too much is queued (bounding what waits in memory)."""
+        while pool.in_flight > 4 * self.config.workers:
             for outcomes in pool.results(block=True):
                 yield from self._take(outcomes)
         for outcomes in pool.results():
@@ -305,7 +311,7 @@ class _EncodeFn(beam.DoFn):
 
     def _take(self, outcomes: Iterable) -> Iterator:
         for outcome in outcomes:
-            if isinstance(outcome, fragments.FragmentInfo):  # written by a worker
+            if isinstance(outcome, (fragments.FragmentInfo, write_once.WrittenRun)):  # written by a worker
                 yield outcome
                 continue
             if isinstance(outcome, EncodeTally):
@@ -605,9 +611,11 @@ class _WriteShardFn(beam.DoFn):
             pool = LocalPool.shared(self.config.workers)
             yield from _windowed(r for written in pool.drain() for r in self._done(written))
 
+    READ_COUNTER = "fragment_bytes_read"
+
     def _done(self, written: list) -> Iterator[publish.ShardResult]:
         for w in written:
-            count("fragment_bytes_read", w.fragment_bytes_read)
+            count(self.READ_COUNTER, w.fragment_bytes_read)
             count("shards_written")
             count("bytes_written", w.result.num_bytes)
             count("images_written", w.result.num_records)
@@ -619,6 +627,107 @@ def shard_slices(info: fragments.FragmentInfo, plans: list[dict], dropped: list[
     gone = frozenset(dropped)
     for split_plans in plans:  # none when planning failed
         yield from fragments.slices(info, split_plans, gone)
+
+
+class WriteShardsOnce(beam.PTransform):
+    """A local build's encode, plan and write steps when the listing can be held: the listing is sorted and
+    planned first, each planned shard's files are encoded in key order straight into one run, and the
+    real plan (made as PlanShards makes it) takes each shard as the run it is, or copies it from runs
+    (`shard_utils.write_once`). The shards' bytes are those of EncodeMedia + WriteShards; most are
+    written once instead of twice.
+
+    Input: chunks of MediaItems. Outputs: shards (ShardResult), plans ({split: SplitPlan}, once),
+    failure (why no plan), rejected (dicts).
+    """
+
+    def __init__(self, config: BuildConfig, labels, run):
+        super().__init__()
+        self.config, self.labels, self.run = config, labels, run
+
+    def expand(self, media):
+        cfg, run = self.config, beam.pvalue.AsSingleton(self.run)
+        encoded = (
+            media
+            | "GatherMedia" >> Gather()  # [[MediaItem]]: the whole listing, to sort and plan
+            | "PlanRuns" >> beam.FlatMap(plan_runs, cfg)  # RunTask
+            | "EncodeRuns" >> beam.ParDo(_EncodeRunFn(cfg), beam.pvalue.AsList(self.labels), run).with_outputs(
+                "rejected", "prepared", main="runs")  # WrittenRun
+        )
+        planned = (
+            encoded.runs
+            | "GatherRuns" >> beam.combiners.ToList()
+            | "Plan" >> beam.FlatMap(plan_from_runs, cfg).with_outputs("failure", "plans", main="shards")
+        )
+        shards = planned.shards | "Write" >> beam.ParDo(_WriteRunShardFn(cfg), run)  # ShardResult
+        return {"shards": shards, "plans": planned.plans, "failure": planned.failure, "rejected": encoded.rejected}
+
+
+class Gather(beam.PTransform):
+    """All elements as one list (none when there are none), each element pickled once, as one bytes value.
+
+    Not combiners.ToList: it sends its list through a side input whose cache measures every object in
+    it; and Beam's fallback coder pickles each object of a list on its own, and again to estimate sizes
+    (together a fifth of a second per 4,000 items, while every worker waits)."""
+
+    def expand(self, pcoll):
+        return (pcoll
+                | "Pack" >> beam.Map(lambda x: (None, pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)))
+                | "Group" >> beam.GroupByKey()
+                | "Unpack" >> beam.MapTuple(lambda _, packed: [pickle.loads(x) for x in packed]))
+
+
+def plan_runs(chunks: list, config: BuildConfig) -> list[write_once.RunTask]:
+    """The runs to encode, from the whole listing (write_once.run_tasks with the build's options)."""
+    return write_once.run_tasks(
+        (item for chunk in chunks for item in chunk), splits=config.splits, seed=config.seed,
+        num_cores=config.num_cores, num_hosts=config.num_hosts,
+        target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards, workers=config.workers)
+
+
+def plan_from_runs(runs: list[write_once.WrittenRun], config: BuildConfig):
+    """The real plans (tagged `plans`, once) and every shard as pieces of the runs; or tagged `failure`."""
+    for outcome in plan_or_failure(write_once.split_totals(runs), config):
+        if isinstance(outcome, beam.pvalue.TaggedOutput):
+            yield outcome
+            return
+        yield beam.pvalue.TaggedOutput("plans", outcome)
+        yield from write_once.assign(runs, outcome)
+
+
+class _EncodeRunFn(_EncodeFn):
+    """Encodes each run, in the local worker processes when there are several, else here; output: WrittenRun."""
+
+    def process(self, task: write_once.RunTask, labels: list[str], run: RunInfo):
+        self._run = run
+        publish.keep_lease(self.config, run)
+        settings = self._settings_for(labels)
+        args = (settings, run.temp_dir, self.config.bucket_bits)
+        if self.config.workers <= 1:
+            yield from self._take(encode_worker.encode_run(list(task.items), *args))
+            return
+        pool = LocalPool.shared(self.config.workers)
+        self._pool = pool
+        pool.submit("beam_jobs.encode_worker.encode_run", list(task.items), *args, on_crash=_crash_reject)
+        yield from self._collect(pool)
+
+    def finish_bundle(self):
+        if self._pool is not None:
+            yield from _windowed(r for outcomes in self._pool.drain() for r in self._take(outcomes))
+
+
+class _WriteRunShardFn(_WriteShardFn):
+    """Writes shards of runs (shard_writer.write_run_shard), in the local workers when there are several."""
+
+    READ_COUNTER = "shard_bytes_copied"  # from runs, for shards that are not one whole run
+
+    def process(self, task: write_once.ShardFromRuns, run: RunInfo):
+        if self.config.workers <= 1:
+            yield from self._done(shard_writer.write_run_shards([task], self.config, run))
+            return
+        pool = LocalPool.shared(self.config.workers)
+        pool.submit("beam_jobs.shard_writer.write_run_shards", [task], self.config, run)
+        for written in pool.results():
+            yield from self._done(written)
 
 
 # ---------------------------------------------------------------------------------------------- publish

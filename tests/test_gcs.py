@@ -320,10 +320,14 @@ def test_a_split_too_small_on_a_bucket_is_one_line_and_leaves_nothing(gcs, sourc
     assert [n.rsplit("/", 1)[-1] for n in gcs.names(bucket)] == ["rejected.jsonl", "skipped.jsonl"]
 
 
-def test_shard_writers_download_each_record_once(gcs, tmp_path):
-    """Many small fragments per shard: the write step's ranged reads of fragments stay within 1.2x the shards."""
+def test_shard_writers_download_each_record_once(gcs, tmp_path, monkeypatch):
+    """Many small fragments per shard (the fragment path, as on Dataflow): the write step's ranged reads of
+    fragments stay within 1.2x the shards."""
     import urllib.parse
 
+    from beam_jobs import build_shards
+
+    monkeypatch.setattr(build_shards, "WRITE_ONCE", False)
     write_images(tmp_path / "in", {"a": 120, "b": 120}, size=(64, 48))
     out = f"gs://{gcs.new_bucket('reads')}/ds"
     with contextlib.redirect_stdout(io.StringIO()), FaultProxy(gcs.url) as proxy, storage_host(proxy.url):

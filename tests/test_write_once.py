@@ -1,0 +1,137 @@
+"""The write-once path: runs planned from the listing, and shards taken from them, against the fragment path."""
+import array
+import re
+
+import pytest
+from conftest import run_cli, run_job, write_images
+from hypothesis import given, settings, strategies as st
+from readers import rejected, shard_bytes
+
+from beam_jobs import build_shards
+from shard_utils import plan, write_once
+from shard_utils.inputs import MediaItem
+from shard_utils.manifest import load
+
+
+def _items(names_sizes):
+    return [MediaItem(source_id=name, uri=f"/in/{name}", size=size, labels=("a",)) for name, size in names_sizes]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.text("abcdef/", min_size=1, max_size=8), st.integers(0, 5000)), max_size=120,
+                unique_by=lambda t: t[0]),
+       st.sampled_from([(("train", 1.0),), (("train", 0.7), ("validation", 0.3))]),
+       st.integers(1, 9), st.integers(1, 4), st.one_of(st.none(), st.integers(1, 40)))
+def test_runs_hold_every_item_once_in_key_order_and_one_split_each(names_sizes, splits, workers, cores, forced):
+    items = _items(names_sizes)
+    tasks = write_once.run_tasks(items, splits=splits, seed=3, num_cores=cores, num_hosts=1,
+                                 target_shard_bytes=20_000, forced=forced, workers=workers)
+    assert all(task.items for task in tasks)
+    assert sorted(i.source_id for t in tasks for i in t.items) == sorted(i.source_id for i in items)
+    for split, _ in splits:
+        mine = [i for i in items if write_once.order_of(i, splits, 3)[0] == split]
+        ordered = sorted(mine, key=lambda i: write_once.order_of(i, splits, 3)[1])
+        assert [i for t in tasks if t.split == split for i in t.items] == ordered
+    if items and forced is None and len(items) >= cores:  # enough shards for the workers: a run is a guessed shard
+        per_split = {s: [len(t.items) for t in tasks if t.split == s] for s, _ in splits}
+        if sum(len(v) for v in per_split.values()) >= 2 * workers:
+            for sizes in per_split.values():
+                assert max(sizes, default=0) - min(sizes, default=0) <= 1
+
+
+def _run(split, first_key, lengths, name):
+    totals = plan.SplitTotals()
+    for i, n in enumerate(lengths):
+        totals.add(first_key + i, n, 16)
+    return write_once.WrittenRun(split, f"/runs/{name}", f"/runs/{name}.meta", (first_key, name),
+                                 array.array("Q", lengths), totals, sum(lengths), "crc", "sha")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=12), min_size=1, max_size=10), st.data())
+def test_each_shard_takes_its_ranks_from_the_runs_in_order(runs_lengths, data):
+    runs = [_run("train", 1000 * i, lengths, f"r{i}") for i, lengths in enumerate(runs_lengths)]
+    total = sum(len(x) for x in runs_lengths)
+    count = data.draw(st.integers(1, total))
+    split_plan = plan.SplitPlan("train", total, sum(map(sum, runs_lengths)), count)
+    shards = write_once.assign(list(reversed(runs)), {"train": split_plan})  # any order in, key order out
+    assert [s.shard for s in shards] == list(range(count))
+    taken = []
+    for shard, size in zip(shards, split_plan.sizes):
+        assert sum(p.count for p in shard.pieces) == size
+        for p in shard.pieces:
+            run = next(r for r in runs if r.path == p.path)
+            assert p.start == sum(run.lengths[:p.first]) and p.length == sum(run.lengths[p.first:p.first + p.count])
+            taken += [(p.path, p.first + k) for k in range(p.count)]
+        one_whole_run = len(shard.pieces) == 1 and shard.pieces[0].count == len(
+            next(r for r in runs if r.path == shard.pieces[0].path).lengths)
+        assert shard.whole == one_whole_run
+        assert (shard.num_bytes, shard.sha256) == ((shard.pieces[0].length, "sha") if shard.whole else (0, ""))
+    assert taken == [(r.path, k) for r in runs for k in range(r.count)]
+
+
+def test_assign_refuses_runs_that_do_not_add_up_to_the_plan():
+    runs = [_run("train", 0, [10, 10], "r0")]
+    with pytest.raises(plan.InternalError, match="the runs hold 2 records, the plan 3"):
+        write_once.assign(runs, {"train": plan.SplitPlan("train", 3, 30, 1)})
+
+
+def _fragment_path(monkeypatch, *args):
+    monkeypatch.setattr(build_shards, "WRITE_ONCE", False)
+    try:
+        return run_job(*args)
+    finally:
+        monkeypatch.setattr(build_shards, "WRITE_ONCE", True)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_write_once_gives_the_fragment_paths_bytes_with_rejects_and_two_splits(tmp_path, monkeypatch, workers):
+    src = tmp_path / "in"
+    write_images(src, {"a": 23, "b": 19})
+    (src / "a" / "img0003.jpg").write_bytes(b"not a jpeg")
+    (src / "b" / "img0011.jpg").write_bytes((src / "b" / "img0012.jpg").read_bytes()[:300])  # truncated
+    opts = ["--splits", "train=0.6,validation=0.4", "--num-cores", "2", "--workers", workers]
+    once = run_job(src, tmp_path / "once", *opts)
+    fragments = _fragment_path(monkeypatch, src, tmp_path / "fragments", *opts)
+    assert shard_bytes(tmp_path / "once") == shard_bytes(tmp_path / "fragments")
+    for split in ("train", "validation"):
+        assert once.splits[split] == fragments.splits[split]
+        assert (tmp_path / "once" / f"{split}.index.avro").read_bytes() == \
+            (tmp_path / "fragments" / f"{split}.index.avro").read_bytes()
+    assert rejected(tmp_path / "once") == rejected(tmp_path / "fragments") == {
+        "a/img0003.jpg": "not_image", "b/img0011.jpg": "corrupt"}
+
+
+def test_a_missed_guess_is_copied_into_the_real_plan(tmp_path, monkeypatch):
+    """PNGs re-encoded to JPEG are far smaller than their files: the guess from file sizes plans more shards
+    than the records fill, so every shard is copied from runs, and the bytes are still the fragment path's."""
+    src = tmp_path / "in"
+    write_images(src, {"a": 30, "b": 30}, fmt="PNG", ext="png")
+    opts = ["--target-shard-mb", "0.05", "--num-cores", "2", "--workers", "2"]
+    once = run_job(src, tmp_path / "once", *opts)
+    fragments = _fragment_path(monkeypatch, src, tmp_path / "fragments", *opts)
+    guessed = write_once.guess_shards(_items((p.name, p.stat().st_size) for p in src.rglob("*.png")), num_cores=2,
+                                      num_hosts=1, target_shard_bytes=int(0.05 * plan.MB), forced=None)
+    assert guessed > len(once.splits["train"].shards)  # the guess missed
+    assert shard_bytes(tmp_path / "once") == shard_bytes(tmp_path / "fragments")
+    assert once.splits == fragments.splits
+
+
+def _counters(stdout: str) -> dict[str, int]:
+    line = next(line for line in stdout.splitlines() if line.strip().startswith("counters:"))
+    return {name: int(n) for name, n in re.findall(r"(\w+) (\d+)", line)}
+
+
+def test_clean_jpegs_are_written_once_and_a_reject_makes_later_shards_copies(tmp_path):
+    src = tmp_path / "in"
+    write_images(src, {"a": 16, "b": 16})
+    done = run_cli("build", "--input", src, "--output", tmp_path / "clean", "--num-cores", "4", "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    counters = _counters(done.stdout)
+    assert counters["shard_bytes_copied"] == 0 and counters["shards_written"] == 4
+    (src / "a" / "img0005.jpg").write_bytes(b"broken")
+    done = run_cli("build", "--input", src, "--output", tmp_path / "reject", "--num-cores", "4", "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    m = load(str(tmp_path / "reject"))
+    copied = _counters(done.stdout)["shard_bytes_copied"]
+    assert 0 < copied <= m.splits["train"].num_bytes  # the shards after the reject's place moved, at least
