@@ -73,8 +73,8 @@ def flush_kept(items: list, folder: str, limit: int) -> tuple[list, bool]:
 def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bucket_bits: int) -> list:
     """Encode items (one split, key order) into one run file under `folder`, checksummed as it is written.
 
-    Returns [rejects..., WrittenRun (when any record was made), EncodeTally]. The file is durable: it may
-    become a shard as it is.
+    Returns [rejects..., WrittenRun (when any record was made), EncodeTally]. The file may become a shard
+    as it is: its flush to disk starts now, and the shard writer waits for it (storage.sync).
     """
     if any(item.source_id == os.environ.get(SEGV_ON) for item in items):
         os.kill(os.getpid(), signal.SIGSEGV)
@@ -85,7 +85,7 @@ def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bu
     digest = storage.Digest()
     passed = trailers = trailer_bytes = 0
     split = None
-    with storage.open_write(path) as f:
+    with storage.open_write(path, durable=False) as f:  # made durable in the background (start_sync below)
         for item in items:
             outcome = encode_item(item, settings)
             if not isinstance(outcome, Encoded):
@@ -104,6 +104,7 @@ def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bu
             trailers += bool(outcome.trailer_bytes)
             trailer_bytes += outcome.trailer_bytes
     if metas:  # a run of rejects only leaves an empty file in the run's temporary folder
+        storage.start_sync(path)  # the disk takes it while this worker encodes the next run
         write_once.write_metas(meta_path, metas)
         out.append(write_once.WrittenRun(split, path, meta_path, metas[0].order, lengths, totals, digest.size,
                                          digest.crc32c, digest.sha256))

@@ -93,6 +93,7 @@ def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: Ru
     metas = [m for piece in task.pieces for m in piece.metas()]
     if task.whole:
         path, copied = task.pieces[0].path, 0
+        storage.sync(path)  # its flush began when the run was written: usually done by now
         size, crc32c, sha256 = task.num_bytes, task.crc32c, task.sha256
     else:
         path = storage.join(run.temp_dir, "shards", name)

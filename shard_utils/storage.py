@@ -16,6 +16,7 @@ import hashlib
 import os
 import io
 import posixpath
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Callable, Iterator
@@ -386,6 +387,34 @@ class _Writer:
 
     def writable(self) -> bool:
         return True
+
+
+def start_sync(uri: str) -> None:
+    """Begin making a file written with durable=False durable, in the background; `sync` waits for it.
+
+    Lets a writer go on with its next work while the disk takes this file's pages. No-op on gs://,
+    where an object is durable once written."""
+    if not is_gcs(uri):
+        threading.Thread(target=_sync_quietly, args=(uri,), daemon=True, name="tpu-shards-sync").start()
+
+
+def _sync_quietly(uri: str) -> None:
+    try:
+        sync(uri)
+    except StorageError:  # the sync that must succeed (a caller's `sync`) reports it
+        pass
+
+
+def sync(uri: str) -> None:
+    """Make a written file durable (fsync): quick when start_sync's flush has finished. No-op on gs://."""
+    if is_gcs(uri):
+        return
+    with _failing("sync", uri):
+        fd = os.open(uri, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def create_exclusive(uri: str, data: bytes) -> bool:

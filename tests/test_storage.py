@@ -209,6 +209,28 @@ def test_open_write_appears_whole_on_close_and_not_at_all_on_error(root, monkeyp
     assert storage.list_names(folder) == ["out.bin"]
 
 
+def test_a_scratch_write_is_made_durable_in_the_background_then_waited_for(root, monkeypatch, capfd):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_ino), real_fsync(fd)))
+    uri = storage.join(root, "run.records")
+    with storage.open_write(uri, durable=False) as w:
+        w.write(b"records")
+    assert synced == []  # a scratch write is not synced on close
+    storage.start_sync(uri)
+    storage.sync(uri)
+    for thread in [t for t in __import__("threading").enumerate() if t.name == "tpu-shards-sync"]:
+        thread.join(5)
+    if storage.is_gcs(uri):
+        assert synced == []  # an object is durable once written
+    else:
+        assert synced == [os.stat(uri).st_ino] * 2  # the background flush, then the wait for it
+        missing = storage.join(root, "missing.records")
+        storage.start_sync(missing)  # quiet: the sync that must succeed says what went wrong
+        assert missing_reason(missing) in error_of(lambda: storage.sync(missing), "sync", missing)
+    assert capfd.readouterr().err == ""
+
+
 def test_write_creates_parent_folders_and_make_folder(root):
     deep = storage.join(root, "a", "b", "c", "x")
     storage.write_bytes(deep, b"1")
