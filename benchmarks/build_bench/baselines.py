@@ -8,7 +8,7 @@
   one sorted run; then, in parallel, every shard is merged from the runs in key order, hashed (CRC32C and
   SHA-256 for the manifest) and written durably). No Beam, no index, no manifest: the floor of a two-pass build.
 - `job_encode`: the job's own per-image step (encode_batch) alone, to split the job's time between that
-  step and everything around it (Beam, the pool's pipes, fragments, shards).
+  step and everything around it (Beam, the pool's pipes, writing runs or fragments, shards).
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def job_items(root: Path) -> list:
 
 def job_encode(items: list, root: str, quality: int, validate: str) -> int:
     """The job's own encode step (shard_utils.encode.encode_batch) over the items, results dropped: the
-    per-image work without Beam, the pool's pipes, fragments or shards."""
+    per-image work without Beam, the pool's pipes, runs, fragments or shards."""
     from shard_utils.encode import EncodeSettings, encode_batch
     from shard_utils.images import ImageOptions
 

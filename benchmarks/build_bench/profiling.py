@@ -44,9 +44,10 @@ LIST = (_t("transforms", "walk_chunks"), _t("transforms", "classify_chunk"), _t(
 ENCODE = (_t("transforms", "process"), _t("transforms", "finish_bundle"))
 FLUSH = _t("transforms", "_flush")
 PLAN = (_t("transforms", "add_input"), _t("transforms", "merge_accumulators"), _t("transforms", "plan_or_failure"),
-        _t("transforms", "boundary_keys"), _t("transforms", "with_boundaries"))
+        _t("transforms", "boundary_keys"), _t("transforms", "with_boundaries"), _t("transforms", "plan_runs"),
+        _t("transforms", "plan_from_runs"))
 SLICES = _t("transforms", "shard_slices")
-WRITE = _t("transforms", "write_shard")
+WRITE = (_t("shard_writer", "write_shard"), _t("shard_writer", "write_run_shard"))
 READ_RANGE = _s("storage", "read_range")
 PUBLISH = _t("transforms", "publish_or_fail")
 ENCODE_ITEM = _s("encode", "encode_item")
@@ -135,10 +136,10 @@ def driver_rows(stats: pstats.Stats, wall: float) -> list[tuple[str, float]]:
         ("encode: submit, wait for workers, take results", cum(stats, *ENCODE) - flush),
         ("  of which encode_item in this process (--workers 1)", cum(stats, ENCODE_ITEM)),
         ("fragments write (sort + write, _flush)", flush),
-        ("plan (tally, plan, boundary keys)", cum(stats, *PLAN)),
+        ("plan (tally, plan, boundary keys; or the listing's and the runs' plans)", cum(stats, *PLAN)),
         ("shard slices", cum(stats, SLICES)),
-        ("shard write: fragment reads (read_range)", read),
-        ("shard write: merge, write, index", cum(stats, WRITE) - read),
+        ("shard write: fragment or run reads (read_range)", read),
+        ("shard write: merge or copy, write, index", cum(stats, *WRITE) - read),
         ("publish (checks, manifest)", cum(stats, PUBLISH)),
     ]
     ours = sum(s for name, s in inner if not name.startswith("  "))

@@ -40,7 +40,7 @@ def _around(bench: Bench, path: str) -> list[str]:
         job = bench.steady_cpu_ms(("job", path, w))
         alone = bench.cpu_ms(("encode", path, w, bench.n))
         out.append(f"  CPU per image, {path}, {w} worker(s): job steady {fmt(job, 2)} ms = encode_batch {fmt(alone, 2)}"
-                   f" ms + Beam, pipes, fragments, shards {fmt(job - alone, 2)} ms")
+                   f" ms + Beam, pipes, writing runs and shards {fmt(job - alone, 2)} ms")
     return out
 
 
@@ -188,8 +188,8 @@ def memory(bench: Bench) -> str:
         lines.append(table(["", f"MB at {n}", f"MB at {n * factor}", "ratio", "", f"driver MB at {n}",
                             f"at {n * factor}", "ratio", f"img/s at {n * factor}",
                             f"marginal img/s {n} -> {n * factor}"], rows))
-        lines.append("  the rest of the tree is the workers: each holds a fragment buffer (--fragment-mb / workers) "
-                     "and, when writing a shard, windows of its slices (16 MiB): both fill, then stay")
+        lines.append("  the driver holds the listing (local builds plan runs from it); the rest of the tree is the "
+                     "workers: each encodes one run at a time and copies shards in 4 MiB blocks")
     if len(bench.workers) > 1:
         low, rows = bench.workers[0], []
         for w in bench.workers:
