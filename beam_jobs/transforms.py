@@ -648,10 +648,9 @@ class WriteShardsOnce(beam.PTransform):
         cfg, run = self.config, beam.pvalue.AsSingleton(self.run)
         encoded = (
             media
-            | "GatherMedia" >> Gather()  # [[MediaItem]]: the whole listing, to sort and plan
-            | "PlanRuns" >> beam.FlatMap(plan_runs, cfg)  # RunTask
+            | "GatherMedia" >> Gather()  # the whole listing (pickled chunks), once
             | "EncodeRuns" >> beam.ParDo(_EncodeRunFn(cfg), beam.pvalue.AsList(self.labels), run).with_outputs(
-                "rejected", "prepared", main="runs")  # WrittenRun
+                "rejected", "prepared", main="runs")  # WrittenRun: the listing sorted, planned and encoded in runs
         )
         planned = (
             encoded.runs
@@ -663,23 +662,29 @@ class WriteShardsOnce(beam.PTransform):
 
 
 class Gather(beam.PTransform):
-    """All elements as one list (none when there are none), each element pickled once, as one bytes value.
+    """All elements as one list of their pickles (none when there are none): `unpacked` gives them back.
 
     Not combiners.ToList: it sends its list through a side input whose cache measures every object in
-    it; and Beam's fallback coder pickles each object of a list on its own, and again to estimate sizes
-    (together a fifth of a second per 4,000 items, while every worker waits)."""
+    it; and Beam's fallback coder pickles each object of a list on its own, and again whenever it
+    samples an element's size (a fifth of a second per 4,000 listed files, while every worker waits).
+    One bytes value per element is what Beam moves and measures cheaply."""
 
     def expand(self, pcoll):
         return (pcoll
                 | "Pack" >> beam.Map(lambda x: (None, pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)))
                 | "Group" >> beam.GroupByKey()
-                | "Unpack" >> beam.MapTuple(lambda _, packed: [pickle.loads(x) for x in packed]))
+                | "Values" >> beam.MapTuple(lambda _, packed: list(packed)))
 
 
-def plan_runs(chunks: list, config: BuildConfig) -> list[write_once.RunTask]:
+def unpacked(packed: Iterable[bytes]) -> Iterator:
+    """The elements Gather packed, in its order."""
+    return (pickle.loads(x) for x in packed)
+
+
+def plan_runs(packed_chunks: list[bytes], config: BuildConfig) -> list[write_once.RunTask]:
     """The runs to encode, from the whole listing (write_once.run_tasks with the build's options)."""
     return write_once.run_tasks(
-        (item for chunk in chunks for item in chunk), splits=config.splits, seed=config.seed,
+        (item for chunk in unpacked(packed_chunks) for item in chunk), splits=config.splits, seed=config.seed,
         num_cores=config.num_cores, num_hosts=config.num_hosts,
         target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards, workers=config.workers)
 
@@ -695,20 +700,23 @@ def plan_from_runs(runs: list[write_once.WrittenRun], config: BuildConfig):
 
 
 class _EncodeRunFn(_EncodeFn):
-    """Encodes each run, in the local worker processes when there are several, else here; output: WrittenRun."""
+    """Plans the runs from the whole listing (Gather's pickled chunks) and encodes each, in the local worker
+    processes when there are several, else here; output: WrittenRun. One element, not one per run: Beam
+    would pickle every run's items again to sample their size."""
 
-    def process(self, task: write_once.RunTask, labels: list[str], run: RunInfo):
+    def process(self, packed_chunks: list[bytes], labels: list[str], run: RunInfo):
         self._run = run
-        publish.keep_lease(self.config, run)
         settings = self._settings_for(labels)
         args = (settings, run.temp_dir, self.config.bucket_bits)
-        if self.config.workers <= 1:
-            yield from self._take(encode_worker.encode_run(list(task.items), *args))
-            return
-        pool = LocalPool.shared(self.config.workers)
+        pool = LocalPool.shared(self.config.workers) if self.config.workers > 1 else None
         self._pool = pool
-        pool.submit("beam_jobs.encode_worker.encode_run", list(task.items), *args, on_crash=_crash_reject)
-        yield from self._collect(pool)
+        for task in plan_runs(packed_chunks, self.config):
+            publish.keep_lease(self.config, run)
+            if pool is None:
+                yield from self._take(encode_worker.encode_run(list(task.items), *args))
+                continue
+            pool.submit("beam_jobs.encode_worker.encode_run", list(task.items), *args, on_crash=_crash_reject)
+            yield from self._collect(pool)
 
     def finish_bundle(self):
         if self._pool is not None:
