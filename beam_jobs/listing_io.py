@@ -192,6 +192,14 @@ class ReadListings(beam.PTransform):
         return reads | "AllRows" >> beam.Flatten()
 
 
+def read_all_rows(patterns: Sequence[str], fmt: str | None = None) -> Iterator[ListingRow]:
+    """Every row of the listings, read here in order (what ReadListings gives, without Beam's per-row
+    elements): for a local build, whose driver holds the listing anyway."""
+    for pattern in patterns:
+        source = ListingSource(pattern, pattern_format(pattern, fmt))
+        yield from source.read(source.get_range_tracker(None, None))
+
+
 class ListingItems(beam.PTransform):
     """Listing rows as media items, keyed for de-duplication; rows that cannot be items go to `rejected`.
 

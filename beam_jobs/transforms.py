@@ -27,7 +27,7 @@ from shard_utils.listings import ListingOptions
 from . import progress, publish
 from .config import BuildConfig, RunInfo
 from .errors import UsageError
-from .listing_io import DropDuplicateRows, ListingItems
+from .listing_io import DropDuplicateRows, ListingItems, read_all_rows
 from . import shard_writer
 from . import encode_worker
 from .encode_worker import EncodeTally
@@ -169,13 +169,26 @@ def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, op
 
 class ListListedMedia(beam.PTransform):
     """The media a --listing names (the input is not walked): one item per row, a row naming a file again
-    rejected `duplicate_row`; same outputs as ListMedia (every row is seen once)."""
+    rejected `duplicate_row`; same outputs as ListMedia (every row is seen once).
+
+    On Dataflow the rows come from a splittable source per listing and meet their duplicates in a shuffle
+    keyed by file. A local build reads them in one step (`listed_chunks`): as Beam elements, one per row
+    through several steps, they cost 0.35 s per 4,000 rows before the first file could be encoded."""
 
     def __init__(self, config: BuildConfig):
         super().__init__()
         self.config = config
 
     def expand(self, pbegin):
+        if self.config.local:  # read in this process: one element per chunk, not several per row
+            out = (pbegin
+                   | "Root" >> beam.Create([None])
+                   | "ReadAll" >> beam.FlatMap(listed_chunks, self.config.listing, self.config.input).with_outputs(
+                       "rejected", "tally", main="media"))
+            nothing = pbegin | "NoSkippedFiles" >> beam.Create([])
+            labels = out.media | "DistinctLabels" >> DistinctLabels()
+            return {"media": out.media, "rejected": out.rejected, "skipped_files": nothing, "tally": out.tally,
+                    "labels": labels}
         rows = pbegin | "ListingItems" >> ListingItems(self.config.listing, self.config.input)
         unique = rows.items | "DropDuplicateRows" >> DropDuplicateRows()  # MediaItem
         seen = ((rows.items, rows.rejected) | "AllRows" >> beam.Flatten()
@@ -189,6 +202,29 @@ class ListListedMedia(beam.PTransform):
         nothing = pbegin | "NoSkippedFiles" >> beam.Create([])
         labels = media | "DistinctLabels" >> DistinctLabels()
         return {"media": media, "rejected": rejected, "skipped_files": nothing, "tally": seen, "labels": labels}
+
+
+def listed_chunks(_, options: ListingOptions, root: str | None):
+    """Every row of the listings as ListListedMedia's outputs, read and de-duplicated here: chunks of
+    MediaItems, tagged rejects (bad rows, rows naming a file again) and one tally of the rows seen."""
+    seen = 0
+    by_file: dict[str, list] = {}
+    for row in read_all_rows(options.listings, options.format):
+        seen += 1
+        out = listings.item_from_row(row, options, root)
+        if isinstance(out, listings.Rejection):
+            yield _rejected(out.as_dict())
+        else:
+            by_file.setdefault(listings.duplicate_key(out), []).append((row.order, out))
+    unique = []
+    for rows in by_file.values():
+        kept, duplicates = listings.pick_first(rows) if len(rows) > 1 else (rows[0][1], [])
+        unique.append(kept)
+        for rejection in duplicates:
+            yield _rejected(rejection.as_dict())
+    yield beam.pvalue.TaggedOutput("tally", publish.Tally(seen=seen))
+    for start in range(0, len(unique), LIST_CHUNK):
+        yield _listed_chunk(unique[start:start + LIST_CHUNK])
 
 
 def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:

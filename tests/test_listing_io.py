@@ -174,6 +174,39 @@ def test_listing_items_and_duplicates_on_the_in_process_runner(tmp_path):
          "message": "b.jsonl byte 0: /in/cat/1.jpg is listed again; the row at a.csv line 2 is kept"}]
 
 
+def test_a_local_build_reads_the_listings_in_one_step_with_the_sources_items_and_rejects(tmp_path):
+    """listed_chunks (local builds) against ReadListings + ListingItems + DropDuplicateRows (Dataflow): same
+    items, same rejects, every row seen once; CSV with a bad and a repeated row, gzip JSONL, Avro."""
+    from beam_jobs.transforms import LIST_CHUNK, listed_chunks
+
+    rows = [f"c{i % 3}/{i:04d}.jpg,c{i % 3}" for i in range(LIST_CHUNK + 40)]
+    (tmp_path / "a.csv").write_text("path,label\n" + "\n".join(rows + ["c0/0000.jpg,c0", "bad.jpg,"]) + "\n")
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(b"".join(jsonl_lines(60))))
+    with (tmp_path / "c.avro").open("wb") as f:
+        fastavro.writer(f, {"type": "record", "name": "R", "fields": [{"name": "path", "type": "string"},
+                                                                    {"name": "label", "type": "string"}]},
+                        [{"path": f"av/{i}.jpg", "label": "av"} for i in range(30)] + [{"path": "c1/0001.jpg",
+                                                                                         "label": "c1"}])
+    options, _ = prepare_listings(ListingOptions(listings=(str(tmp_path / "a.csv"), str(tmp_path / "b.jsonl.gz"),
+                                                           str(tmp_path / "c.avro"))))
+
+    def build(p):
+        listed = p | ListingItems(options, "/in")
+        unique = listed.items | DropDuplicateRows()
+        return {"items": unique.items, "rejected": (listed.rejected, unique.rejected) | beam.Flatten(),
+                "rows": p | "Rows" >> ReadListings(options.listings)}
+
+    beam_out = run(build, tmp_path)
+    out = list(listed_chunks(None, options, "/in"))
+    chunks = [o for o in out if not isinstance(o, beam.pvalue.TaggedOutput)]
+    tagged = [o for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
+    assert [len(c) for c in chunks[:-1]] == [LIST_CHUNK] * (len(chunks) - 1)
+    assert sorted((i for c in chunks for i in c), key=repr) == beam_out["items"]
+    assert sorted((o.value for o in tagged if o.tag == "rejected"), key=repr) == beam_out["rejected"]
+    assert {r["reason"] for r in beam_out["rejected"]} >= {"duplicate_row", "bad_row"}
+    assert [o.value.seen for o in tagged if o.tag == "tally"] == [len(beam_out["rows"])]
+
+
 def test_launch_checks_are_one_line_errors(tmp_path):
     (tmp_path / "a.csv").write_text("id,label\n1,cat\n")
     (tmp_path / "empty.csv").write_text("")
