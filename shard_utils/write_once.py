@@ -12,6 +12,7 @@ Pure functions, no Beam.
 from __future__ import annotations
 
 import array
+import os
 import pickle
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from .encode import RecordMeta
 from .inputs import MediaItem
 
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing): the guess's allowance
+SIZE_SAMPLE = 64  # files stat'ed to guess the size of files a listing names without their sizes
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,25 @@ def guess_shards(items: Sequence[MediaItem], *, num_cores: int, num_hosts: int, 
         return max(1, min(forced, len(items)))
     if len(items) < unit:
         return 1
-    estimate = sum(item.size for item in items) + RECORD_OVERHEAD * len(items)
+    estimate = source_bytes(items) + RECORD_OVERHEAD * len(items)
     return plan.num_shards(len(items), estimate, num_cores=num_cores, num_hosts=num_hosts,
                            target_shard_bytes=target_shard_bytes)
+
+
+def source_bytes(items: Sequence[MediaItem]) -> int:
+    """The source files' bytes, for the guess: the sizes the walk found; for files a listing names without
+    sizes, their mean from up to SIZE_SAMPLE local ones (the first in key order: a sample of the hash order;
+    files on gs:// are not asked)."""
+    unknown = [item for item in items if not item.size]
+    known = sum(item.size for item in items)
+    sampled = []
+    for item in unknown[:SIZE_SAMPLE]:
+        if not storage.is_gcs(item.uri):
+            try:
+                sampled.append(os.stat(item.uri).st_size)
+            except OSError:  # missing: the encode step rejects it
+                continue
+    return known + (sum(sampled) * len(unknown) // len(sampled) if sampled else 0)
 
 
 def run_tasks(items: Iterable[MediaItem], *, splits: Sequence[tuple[str, float]], seed: int, num_cores: int,

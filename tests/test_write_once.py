@@ -135,3 +135,19 @@ def test_clean_jpegs_are_written_once_and_a_reject_makes_later_shards_copies(tmp
     m = load(str(tmp_path / "reject"))
     copied = _counters(done.stdout)["shard_bytes_copied"]
     assert 0 < copied <= m.splits["train"].num_bytes  # the shards after the reject's place moved, at least
+
+
+def test_a_listing_without_sizes_is_guessed_from_a_sample_of_its_files(tmp_path):
+    """A listing gives no file sizes: the guess stats a sample, so its runs are still the shards."""
+    src = tmp_path / "in"
+    paths = write_images(src, {"a": 30, "b": 30})
+    listing = tmp_path / "list.csv"
+    listing.write_text("path,label\n" + "".join(f"{p.relative_to(src).as_posix()},{p.parent.name}\n" for p in paths))
+    items = [MediaItem(source_id=p.name, uri=str(p), size=0, labels=("a",)) for p in paths]
+    assert write_once.source_bytes(items) == sum(p.stat().st_size for p in paths)  # 60 files: every one sampled
+    done = run_cli("build", "--input", src, "--listing", listing, "--output", tmp_path / "out", "--num-cores", "2",
+                   "--workers", "2", "--target-shard-mb", "0.02")
+    assert done.returncode == 0, done.stderr
+    m = load(str(tmp_path / "out"))
+    assert len(m.splits["train"].shards) > 2  # more than the guess from no sizes at all would make
+    assert _counters(done.stdout)["shard_bytes_copied"] == 0
