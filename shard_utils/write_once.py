@@ -12,7 +12,6 @@ Pure functions, no Beam.
 from __future__ import annotations
 
 import array
-import os
 import pickle
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -22,7 +21,8 @@ from .encode import RecordMeta
 from .inputs import MediaItem
 
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing): the guess's allowance
-SIZE_SAMPLE = 64  # files stat'ed to guess the size of files a listing names without their sizes
+SIZE_SAMPLE = 64  # files asked for their size to guess that of files a listing names without one
+GCS_SIZE_SAMPLE = 16  # of them, at most this many on gs:// (a request each)
 
 
 @dataclass(frozen=True)
@@ -103,17 +103,20 @@ def guess_shards(items: Sequence[MediaItem], *, num_cores: int, num_hosts: int, 
 
 def source_bytes(items: Sequence[MediaItem]) -> int:
     """The source files' bytes, for the guess: the sizes the walk found; for files a listing names without
-    sizes, their mean from up to SIZE_SAMPLE local ones (the first in key order: a sample of the hash order;
-    files on gs:// are not asked)."""
+    sizes, their mean over a sample (the first SIZE_SAMPLE in key order, a sample of the hash order; at
+    most GCS_SIZE_SAMPLE of them on gs://)."""
     unknown = [item for item in items if not item.size]
     known = sum(item.size for item in items)
-    sampled = []
+    sampled, asked_gcs = [], 0
     for item in unknown[:SIZE_SAMPLE]:
-        if not storage.is_gcs(item.uri):
-            try:
-                sampled.append(os.stat(item.uri).st_size)
-            except OSError:  # missing: the encode step rejects it
+        if storage.is_gcs(item.uri):
+            if asked_gcs == GCS_SIZE_SAMPLE:
                 continue
+            asked_gcs += 1
+        try:
+            sampled.append(storage.size(item.uri))
+        except storage.StorageError:  # missing or unreadable: the encode step rejects it
+            continue
     return known + (sum(sampled) * len(unknown) // len(sampled) if sampled else 0)
 
 

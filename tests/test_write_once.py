@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from readers import rejected, shard_bytes
 
 from beam_jobs import build_shards
-from shard_utils import plan, write_once
+from shard_utils import plan, storage, write_once
 from shard_utils.inputs import MediaItem
 from shard_utils.manifest import load
 
@@ -151,3 +151,18 @@ def test_a_listing_without_sizes_is_guessed_from_a_sample_of_its_files(tmp_path)
     m = load(str(tmp_path / "out"))
     assert len(m.splits["train"].shards) > 2  # more than the guess from no sizes at all would make
     assert _counters(done.stdout)["shard_bytes_copied"] == 0
+
+
+def test_sizes_a_listing_leaves_out_are_sampled_on_a_bucket_too(gcs, tmp_path):
+    bucket = gcs.new_bucket("sizes")
+    sizes = [1000 + 37 * i for i in range(40)]
+    items = []
+    for i, n in enumerate(sizes):
+        uri = f"gs://{bucket}/img{i:02d}.jpg"
+        storage.write_bytes(uri, b"x" * n)
+        items.append(MediaItem(source_id=f"img{i:02d}.jpg", uri=uri, size=0, labels=("a",)))
+    items.append(MediaItem(source_id="gone.jpg", uri=f"gs://{bucket}/gone.jpg", size=0, labels=("a",)))
+    sampled = sizes[:write_once.GCS_SIZE_SAMPLE]  # at most that many requests
+    assert write_once.source_bytes(items) == sum(sampled) * 41 // len(sampled)
+    walked = [MediaItem(source_id="w.jpg", uri="/nowhere/w.jpg", size=5000, labels=("a",))]
+    assert write_once.source_bytes(walked + items[:1]) == 5000 + sizes[0]  # known sizes count as they are
