@@ -69,12 +69,20 @@ def write_shard(task: ShardTask, config: BuildConfig, run: RunInfo, dropped: Ite
     if len(rows) != expected:
         raise plan.InternalError(f"shard {task.shard} of split {task.split!r} got {len(rows)} records, "
                                  f"planned {expected}")
+    checksums = (digest.size, digest.crc32c, digest.sha256)
+    return Written(_indexed(task.split, task.shard, name, temp_path, checksums, rows, classes, longest, config, run),
+                   read)
+
+
+def _indexed(split: str, shard: int, name: str, path: str, checksums: tuple[int, str, str], rows: list,
+             classes: Counter, longest: Counter, config: BuildConfig, run: RunInfo) -> ShardResult:
+    """Write a written shard's index rows beside it and describe the shard for publishing."""
     index_part = storage.join(run.temp_dir, "index", name + ".avro")
     with storage.open_write(index_part) as out:
         index.write_index(out, rows, index.index_schema(config.listing.extras))
-    result = ShardResult(task.split, task.shard, temp_path, name, len(rows), digest.size, digest.crc32c,
-                         digest.sha256, tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
-    return Written(result, read)
+    size, crc32c, sha256 = checksums
+    return ShardResult(split, shard, path, name, len(rows), size, crc32c, sha256, tuple(sorted(classes.items())),
+                       index_part, tuple(sorted(longest.items())))
 
 
 COPY_BLOCK = 4 * 2**20  # bytes copied from a run at a time
@@ -114,12 +122,8 @@ def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: Ru
         offset += meta.length
         classes.update(meta.labels)
         _note_lengths(longest, meta)
-    index_part = storage.join(run.temp_dir, "index", name + ".avro")
-    with storage.open_write(index_part) as out:
-        index.write_index(out, rows, index.index_schema(config.listing.extras))
-    result = ShardResult(task.split, task.shard, path, name, len(rows), size, crc32c, sha256,
-                         tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())))
-    return Written(result, copied)
+    return Written(_indexed(task.split, task.shard, name, path, (size, crc32c, sha256), rows, classes, longest,
+                            config, run), copied)
 
 
 def _note_lengths(longest: Counter, meta) -> None:
