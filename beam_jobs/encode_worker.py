@@ -35,6 +35,30 @@ class EncodeTally:
     trailer_bytes: int
 
 
+class _Counts:
+    """A task's records counted as they are made; `tally()` is what goes back to the build."""
+
+    __slots__ = ("records", "passed", "trailers", "trailer_bytes")
+
+    def __init__(self) -> None:
+        self.records = self.passed = self.trailers = self.trailer_bytes = 0
+
+    def add(self, outcome: Encoded) -> None:
+        self.records += 1
+        self.passed += outcome.passed_through
+        self.trailers += bool(outcome.trailer_bytes)
+        self.trailer_bytes += outcome.trailer_bytes
+
+    def tally(self) -> EncodeTally:
+        return EncodeTally(self.records, self.passed, self.trailers, self.trailer_bytes)
+
+
+def _crash_if_asked(items: list[MediaItem]) -> None:
+    """The SEGV_ON test hook."""
+    if any(item.source_id == os.environ.get(SEGV_ON) for item in items):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
 def encode_and_keep(items: list[MediaItem], settings: EncodeSettings, folder: str, limit: int,
                     replay: bool = False) -> tuple[list, bool]:
     """Encode items into this worker's buffer, writing it when it reaches `limit` bytes.
@@ -42,25 +66,21 @@ def encode_and_keep(items: list[MediaItem], settings: EncodeSettings, folder: st
     Returns ([rejects..., FragmentInfo..., EncodeTally], released): released when nothing is left in
     the buffer. A replay (the first run's records were lost) returns only the fragments it writes.
     """
-    if any(item.source_id == os.environ.get(SEGV_ON) for item in items):
-        os.kill(os.getpid(), signal.SIGSEGV)
+    _crash_if_asked(items)
     buffer = _buffers.setdefault((folder, limit), FragmentBuffer(limit))
     out: list = []
-    records = passed = trailers = trailer_bytes = 0
+    counts = _Counts()
     for outcome in encode_batch(items, settings):
         if not isinstance(outcome, Encoded):
             if not replay:
                 out.append(outcome)
             continue
         buffer.add(outcome)
-        records += 1
-        passed += outcome.passed_through
-        trailers += bool(outcome.trailer_bytes)
-        trailer_bytes += outcome.trailer_bytes
+        counts.add(outcome)
     if buffer.size >= limit:
         out.extend(buffer.flush(folder))
     if not replay:
-        out.append(EncodeTally(records, passed, trailers, trailer_bytes))
+        out.append(counts.tally())
     return out, not buffer.records
 
 
@@ -76,14 +96,13 @@ def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bu
     Returns [rejects..., WrittenRun (when any record was made), EncodeTally]. The file may become a shard
     as it is: its flush to disk starts now, and the shard writer waits for it (storage.sync).
     """
-    if any(item.source_id == os.environ.get(SEGV_ON) for item in items):
-        os.kill(os.getpid(), signal.SIGSEGV)
+    _crash_if_asked(items)
     name = uuid.uuid4().hex
     path, meta_path = storage.join(folder, "runs", name + ".records"), storage.join(folder, "runs", name + ".meta")
     out: list = []
     metas, lengths, totals = [], array.array("Q"), plan.SplitTotals()
     digest = storage.Digest()
-    passed = trailers = trailer_bytes = 0
+    counts = _Counts()
     split = None
     with storage.open_write(path, durable=False) as f:  # made durable in the background (start_sync below)
         for item in items:
@@ -100,13 +119,11 @@ def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bu
             metas.append(meta)
             lengths.append(meta.length)
             totals.add(meta.sort_key, meta.length, bucket_bits)
-            passed += outcome.passed_through
-            trailers += bool(outcome.trailer_bytes)
-            trailer_bytes += outcome.trailer_bytes
+            counts.add(outcome)
     if metas:  # a run of rejects only leaves an empty file in the run's temporary folder
         storage.start_sync(path)  # the disk takes it while this worker encodes the next run
         write_once.write_metas(meta_path, metas)
         out.append(write_once.WrittenRun(split, path, meta_path, metas[0].order, lengths, totals, digest.size,
                                          digest.crc32c, digest.sha256))
-    out.append(EncodeTally(len(metas), passed, trailers, trailer_bytes))
+    out.append(counts.tally())
     return out
