@@ -633,12 +633,16 @@ class _WriteShardFn(beam.DoFn):
     def process(self, grouped, plans: list[dict], run: RunInfo, dropped: list[str]):
         (split, shard), pieces = grouped
         task = shard_writer.ShardTask(split, shard, tuple(pieces), plans[0][split])
-        gone = frozenset(dropped)
+        yield from self._write("write_shards", task, run, frozenset(dropped))
+
+    def _write(self, fn: str, task, *args) -> Iterator[publish.ShardResult]:
+        """shard_writer.<fn>([task], config, *args) here when there is one worker, else in the pool (what
+        it has finished now; finish_bundle waits for the rest)."""
         if self.config.workers <= 1:
-            yield from self._done(shard_writer.write_shards([task], self.config, run, gone))
+            yield from self._done(getattr(shard_writer, fn)([task], self.config, *args))
             return
         pool = LocalPool.shared(self.config.workers)
-        pool.submit("beam_jobs.shard_writer.write_shards", [task], self.config, run, gone)
+        pool.submit(f"beam_jobs.shard_writer.{fn}", [task], self.config, *args)
         for written in pool.results():
             yield from self._done(written)
 
@@ -765,13 +769,7 @@ class _WriteRunShardFn(_WriteShardFn):
     READ_COUNTER = "shard_bytes_copied"  # from runs, for shards that are not one whole run
 
     def process(self, task: write_once.ShardFromRuns, run: RunInfo):
-        if self.config.workers <= 1:
-            yield from self._done(shard_writer.write_run_shards([task], self.config, run))
-            return
-        pool = LocalPool.shared(self.config.workers)
-        pool.submit("beam_jobs.shard_writer.write_run_shards", [task], self.config, run)
-        for written in pool.results():
-            yield from self._done(written)
+        yield from self._write("write_run_shards", task, run)
 
 
 # ---------------------------------------------------------------------------------------------- publish
