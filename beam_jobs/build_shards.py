@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 
 from shard_utils import inputs, manifest, runlock, storage
 
-from . import options, publish, running
+from . import media_listing, options, publish, running
 from .config import BuildConfig
 from .errors import UsageError
 from .listing_io import prepare_listings
@@ -32,6 +32,7 @@ LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would fir
 
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     """Add the whole job to a pipeline."""
+    media_listing.start_early(config)  # a local walk begins in the worker processes while Beam starts
     run = p | "StartRun" >> StartRun(config)  # RunInfo
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
     listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally

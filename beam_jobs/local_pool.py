@@ -65,6 +65,7 @@ class _Task:
     keeps: bool = False  # fn returns (result, released): its work stays in the worker until released
     pin: int | None = None  # only this worker may run it
     replay: bool = False  # re-run of kept work lost with its worker: fn(..., replay=True) redoes only that
+    key: str | None = None  # work started early: its answer waits for `take(key)`, not in `results`
 
 
 @dataclass
@@ -106,6 +107,12 @@ class LocalPool:
         return pool
 
     @classmethod
+    def current(cls) -> "LocalPool | None":
+        """This thread's pool, if one is running."""
+        pool = getattr(cls._shared, "pool", None)
+        return None if pool is None or pool._closed else pool
+
+    @classmethod
     def close_all(cls) -> None:
         """Stop every pool of this process (the end of a run)."""
         for pool in list(cls._live):
@@ -117,6 +124,8 @@ class LocalPool:
         self.size, self._depth, self._preload = workers, depth, tuple(preload)
         self._events: queue.Queue = queue.Queue()
         self._pending: collections.deque = collections.deque()
+        self._ready: collections.deque = collections.deque()  # batches' results met while waiting in `take`
+        self._answers: dict[str, Any] = {}  # key: answer of work started early (None: it failed)
         self._workers: dict[int, _Worker] = {}
         self._next_task = 0
         self._next_worker = 0
@@ -144,6 +153,21 @@ class LocalPool:
         self._pending.append(_Task(self._new_task_id(), fn, list(items), args, on_crash, keeps=keeps))
         self._dispatch()
 
+    def start(self, key: str, fn: str, *args: Any) -> None:
+        """Begin `fn([], *args)` now, ahead of the step that needs it, which collects it with `take(key)`."""
+        self._pending.append(_Task(self._new_task_id(), fn, [], args, None, key=key))
+        self._answers.pop(key, None)
+        self._dispatch()
+
+    def take(self, key: str) -> Any | None:
+        """The answer of the work started as `key`, waiting for it; None when none was started or it failed
+        (raised, or its worker died): the caller then does the work itself."""
+        while self._started(key) and key not in self._answers:
+            out = self._handle(self._events.get())
+            if out is not None:
+                self._ready.append(out)
+        return self._answers.pop(key, None)
+
     def release_all(self, fn: str, *args: Any) -> Iterator[list]:
         """Every remaining batch's results, then `fn([], *args)` on each worker holding kept work, until none does."""
         yield from self.drain()
@@ -156,11 +180,14 @@ class LocalPool:
     @property
     def in_flight(self) -> int:
         """Batches submitted and not yet returned."""
-        return len(self._pending) + sum(len(w.outstanding) for w in self._workers.values())
+        return len(self._pending) + len(self._ready) + sum(len(w.outstanding) for w in self._workers.values())
 
     def results(self, block: bool = False) -> Iterator[list]:
         """Finished batches' results: those ready now, or (block) at least one, waiting for it."""
         got_one = False
+        while self._ready:
+            got_one = True
+            yield self._ready.popleft()
         while True:
             try:
                 event = self._events.get(block=block and not got_one and self.in_flight > 0)
@@ -211,6 +238,10 @@ class LocalPool:
         return [w.proc.pid for w in self._workers.values()]
 
     # ------------------------------------------------------------------ internals
+
+    def _started(self, key: str) -> bool:
+        return any(t.key == key for t in self._pending) or any(
+            t.key == key for w in self._workers.values() for t in w.outstanding)
 
     def _new_task_id(self) -> int:
         self._next_task += 1
@@ -266,6 +297,10 @@ class LocalPool:
                 raise RuntimeError(f"local pool: worker answered task {ident}, expected {task.ident}")
             w.answered = True
             self._startup_failures = 0
+            if task.key is not None:
+                self._answers[task.key] = None if isinstance(result, _Raised) else result
+                self._dispatch()
+                return None
             if isinstance(result, _Raised):
                 raise result.error if result.error is not None else RuntimeError(result.text)
             if task.keeps:
@@ -292,6 +327,13 @@ class LocalPool:
                 for t in w.held]  # answered, but their work died with the worker: redo only that
         self._pending.extendleft(reversed(lost))
         tasks = list(w.outstanding)
+        for task in tasks:
+            if task.key is not None:  # early work lost: its step does it itself
+                self._answers[task.key] = None
+        if tasks and tasks[0].key is not None:  # early work crashed it: the others never started
+            self._pending.extendleft(reversed([t for t in tasks[1:] if t.pin is None and t.key is None]))
+            tasks = []
+        tasks = [t for t in tasks if t.key is None]
         if tasks:
             crashed, rest = tasks[0], [t for t in tasks[1:] if t.pin is None]
             if crashed.on_crash is None or crashed.replay:

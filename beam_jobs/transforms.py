@@ -24,7 +24,7 @@ from shard_utils.generations import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.listings import ListingOptions
 
-from . import progress, publish
+from . import media_listing, progress, publish
 from .config import BuildConfig, RunInfo
 from .errors import UsageError
 from .listing_io import DropDuplicateRows, ListingItems, read_all_rows
@@ -32,11 +32,11 @@ from . import shard_writer
 from . import encode_worker
 from .encode_worker import EncodeTally
 from .local_pool import LocalPool
+from .media_listing import LIST_CHUNK
 from .publish import crash_point
 
 NAMESPACE = "tpu_shards"
 FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see publish_or_fail)
-LIST_CHUNK = 256  # listed files per element: the unit of parallelism of the encode step
 TASK_ITEMS = 16  # items per task handed to a local worker process
 
 
@@ -91,8 +91,9 @@ class ListMedia(beam.PTransform):
     Outputs: `media` (list[MediaItem], a chunk), `rejected` (dict), `skipped_files` (dict naming a
     non-media file), `tally` (publish.Tally per chunk: files seen and skipped by reason), `labels`
     (each label name once). Locally the labels come from a second, cheap walk, so the media stream
-    into the encode step instead of waiting, all in memory, for the label set; on Dataflow the chunks
-    are reshuffled over the workers and the labels are those of the media.
+    into the encode step instead of waiting, all in memory, for the label set, and with worker processes
+    both walks began in them while Beam built the graph (media_listing.start_early); on Dataflow the
+    chunks are reshuffled over the workers and the labels are those of the media.
     """
 
     def __init__(self, config: BuildConfig):
@@ -102,69 +103,65 @@ class ListMedia(beam.PTransform):
     def expand(self, pbegin):
         cfg = self.config
         root = pbegin | "Root" >> beam.Create([cfg.input])
-        walked = root | "Walk" >> beam.FlatMap(walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
-        if not cfg.local:
-            walked = walked | "Spread" >> beam.Reshuffle()
-        out = walked | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing,
-                                                  cfg.video is not None).with_outputs(
-            "rejected", "skipped_files", "tally", main="media")
+        outputs = ("rejected", "skipped_files", "tally")
         if cfg.local:
+            out = root | "Walk" >> beam.FlatMap(walk_here_or_early, cfg).with_outputs(*outputs, main="media")
             labels = (pbegin  # a root of its own: sharing the media's would stop Beam fusing their stage
                       | "LabelsRoot" >> beam.Create([cfg.input])
-                      | "WalkForLabels" >> beam.FlatMap(walked_labels, cfg.follow_symlinks, cfg.split_dirs,
-                                                        cfg.listing, cfg.video is not None))
+                      | "WalkForLabels" >> beam.FlatMap(labels_here_or_early, cfg))
         else:
+            out = (root
+                   | "Walk" >> beam.FlatMap(media_listing.walk_chunks, cfg.follow_symlinks)  # list[storage.Entry]
+                   | "Spread" >> beam.Reshuffle()
+                   | "Classify" >> beam.FlatMap(classify_chunk, cfg.split_dirs, cfg.input, cfg.listing,
+                                                cfg.video is not None).with_outputs(*outputs, main="media"))
             labels = out.media | "DistinctLabels" >> DistinctLabels()
         return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally,
                 "labels": labels}
 
 
-def walk_chunks(root: str, follow_symlinks: bool = False, size: int = LIST_CHUNK) -> Iterator[list[storage.Entry]]:
-    walked = storage.walk(root, follow_symlinks=follow_symlinks)
-    while chunk := list(itertools.islice(walked, size)):
-        yield chunk
-
-
-def walked_labels(root: str, follow_symlinks: bool, split_dirs: bool, options: ListingOptions,
-                  video: bool = False) -> list[str]:
-    """The label names of the media under root, each once, in sorted order (what DistinctLabels gives)."""
-    found: set[str] = set()
-    by_folder = options.label_from_name is None  # a walked item's one label is then its label folder's name
-
-    def known(folder: str) -> bool:  # a folder of a found label: the rest of it is not listed (locally)
-        return inputs.split_and_label(folder + "/_", split_dirs)[1] in found
-
-    for entry in storage.walk(root, follow_symlinks=follow_symlinks, prune=known if by_folder else None):
-        if by_folder and inputs.split_and_label(entry.rel_path, split_dirs)[1] in found:
-            continue  # this folder's label is known: classifying its other files cannot add one
-        item = listings.classify_entry(entry, split_dirs, root, options, video)
-        if isinstance(item, MediaItem):
-            found.update(item.labels)
-    return sorted(found)
-
-
 def classify_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions,
                    video: bool = False):
     """A chunk of walked entries -> one list of MediaItems, plus tagged rejects, skipped names and a tally."""
-    tally = publish.Tally(seen=len(entries))
-    media = []
-    count("files_matched", len(entries))
-    progress.advance("list", len(entries))
-    for entry in entries:
-        found = listings.classify_entry(entry, split_dirs, root, options, video)
-        if isinstance(found, listings.Rejection):
-            yield _rejected(found.as_dict())
-        elif isinstance(found, inputs.Skip):
-            count(f"skipped_{found.reason}")
-            tally.skip(found.reason, found.extension)
-            if found.reason in ("not_media", "still_image"):
-                yield beam.pvalue.TaggedOutput("skipped_files", {"source": entry.rel_path, "reason": found.reason})
-        else:
-            media.append(found)
+    yield from sorted_outputs(media_listing.sort_chunk(entries, split_dirs, root, options, video))
+
+
+def walk_here_or_early(root: str, config: BuildConfig):
+    """ListMedia's outputs for every chunk under root: from the walk a worker began early, else walked here."""
+    early = media_listing.take_early(config, "media")
+    if early is None:
+        for chunk in media_listing.walk_chunks(root, config.follow_symlinks):
+            yield from sorted_outputs(media_listing.sort_chunk(chunk, config.split_dirs, root, config.listing,
+                                                              config.video is not None))
+        return
+    early.reverse()
+    while early:  # each chunk let go of as the next step takes it: the listing is not held twice
+        yield from sorted_outputs(early.pop())
+
+
+def labels_here_or_early(root: str, config: BuildConfig) -> list[str]:
+    """The labels under root: from the walk for labels a worker began early, else walked here."""
+    early = media_listing.take_early(config, "labels")
+    return early if early is not None else media_listing.walked_labels(
+        root, config.follow_symlinks, config.split_dirs, config.listing, config.video is not None)
+
+
+def sorted_outputs(found: media_listing.SortedChunk):
+    """A sorted chunk as ListMedia's outputs: tagged rejects, skipped names and tally, then its media."""
+    tally = publish.Tally(seen=found.seen)
+    count("files_matched", found.seen)
+    progress.advance("list", found.seen)
+    for entry in found.rejected:
+        yield _rejected(entry)
+    for source, reason, extension in found.skipped:
+        count(f"skipped_{reason}")
+        tally.skip(reason, extension)
+        if reason in ("not_media", "still_image"):
+            yield beam.pvalue.TaggedOutput("skipped_files", {"source": source, "reason": reason})
     yield beam.pvalue.TaggedOutput("tally", tally)
-    if media:
-        progress.expect("encode", len(media))
-        yield media
+    if found.media:
+        progress.expect("encode", len(found.media))
+        yield found.media
 
 
 class ListListedMedia(beam.PTransform):

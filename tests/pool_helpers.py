@@ -51,3 +51,13 @@ def loaded_modules(items, names):
     import sys
 
     return [name for name in names if name in sys.modules]
+
+
+def sleep_then(items, seconds, answer):
+    """Work started early: waits, then answers (or dies on 'segv', or raises on 'fail')."""
+    time.sleep(seconds)
+    if answer == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if answer == "fail":
+        raise ValueError("the early work failed")
+    return answer

@@ -254,7 +254,7 @@ def test_missing_message():
 def test_the_label_walk_names_exactly_the_labels_of_the_walked_media(tmp_path, split_dirs, by_name):
     """The local build's labels come from a walk of their own, which skips files of labels it knows: it must
     still give what classifying every walked file gives."""
-    from beam_jobs.transforms import walked_labels
+    from beam_jobs.media_listing import walked_labels
     from shard_utils import storage
     from shard_utils.listings import classify_entry
 

@@ -201,3 +201,59 @@ def test_a_build_runs_its_steps_in_the_pool_it_started_first(images, tmp_path, m
     m = run_job(images, tmp_path / "out", "--workers", "2", "--num-cores", "2", "--no-progress")
     assert m.splits["train"].num_records == 36
     assert [w for w, _ in started] == [2] and started[0][1]  # one pool, the preloaded one, served every step
+
+
+def test_work_started_early_is_taken_by_its_key_and_batches_meanwhile_still_come_back(helpers_on_path):
+    pool = LocalPool(2)
+    try:
+        pool.start("walk", "pool_helpers.sleep_then", 0.3, {"found": [1, 2, 3]})
+        for i in range(6):  # finished while take() waits: kept for results(), not lost
+            pool.submit("pool_helpers.square_or_crash", [i], 0.0)
+        assert pool.take("walk") == {"found": [1, 2, 3]}
+        assert pool.take("walk") is None  # taken once
+        assert pool.take("never started") is None
+        got = sorted(x for result in pool.drain() for x in result)
+    finally:
+        pool.close()
+    assert got == [i * i for i in range(6)]
+
+
+@pytest.mark.parametrize("answer", ["fail", "segv"])
+def test_early_work_that_fails_or_kills_its_worker_leaves_it_to_its_step_and_costs_no_batch(helpers_on_path, answer):
+    pool = LocalPool(1)  # the batches queue behind the early work on the same worker: none of them started
+    try:
+        pool.start("walk", "pool_helpers.sleep_then", 0.1, answer)
+        for i in range(3):
+            pool.submit("pool_helpers.square_or_crash", [i], 0.0, on_crash=lambda item, why: ("crashed", item))
+        assert pool.take("walk") is None  # the step then does the work itself
+        got = [x for result in pool.drain() for x in result]
+    finally:
+        pool.close()
+    assert sorted(got) == [0, 1, 4]  # not blamed for the crash: run again, whole
+
+
+def test_a_build_with_workers_takes_its_listing_from_the_walk_they_began_early(tmp_path, monkeypatch):
+    from conftest import run_job
+    from readers import rejected, shard_bytes
+
+    from beam_jobs import media_listing
+
+    src = tmp_path / "in"
+    write_images(src, {"a": 10, "b": 10})
+    (src / "a" / "notes.txt").write_text("skipped, and named in skipped.jsonl")
+    (src / "loose.jpg").write_bytes((src / "a" / "img0000.jpg").read_bytes())  # in no label folder: rejected
+    one = run_job(src, tmp_path / "one", "--workers", "1", "--num-cores", "2", "--no-progress")
+
+    def walked_here(*args, **kwargs):
+        raise AssertionError("the build walked the input itself")
+
+    monkeypatch.setattr(media_listing, "walk_chunks", walked_here)  # in this process only, not in the workers
+    monkeypatch.setattr(media_listing, "walked_labels", walked_here)
+    two = run_job(src, tmp_path / "two", "--workers", "2", "--num-cores", "2", "--no-progress")
+    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two") and shard_bytes(tmp_path / "two")
+    assert rejected(tmp_path / "two") == rejected(tmp_path / "one") == {"loose.jpg": "no_label"}
+    assert (tmp_path / "two" / "skipped.jsonl").read_text() == (tmp_path / "one" / "skipped.jsonl").read_text()
+    assert (two.files_seen, two.skipped, two.labels) == (one.files_seen, one.skipped, one.labels)
+    assert two.files_seen == 22
+    with pytest.raises(Exception, match="walked the input itself"):  # where no worker began it, the build walks
+        run_job(src, tmp_path / "three", "--workers", "1", "--num-cores", "2", "--no-progress")

@@ -40,7 +40,7 @@ CHECKS = (_t("options", "parse"), _t("build_shards", "check_input"), _t("build_s
           _t("build_shards", "pipeline_options"))
 AFTER = (Fn("shard_utils/manifest.py", "load"), _t("build_shards", "summary"), _t("build_shards", "metrics_summary"),
          _t("build_shards", "raise_job_failure"))
-LIST = (_t("transforms", "walk_chunks"), _t("transforms", "classify_chunk"), _t("transforms", "_listed_chunk"))
+LIST = (_t("transforms", "walk_here_or_early"), _t("transforms", "classify_chunk"), _t("transforms", "_listed_chunk"))
 ENCODE = (_t("transforms", "process"), _t("transforms", "finish_bundle"))
 FLUSH = _t("transforms", "_flush")
 PLAN = (_t("transforms", "add_input"), _t("transforms", "merge_accumulators"), _t("transforms", "plan_or_failure"),
