@@ -43,3 +43,15 @@ def test_a_local_build_runs_with_quick_stage_ends_and_restores_beams(images, tmp
     assert m.splits["train"].num_records == 36
     assert seen == [(running.LOCAL_SAMPLING_MS,)]
     assert statesampler.StateSampler.__init__.__defaults__ == (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
+
+
+def test_the_objects_from_before_the_first_run_are_left_out_of_the_collectors_passes_once(images, tmp_path):
+    import gc
+
+    from conftest import run_job
+
+    run_job(images, tmp_path / "a", "--no-progress")
+    frozen = gc.get_freeze_count()
+    assert frozen > 50_000  # Beam's and the job's modules, at least
+    run_job(images, tmp_path / "b", "--no-progress")
+    assert gc.get_freeze_count() == frozen  # a later run's objects, its garbage among them, are collected as usual
