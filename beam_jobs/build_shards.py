@@ -22,7 +22,7 @@ from shard_utils import inputs, manifest, runlock, storage
 from . import media_listing, options, publish, running
 from .config import BuildConfig
 from .errors import UsageError
-from .listing_io import prepare_listings
+from .listing_io import plain_local_files, prepare_listings
 from .transforms import (EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
                          ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, WriteShardsOnce, new_run_id,
                          without_dropped)
@@ -32,7 +32,9 @@ LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would fir
 
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     """Add the whole job to a pipeline."""
-    media_listing.start_early(config)  # a local walk begins in the worker processes while Beam starts
+    # A local listing step begins in the worker processes while Beam builds and starts the graph.
+    plain = plain_local_files(config.listing) if config.uses_listing and config.local and config.workers > 1 else None
+    media_listing.start_early(config, plain)
     run = p | "StartRun" >> StartRun(config)  # RunInfo
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
     listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally

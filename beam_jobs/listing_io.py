@@ -10,7 +10,6 @@ Compressed CSV/JSONL (.gz, .bz2) are read whole, unsplit, and their offsets coun
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import replace
 from typing import Iterator, Sequence
 
@@ -19,11 +18,10 @@ from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from shard_utils import listings
+from shard_utils import listing_files, listings, storage
+from shard_utils.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.listings import ListingOptions, ListingRow
 
-BOM = b"\xef\xbb\xbf"
-SYNC_SIZE = 16  # bytes of an Avro sync marker
 
 
 class ListingSource(filebasedsource.FileBasedSource):
@@ -35,141 +33,8 @@ class ListingSource(filebasedsource.FileBasedSource):
         self.fmt = fmt
 
     def read_records(self, file_name: str, range_tracker) -> Iterator[ListingRow]:
-        read = {"csv": _read_csv, "tsv": _read_csv, "jsonl": _read_jsonl, "avro": _read_avro}[self.fmt]
         with self.open_file(file_name) as f:
-            yield from read(f, file_name, range_tracker, self.fmt)
-
-
-def _lines(f) -> Iterator[bytes]:
-    return iter(f.readline, b"")
-
-
-def _read_csv(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
-    if not tracker.try_claim(tracker.start_position() or 0):
-        return
-    reader = csv.reader(_text_lines(f), delimiter=listings.DELIMITERS[fmt])
-    header: list[str] | None = None
-    start = 1
-    try:
-        for fields in reader:
-            if not fields:  # a blank line is no row
-                start = reader.line_num + 1
-                continue
-            if header is None:
-                header = [h.strip() for h in fields]
-                problem = _header_problem(header)
-                if problem:
-                    yield ListingRow(name, "line", (start, 0), None, problem + "; the listing is not read")
-                    return
-            else:
-                yield _csv_row(name, start, reader.line_num, header, fields)
-            start = reader.line_num + 1
-    except csv.Error as exc:
-        yield ListingRow(name, "line", (start, 0), None, f"not readable as {fmt.upper()} ({exc}); "
-                                                           "the rest of the listing is not read")
-
-
-def _text_lines(f) -> Iterator[str]:
-    """Lines as text with their line ends (what csv needs for quoted line breaks); bad UTF-8 kept as escapes."""
-    first = True
-    for line in _lines(f):
-        if first:
-            line, first = line.removeprefix(BOM), False
-        yield line.decode("utf-8", "surrogateescape")
-
-
-def _header_problem(header: list[str]) -> str | None:
-    if len(set(header)) != len(header):
-        twice = sorted({h for h in header if header.count(h) > 1})
-        return f"the header names column {twice[0]!r} twice"
-    return None
-
-
-def _csv_row(name: str, start: int, end: int, header: list[str], fields: list[str]) -> ListingRow:
-    where = (start, 0)
-    span = f" (the row runs to line {end}: an unclosed quote?)" if end > start + 1 else ""
-    if len(fields) != len(header):
-        return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}{span}")
-    try:
-        "".join(fields).encode("utf-8")
-    except UnicodeEncodeError:
-        return ListingRow(name, "line", where, None, "is not UTF-8 text")
-    return ListingRow(name, "line", where, dict(zip(header, fields)))
-
-
-def _read_jsonl(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
-    start = tracker.start_position() or 0
-    position = 0
-    if start > 0:  # a line starting before `start` belongs to the range before
-        f.seek(start - 1)
-        position = start - 1 + len(f.readline())
-    while tracker.try_claim(position):
-        line = f.readline()
-        if not line:
-            return
-        row = _json_row(name, position, line.removeprefix(BOM) if position == 0 else line)
-        position += len(line)
-        if row is not None:
-            yield row
-
-
-def _json_row(name: str, position: int, line: bytes) -> ListingRow | None:
-    where = (position, 0)
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        return ListingRow(name, "byte", where, None, "is not UTF-8 text")
-    if not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        return ListingRow(name, "byte", where, None, f"is not JSON ({exc})")
-    if not isinstance(value, dict):
-        return ListingRow(name, "byte", where, None, f"is a JSON {type(value).__name__}, not an object")
-    return ListingRow(name, "byte", where, value)
-
-
-def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
-    import fastavro
-
-    blocks = fastavro.block_reader(f)
-    header_end = f.tell()
-    f.seek(header_end - SYNC_SIZE)
-    sync = f.read(SYNC_SIZE)
-    start = tracker.start_position() or 0
-    next_block = header_end if start <= header_end else _after_sync(f, start - SYNC_SIZE, sync)
-    if next_block is None:
-        return
-    f.seek(next_block)
-    while tracker.try_claim(next_block):
-        try:
-            block = next(blocks)
-        except StopIteration:
-            return
-        for number, record in enumerate(block, start=1):
-            if isinstance(record, dict):
-                yield ListingRow(name, "block", (block.offset, number), record)
-            else:
-                yield ListingRow(name, "block", (block.offset, number), None, "is not an Avro record")
-        next_block = block.offset + block.size
-
-
-def _after_sync(f, offset: int, sync: bytes, chunk: int = 1 << 16) -> int | None:
-    """The position just after the first sync marker at or after `offset`, or None at the end of the file."""
-    f.seek(offset)
-    carried = b""
-    base = offset
-    while True:
-        data = f.read(chunk)
-        if not data:
-            return None
-        window = carried + data
-        found = window.find(sync)
-        if found >= 0:
-            return base + found + SYNC_SIZE
-        carried = window[-(SYNC_SIZE - 1):]
-        base += len(window) - len(carried)
+            yield from listing_files.read_rows(f, file_name, self.fmt, range_tracker)
 
 
 class ReadListings(beam.PTransform):
@@ -271,6 +136,20 @@ def match_listings(patterns: Sequence[str]) -> dict[str, list[str]]:
     return matched
 
 
+def plain_local_files(options: ListingOptions) -> list[tuple[str, str]] | None:
+    """Every file the listings match, with its format, when all of them are local and uncompressed (what a
+    worker process reads without Beam); None when one is not, or they cannot be matched now."""
+    try:
+        matched = match_listings(options.listings)
+        files = [(path, pattern_format(pattern, options.format, paths))
+                 for pattern, paths in matched.items() for path in paths]
+    except ValueError:
+        return None
+    plain = all(not storage.is_gcs(path) and CompressionTypes.detect_compression_type(path) ==
+                CompressionTypes.UNCOMPRESSED for path, _ in files)
+    return files if plain else None
+
+
 def pattern_format(pattern: str, forced: str | None = None, files: Sequence[str] | None = None) -> str:
     """The format of a listing pattern: forced, from its extension, or the one extension all its files share."""
     try:
@@ -314,9 +193,9 @@ def _avro_fields(f, uri: str) -> list[str]:
 
 
 def _first_json_keys(f, uri: str) -> list[str] | None:
-    for line in _lines(f):
+    for line in lines(f):
         if line.strip(BOM + b" \t\r\n"):
-            row = _json_row(uri, 0, line.removeprefix(BOM))
+            row = json_row(uri, 0, line.removeprefix(BOM))
             if row is None or row.fields is None:
                 raise ValueError(f"listing {uri}: the first row {row.error if row else 'is empty'}")
             return list(row.fields)
@@ -324,10 +203,10 @@ def _first_json_keys(f, uri: str) -> list[str] | None:
 
 
 def _csv_header(f, uri: str, fmt: str) -> list[str]:
-    for fields in csv.reader(_text_lines(f), delimiter=listings.DELIMITERS[fmt]):
+    for fields in csv.reader(text_lines(f), delimiter=listings.DELIMITERS[fmt]):
         if fields:
             header = [h.strip() for h in fields]
-            problem = _header_problem(header)
+            problem = header_problem(header)
             if problem:
                 raise ValueError(f"listing {uri}: {problem}")
             return header

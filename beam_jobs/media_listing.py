@@ -1,19 +1,19 @@
-"""What a walked input's listing step finds, without Beam: each chunk of files sorted into media, rejects
-and skips, and the label names under the input.
+"""What the listing step finds, without Beam: a walked input's files sorted into media, rejects and skips,
+and its label names; or a --listing's rows turned into unique media and rejects.
 
-ListMedia does this work in the build, or (a local build with worker processes) takes what a worker found
-while Beam was still building and starting the graph (`start_early`, `take_early`): the listing is then
-off the path every worker waits on. Workers import this module without Beam.
+ListMedia and ListListedMedia do this work in the build, or (a local build with worker processes) take
+what a worker found while Beam was still building and starting the graph (`start_early`, `take_early`):
+the listing is then off the path every worker waits on. Workers import this module without Beam.
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
-from shard_utils import inputs, listings, storage
+from shard_utils import inputs, listing_files, listings, storage
 from shard_utils.inputs import MediaItem
-from shard_utils.listings import ListingOptions
+from shard_utils.listings import ListingOptions, ListingRow
 
 from .config import BuildConfig
 from .local_pool import LocalPool
@@ -54,6 +54,36 @@ def sort_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, option
     return found
 
 
+@dataclass
+class ListedRows:
+    """A listing's rows as media: the unique items in chunks, the rejects (bad rows, rows naming a file
+    again) and how many rows there were."""
+
+    chunks: list[list[MediaItem]]
+    rejected: list[dict]
+    seen: int
+
+
+def items_of_rows(rows: Iterable[ListingRow], options: ListingOptions, root: str | None) -> ListedRows:
+    """Every row as an item or a reject; of rows naming one file, the first (by listing, position) is kept."""
+    found = ListedRows([], [], 0)
+    by_file: dict[str, list] = {}
+    for row in rows:
+        found.seen += 1
+        out = listings.item_from_row(row, options, root)
+        if isinstance(out, listings.Rejection):
+            found.rejected.append(out.as_dict())
+        else:
+            by_file.setdefault(listings.duplicate_key(out), []).append((row.order, out))
+    unique = []
+    for same_file in by_file.values():
+        kept, duplicates = listings.pick_first(same_file) if len(same_file) > 1 else (same_file[0][1], [])
+        unique.append(kept)
+        found.rejected.extend(rejection.as_dict() for rejection in duplicates)
+    found.chunks = [unique[start:start + LIST_CHUNK] for start in range(0, len(unique), LIST_CHUNK)]
+    return found
+
+
 def walked_labels(root: str, follow_symlinks: bool, split_dirs: bool, options: ListingOptions,
                   video: bool = False) -> list[str]:
     """The label names of the media under root, each once, in sorted order (what DistinctLabels gives)."""
@@ -87,18 +117,32 @@ def labels_of(_: list, config: BuildConfig) -> list[str]:
                          config.video is not None)
 
 
-EARLY = {"media": f"{__name__}.walk_and_sort", "labels": f"{__name__}.labels_of"}
+def read_listings(_: list, config: BuildConfig, files: Sequence[tuple[str, str]]) -> ListedRows:
+    """The rows of local, uncompressed listing files given as (path, format), as media (a pool task)."""
+    def rows() -> Iterator[ListingRow]:
+        for path, fmt in files:
+            with open(path, "rb") as f:
+                yield from listing_files.read_rows(f, path, fmt)
+
+    return items_of_rows(rows(), config.listing, config.input)
 
 
-def start_early(config: BuildConfig) -> bool:
-    """Start walking a local input in this thread's worker processes, if it has some; True when started.
+def start_early(config: BuildConfig, listing_files: Sequence[tuple[str, str]] | None = None) -> bool:
+    """Start the listing step's work in this thread's worker processes, if it has some; True when started.
+    A --listing is read early only when `listing_files` names its files (local, uncompressed: see
+    listing_io.plain_local_files), each with its format.
 
-    Only where ListMedia will run in this thread (where the pool was started before the graph)."""
+    Only where the listing step will run in this thread (where the pool was started before the graph)."""
     pool = LocalPool.current()
-    if not config.local or config.uses_listing or pool is None or pool.size != config.workers:
+    if not config.local or pool is None or pool.size != config.workers:
         return False
-    for what, fn in EARLY.items():
-        pool.start(_key(config, what), fn, config)
+    if config.uses_listing:
+        if listing_files is None:
+            return False
+        pool.start(_key(config, "media"), f"{__name__}.read_listings", config, list(listing_files))
+        return True
+    pool.start(_key(config, "media"), f"{__name__}.walk_and_sort", config)
+    pool.start(_key(config, "labels"), f"{__name__}.labels_of", config)
     return True
 
 

@@ -169,8 +169,9 @@ class ListListedMedia(beam.PTransform):
     rejected `duplicate_row`; same outputs as ListMedia (every row is seen once).
 
     On Dataflow the rows come from a splittable source per listing and meet their duplicates in a shuffle
-    keyed by file. A local build reads them in one step (`listed_chunks`): as Beam elements, one per row
-    through several steps, they cost 0.35 s per 4,000 rows before the first file could be encoded."""
+    keyed by file. A local build reads them in one step (`listed_here_or_early`), which also gives the
+    labels: as Beam elements, one per row through several steps, they cost 0.35 s per 4,000 rows before
+    the first file could be encoded."""
 
     def __init__(self, config: BuildConfig):
         super().__init__()
@@ -180,12 +181,10 @@ class ListListedMedia(beam.PTransform):
         if self.config.local:  # read in this process: one element per chunk, not several per row
             out = (pbegin
                    | "Root" >> beam.Create([None])
-                   | "ReadAll" >> beam.FlatMap(listed_chunks, self.config.listing, self.config.input).with_outputs(
-                       "rejected", "tally", main="media"))
-            nothing = pbegin | "NoSkippedFiles" >> beam.Create([])
-            labels = out.media | "DistinctLabels" >> DistinctLabels()
-            return {"media": out.media, "rejected": out.rejected, "skipped_files": nothing, "tally": out.tally,
-                    "labels": labels}
+                   | "ReadAll" >> beam.FlatMap(listed_here_or_early, self.config).with_outputs(
+                       "rejected", "tally", "labels", "skipped_files", main="media"))  # no skipped files
+            return {"media": out.media, "rejected": out.rejected, "skipped_files": out.skipped_files,
+                    "tally": out.tally, "labels": out.labels}
         rows = pbegin | "ListingItems" >> ListingItems(self.config.listing, self.config.input)
         unique = rows.items | "DropDuplicateRows" >> DropDuplicateRows()  # MediaItem
         seen = ((rows.items, rows.rejected) | "AllRows" >> beam.Flatten()
@@ -201,27 +200,22 @@ class ListListedMedia(beam.PTransform):
         return {"media": media, "rejected": rejected, "skipped_files": nothing, "tally": seen, "labels": labels}
 
 
-def listed_chunks(_, options: ListingOptions, root: str | None):
-    """Every row of the listings as ListListedMedia's outputs, read and de-duplicated here: chunks of
-    MediaItems, tagged rejects (bad rows, rows naming a file again) and one tally of the rows seen."""
-    seen = 0
-    by_file: dict[str, list] = {}
-    for row in read_all_rows(options.listings, options.format):
-        seen += 1
-        out = listings.item_from_row(row, options, root)
-        if isinstance(out, listings.Rejection):
-            yield _rejected(out.as_dict())
-        else:
-            by_file.setdefault(listings.duplicate_key(out), []).append((row.order, out))
-    unique = []
-    for rows in by_file.values():
-        kept, duplicates = listings.pick_first(rows) if len(rows) > 1 else (rows[0][1], [])
-        unique.append(kept)
-        for rejection in duplicates:
-            yield _rejected(rejection.as_dict())
-    yield beam.pvalue.TaggedOutput("tally", publish.Tally(seen=seen))
-    for start in range(0, len(unique), LIST_CHUNK):
-        yield _listed_chunk(unique[start:start + LIST_CHUNK])
+def listed_here_or_early(_, config: BuildConfig):
+    """Every row of the listings as ListListedMedia's outputs, read and de-duplicated here (or taken from a
+    worker that read them early): chunks of MediaItems, tagged rejects (bad rows, rows naming a file
+    again), one tally of the rows seen, and each label name once (what DistinctLabels would give)."""
+    found = media_listing.take_early(config, "media")
+    if found is None:
+        rows = read_all_rows(config.listing.listings, config.listing.format)
+        found = media_listing.items_of_rows(rows, config.listing, config.input)
+    for entry in found.rejected:
+        yield _rejected(entry)
+    yield beam.pvalue.TaggedOutput("tally", publish.Tally(seen=found.seen))
+    for name in sorted({name for chunk in found.chunks for item in chunk for name in item.labels}):
+        yield beam.pvalue.TaggedOutput("labels", name)
+    found.chunks.reverse()
+    while found.chunks:  # each chunk let go of as the next step takes it
+        yield _listed_chunk(found.chunks.pop())
 
 
 def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:

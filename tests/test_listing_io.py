@@ -175,9 +175,10 @@ def test_listing_items_and_duplicates_on_the_in_process_runner(tmp_path):
 
 
 def test_a_local_build_reads_the_listings_in_one_step_with_the_sources_items_and_rejects(tmp_path):
-    """listed_chunks (local builds) against ReadListings + ListingItems + DropDuplicateRows (Dataflow): same
-    items, same rejects, every row seen once; CSV with a bad and a repeated row, gzip JSONL, Avro."""
-    from beam_jobs.transforms import LIST_CHUNK, listed_chunks
+    """listed_here_or_early (local builds) against ReadListings + ListingItems + DropDuplicateRows (Dataflow):
+    same items, same rejects, every row seen once; CSV with a bad and a repeated row, gzip JSONL, Avro."""
+    from beam_jobs.config import BuildConfig
+    from beam_jobs.transforms import LIST_CHUNK, listed_here_or_early
 
     rows = [f"c{i % 3}/{i:04d}.jpg,c{i % 3}" for i in range(LIST_CHUNK + 40)]
     (tmp_path / "a.csv").write_text("path,label\n" + "\n".join(rows + ["c0/0000.jpg,c0", "bad.jpg,"]) + "\n")
@@ -197,7 +198,9 @@ def test_a_local_build_reads_the_listings_in_one_step_with_the_sources_items_and
                 "rows": p | "Rows" >> ReadListings(options.listings)}
 
     beam_out = run(build, tmp_path)
-    out = list(listed_chunks(None, options, "/in"))
+    config = BuildConfig(input="/in", output=str(tmp_path / "out"), temp_root=str(tmp_path), listing=options,
+                         local=True)
+    out = list(listed_here_or_early(None, config))
     chunks = [o for o in out if not isinstance(o, beam.pvalue.TaggedOutput)]
     tagged = [o for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
     assert [len(c) for c in chunks[:-1]] == [LIST_CHUNK] * (len(chunks) - 1)
@@ -205,6 +208,37 @@ def test_a_local_build_reads_the_listings_in_one_step_with_the_sources_items_and
     assert sorted((o.value for o in tagged if o.tag == "rejected"), key=repr) == beam_out["rejected"]
     assert {r["reason"] for r in beam_out["rejected"]} >= {"duplicate_row", "bad_row"}
     assert [o.value.seen for o in tagged if o.tag == "tally"] == [len(beam_out["rows"])]
+    labels = [o.value for o in tagged if o.tag == "labels"]
+    assert labels == sorted({name for item in beam_out["items"] for name in item.labels}) and len(labels) > 3
+
+
+def test_a_worker_reads_local_plain_listings_without_beam_as_the_build_would(tmp_path):
+    """media_listing.read_listings (a pool worker, no Beam) against the Beam source's rows: same items,
+    rejects and rows; listings it cannot read without Beam (compressed) are left to the build."""
+    from beam_jobs.config import BuildConfig
+    from beam_jobs.listing_io import plain_local_files, read_all_rows
+    from beam_jobs.media_listing import items_of_rows, read_listings
+
+    (tmp_path / "a.csv").write_text("path,label\n" + "".join(f"c{i % 2}/{i}.jpg,c{i % 2}\n" for i in range(300))
+                                    + "c0/0.jpg,c0\n\"unclosed,c1\n")
+    (tmp_path / "b.jsonl").write_bytes(b"".join(jsonl_lines(40)) + b"not json\n")
+    with (tmp_path / "c.avro").open("wb") as f:
+        fastavro.writer(f, {"type": "record", "name": "R", "fields": [{"name": "path", "type": "string"},
+                                                                    {"name": "label", "type": "string"}]},
+                        [{"path": f"av/{i}.jpg", "label": "av"} for i in range(30)], sync_interval=200)
+    options, _ = prepare_listings(ListingOptions(listings=(str(tmp_path / "a.csv"), str(tmp_path / "*.jsonl"),
+                                                           str(tmp_path / "c.avro"))))
+    config = BuildConfig(input="/in", output=str(tmp_path / "out"), temp_root=str(tmp_path), listing=options,
+                         local=True)
+    files = plain_local_files(options)
+    assert [fmt for _, fmt in files] == ["csv", "jsonl", "avro"]
+    early = read_listings([], config, files)
+    here = items_of_rows(read_all_rows(options.listings, options.format), options, "/in")
+    assert early == here and early.seen == 302 + 39 + 30  # CSV rows; JSONL lines but the 2 blank; Avro records
+    assert sum(map(len, early.chunks)) == len({i.source_id for c in early.chunks for i in c}) > 300 + 30
+    assert {r["reason"] for r in early.rejected} == {"duplicate_row", "bad_row"}
+    (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(b"".join(jsonl_lines(3))))
+    assert plain_local_files(ListingOptions(listings=(str(tmp_path / "a.csv"), str(tmp_path / "d.jsonl.gz")))) is None
 
 
 def test_launch_checks_are_one_line_errors(tmp_path):

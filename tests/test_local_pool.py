@@ -257,3 +257,30 @@ def test_a_build_with_workers_takes_its_listing_from_the_walk_they_began_early(t
     assert two.files_seen == 22
     with pytest.raises(Exception, match="walked the input itself"):  # where no worker began it, the build walks
         run_job(src, tmp_path / "three", "--workers", "1", "--num-cores", "2", "--no-progress")
+
+
+def test_a_build_with_workers_takes_its_listing_rows_from_the_read_they_began_early(tmp_path, monkeypatch):
+    from conftest import run_job
+    from readers import rejected, shard_bytes
+
+    from beam_jobs import transforms
+
+    src = tmp_path / "in"
+    write_images(src, {"a": 10, "b": 10})
+    rows = [f"{label}/img{i:04d}.jpg,{label}" for label in "ab" for i in range(10)]
+    listing = tmp_path / "list.csv"
+    listing.write_text("path,label\n" + "\n".join(rows + ["a/img0000.jpg,a", "a/gone.jpg,"]) + "\n")
+    args = ("--listing", listing, "--num-cores", "2", "--no-progress")
+    one = run_job(src, tmp_path / "one", "--workers", "1", *args)
+
+    def read_here(*args, **kwargs):
+        raise AssertionError("the build read the listing itself")
+
+    monkeypatch.setattr(transforms, "read_all_rows", read_here)  # in this process only, not in the workers
+    two = run_job(src, tmp_path / "two", "--workers", "2", *args)
+    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two") and shard_bytes(tmp_path / "two")
+    assert rejected(tmp_path / "two") == rejected(tmp_path / "one") == {"a/img0000.jpg": "duplicate_row",
+                                                                        "a/gone.jpg": "bad_row"}
+    assert (two.files_seen, two.labels) == (one.files_seen, one.labels) and two.files_seen == 22
+    with pytest.raises(Exception, match="read the listing itself"):  # where no worker began it, the build reads
+        run_job(src, tmp_path / "three", "--workers", "1", *args)
