@@ -21,6 +21,8 @@ from shard_utils.encode import EncodeSettings, Encoded, encode_batch, encode_ite
 from shard_utils.fragments import FragmentBuffer
 from shard_utils.inputs import MediaItem
 
+from . import shard_writer
+
 SEGV_ON = "TPU_SHARDS_SEGV_ON"  # test hook: a worker given this source id dies as a crashing decoder would
 _buffers: dict[tuple[str, int], FragmentBuffer] = {}  # (run folder, limit) -> this worker's buffer
 
@@ -90,7 +92,8 @@ def flush_kept(items: list, folder: str, limit: int) -> tuple[list, bool]:
     return (list(buffer.flush(folder)) if buffer is not None else []), True
 
 
-def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bucket_bits: int) -> list:
+def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bucket_bits: int,
+               shard: int | None = None) -> list:
     """Encode items (one split, key order) into one run file under `folder`, checksummed as it is written.
 
     Returns [rejects..., WrittenRun (when any record was made), EncodeTally]. The file may become a shard
@@ -123,7 +126,8 @@ def encode_run(items: list[MediaItem], settings: EncodeSettings, folder: str, bu
     if metas:  # a run of rejects only leaves an empty file in the run's temporary folder
         storage.start_sync(path)  # the disk takes it while this worker encodes the next run
         write_once.write_metas(meta_path, metas)
+        described = None if shard is None else shard_writer.index_run(shard, metas, settings.extras, path + ".avro")
         out.append(write_once.WrittenRun(split, path, meta_path, metas[0].order, lengths, totals, digest.size,
-                                         digest.crc32c, digest.sha256))
+                                         digest.crc32c, digest.sha256, described))
     out.append(counts.tally())
     return out

@@ -98,6 +98,11 @@ def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: Ru
     keep_lease(config, run)
     crash_point("write")
     name = plan.shard_name(task.split, task.shard, task.num_shards, config.shard_extension)
+    if task.described is not None:  # the run was written as this shard, its index part beside it
+        path, part = task.pieces[0].path, task.described
+        storage.sync(path)  # its flush began when the run was written: usually done by now
+        return Written(ShardResult(task.split, task.shard, path, name, task.pieces[0].count, task.num_bytes,
+                                   task.crc32c, task.sha256, part.classes, part.path, part.longest), 0)
     metas = [m for piece in task.pieces for m in piece.metas()]
     if task.whole:
         path, copied = task.pieces[0].path, 0
@@ -116,14 +121,28 @@ def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: Ru
     if size != sum(m.length for m in metas):
         raise plan.InternalError(f"shard {task.shard} of split {task.split!r} holds {size} bytes, its "
                                  f"records' lengths add up to {sum(m.length for m in metas)}")
+    rows, classes, longest = describe(task.shard, metas, config.listing.extras)
+    return Written(_indexed(task.split, task.shard, name, path, (size, crc32c, sha256), rows, classes, longest,
+                            config, run), copied)
+
+
+def describe(shard: int, metas: Sequence, extras: Sequence[schema.ExtraSpec]) -> tuple[list, Counter, Counter]:
+    """A shard's index rows (its records' metadata in order), records per label, and longest list per feature."""
     rows, classes, longest, offset = [], Counter(), Counter(), 0
     for meta in metas:
-        rows.append(index.row_from_meta(task.shard, offset, meta, config.listing.extras, multi_label=True))
+        rows.append(index.row_from_meta(shard, offset, meta, extras, multi_label=True))
         offset += meta.length
         classes.update(meta.labels)
         _note_lengths(longest, meta)
-    return Written(_indexed(task.split, task.shard, name, path, (size, crc32c, sha256), rows, classes, longest,
-                            config, run), copied)
+    return rows, classes, longest
+
+
+def index_run(shard: int, metas: Sequence, extras: Sequence[schema.ExtraSpec], path: str) -> write_once.RunIndex:
+    """Write a run's index part as if it were all of `shard` (the guess), for the writer to take if it is."""
+    rows, classes, longest = describe(shard, metas, extras)
+    with storage.open_write(path, durable=False) as out:  # merged into the durable index when publishing
+        index.write_index(out, rows, index.index_schema(extras))
+    return write_once.RunIndex(shard, path, tuple(sorted(classes.items())), tuple(sorted(longest.items())))
 
 
 def _note_lengths(longest: Counter, meta) -> None:

@@ -744,9 +744,10 @@ class _EncodeRunFn(_EncodeFn):
         for task in plan_runs(packed_chunks, self.config):
             publish.keep_lease(self.config, run)
             if pool is None:
-                yield from self._take(encode_worker.encode_run(list(task.items), *args))
+                yield from self._take(encode_worker.encode_run(list(task.items), *args, task.shard))
                 continue
-            pool.submit("beam_jobs.encode_worker.encode_run", list(task.items), *args, on_crash=_crash_reject)
+            pool.submit("beam_jobs.encode_worker.encode_run", list(task.items), *args, task.shard,
+                        on_crash=_crash_reject)
             yield from self._collect(pool)
 
     def finish_bundle(self):

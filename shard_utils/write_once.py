@@ -31,6 +31,17 @@ class RunTask:
 
     split: str
     items: tuple[MediaItem, ...]
+    shard: int | None = None  # the guessed shard it is all of (None: a part of one)
+
+
+@dataclass(frozen=True)
+class RunIndex:
+    """A run's index part, written as if the run were all of shard `shard`, and what publishing needs of it."""
+
+    shard: int
+    path: str
+    classes: tuple[tuple[int, int], ...]  # (label id, records)
+    longest: tuple[tuple[str, int], ...]  # (list feature, its longest list)
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class WrittenRun:
     num_bytes: int
     crc32c: str
     sha256: str
+    described: RunIndex | None = None  # its index, written for the guessed shard it is all of
 
     @property
     def count(self) -> int:
@@ -80,6 +92,7 @@ class ShardFromRuns:
     num_bytes: int = 0  # of a whole run, with its checksums
     crc32c: str = ""
     sha256: str = ""
+    described: RunIndex | None = None  # of a whole run that was written as this very shard: its index
 
 
 def order_of(item: MediaItem, splits: Sequence[tuple[str, float]], seed: int) -> tuple[str, tuple[int, str]]:
@@ -138,9 +151,11 @@ def run_tasks(items: Iterable[MediaItem], *, splits: Sequence[tuple[str, float]]
     tasks = []
     for split, keyed in sorted(by_split.items()):
         ordered = [item for _, item in keyed]
-        for lo, size in zip(plan.shard_starts(len(ordered), counts[split]), plan.shard_sizes(len(ordered), counts[split])):
+        starts, sizes = plan.shard_starts(len(ordered), counts[split]), plan.shard_sizes(len(ordered), counts[split])
+        for shard, (lo, size) in enumerate(zip(starts, sizes)):
             for plo, psize in zip(plan.shard_starts(size, min(parts, size)), plan.shard_sizes(size, min(parts, size))):
-                tasks.append(RunTask(split, tuple(ordered[lo + plo:lo + plo + psize])))
+                tasks.append(RunTask(split, tuple(ordered[lo + plo:lo + plo + psize]),
+                                     shard if min(parts, size) == 1 else None))
     return tasks
 
 
@@ -168,9 +183,10 @@ def assign(runs: Iterable[WrittenRun], plans: Mapping[str, plan.SplitPlan]) -> l
         for shard, shard_pieces in enumerate(pieces):
             whole = len(shard_pieces) == 1 and shard_pieces[0][1].count == shard_pieces[0][0].count
             run = shard_pieces[0][0] if whole else None
+            described = run.described if run and run.described and run.described.shard == shard else None
             out.append(ShardFromRuns(split, shard, split_plan.num_shards, tuple(p for _, p in shard_pieces), whole,
                                      run.num_bytes if run else 0, run.crc32c if run else "",
-                                     run.sha256 if run else ""))
+                                     run.sha256 if run else "", described))
     return out
 
 

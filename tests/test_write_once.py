@@ -32,6 +32,11 @@ def test_runs_hold_every_item_once_in_key_order_and_one_split_each(names_sizes, 
         mine = [i for i in items if write_once.order_of(i, splits, 3)[0] == split]
         ordered = sorted(mine, key=lambda i: write_once.order_of(i, splits, 3)[1])
         assert [i for t in tasks if t.split == split for i in t.items] == ordered
+    for split, _ in splits:  # a run that is all of a guessed shard says which: 0, 1, ... where every run is one
+        guessed = [t.shard for t in tasks if t.split == split]
+        named = [g for g in guessed if g is not None]
+        assert named == sorted(set(named))
+        assert not named or len(named) == len(guessed) == named[-1] + 1 or None in guessed
     if items and forced is None and len(items) >= cores:  # enough shards for the workers: a run is a guessed shard
         per_split = {s: [len(t.items) for t in tasks if t.split == s] for s, _ in splits}
         if sum(len(v) for v in per_split.values()) >= 2 * workers:
@@ -39,18 +44,22 @@ def test_runs_hold_every_item_once_in_key_order_and_one_split_each(names_sizes, 
                 assert max(sizes, default=0) - min(sizes, default=0) <= 1
 
 
-def _run(split, first_key, lengths, name):
+def _run(split, first_key, lengths, name, guessed=None):
     totals = plan.SplitTotals()
     for i, n in enumerate(lengths):
         totals.add(first_key + i, n, 16)
+    described = None if guessed is None else write_once.RunIndex(guessed, f"/runs/{name}.avro", (), ())
     return write_once.WrittenRun(split, f"/runs/{name}", f"/runs/{name}.meta", (first_key, name),
-                                 array.array("Q", lengths), totals, sum(lengths), "crc", "sha")
+                                 array.array("Q", lengths), totals, sum(lengths), "crc", "sha", described)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=12), min_size=1, max_size=10), st.data())
 def test_each_shard_takes_its_ranks_from_the_runs_in_order(runs_lengths, data):
-    runs = [_run("train", 1000 * i, lengths, f"r{i}") for i, lengths in enumerate(runs_lengths)]
+    guesses = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 12)), min_size=len(runs_lengths),
+                                 max_size=len(runs_lengths)))
+    runs = [_run("train", 1000 * i, lengths, f"r{i}", guess)
+            for i, (lengths, guess) in enumerate(zip(runs_lengths, guesses))]
     total = sum(len(x) for x in runs_lengths)
     count = data.draw(st.integers(1, total))
     split_plan = plan.SplitPlan("train", total, sum(map(sum, runs_lengths)), count)
@@ -67,7 +76,39 @@ def test_each_shard_takes_its_ranks_from_the_runs_in_order(runs_lengths, data):
             next(r for r in runs if r.path == shard.pieces[0].path).lengths)
         assert shard.whole == one_whole_run
         assert (shard.num_bytes, shard.sha256) == ((shard.pieces[0].length, "sha") if shard.whole else (0, ""))
+        run = next(r for r in runs if r.path == shard.pieces[0].path)
+        made_as_this_shard = shard.whole and run.described is not None and run.described.shard == shard.shard
+        assert shard.described is (run.described if made_as_this_shard else None)  # its index part is this shard's
     assert taken == [(r.path, k) for r in runs for k in range(r.count)]
+
+
+def test_a_run_written_as_its_shard_gives_the_shard_and_index_the_writer_would_make_of_it(tmp_path):
+    """encode_run indexes a run as the shard it was guessed to be; the writer takes that part instead of
+    indexing the run again: the same shard result and the same index bytes."""
+    import dataclasses
+
+    from beam_jobs import encode_worker, shard_writer
+    from beam_jobs.config import BuildConfig, RunInfo
+    from shard_utils.encode import EncodeSettings
+
+    src = tmp_path / "in"
+    paths = write_images(src, {"a": 5, "b": 4})
+    items = [MediaItem(source_id=str(p.relative_to(src)), uri=str(p), size=p.stat().st_size,
+                       labels=(p.parent.name,)) for p in paths]
+    items.sort(key=lambda i: write_once.order_of(i, (("train", 1.0),), 0)[1])
+    config = BuildConfig(input=str(src), output=str(tmp_path / "out"), temp_root=str(tmp_path / "tmp"), run_id="r1")
+    run = RunInfo("r1", config.temp_dir("r1"), "2026-01-01T00:00:00+00:00")
+    out = encode_worker.encode_run(items, EncodeSettings(label_ids={"a": 0, "b": 1}), run.temp_dir, 16, 2)
+    written = next(o for o in out if isinstance(o, write_once.WrittenRun))
+    assert written.described.shard == 2 and written.described.classes == ((0, 5), (1, 4))
+    (task,) = write_once.assign([written], {"train": plan.SplitPlan("train", 9, written.num_bytes, 1)})
+    assert task.whole and task.described is None  # shard 0 of the real plan, not shard 2 it was indexed as
+    as_guessed = dataclasses.replace(task, shard=2, num_shards=4)  # the shard it was written as
+    fast = shard_writer.write_run_shard(dataclasses.replace(as_guessed, described=written.described), config, run)
+    slow = shard_writer.write_run_shard(as_guessed, config, run)
+    assert fast.result.index_part == written.described.path != slow.result.index_part
+    assert dataclasses.replace(fast.result, index_part="") == dataclasses.replace(slow.result, index_part="")
+    assert storage.read_bytes(fast.result.index_part) == storage.read_bytes(slow.result.index_part)
 
 
 def test_assign_refuses_runs_that_do_not_add_up_to_the_plan():
