@@ -37,14 +37,29 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def tree_rss(pid: int) -> tuple[int, int]:
-    """(summed RSS in bytes, number of processes) of a process and all its descendants."""
-    total, count, todo = 0, 0, [pid]
+    """(summed RSS in bytes, number of processes) of a process and all its descendants.
+
+    A child caught between fork and exec (its command line still its parent's) is left out: for those
+    few milliseconds its RSS counts the parent's pages again (a worker being started showed the
+    driver's 205 MB), which no memory is."""
+    total, count, todo = 0, 0, [(pid, None)]
     while todo:
-        current = todo.pop()
+        current, parent_cmdline = todo.pop()
+        cmdline = _cmdline(current)
+        if parent_cmdline is not None and cmdline == parent_cmdline:
+            continue
         total += _rss(current)
         count += 1
-        todo += _children(current)
+        todo += [(child, cmdline) for child in _children(current)]
     return total, count
 
 
