@@ -23,7 +23,6 @@ from shard_utils.listing_files import BOM, header_problem, json_row, lines, text
 from shard_utils.listings import ListingOptions, ListingRow
 
 
-
 class ListingSource(filebasedsource.FileBasedSource):
     """Rows of the listing files matching a pattern, as ListingRow. Bad rows are rows with an `error`."""
 

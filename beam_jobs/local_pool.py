@@ -399,6 +399,7 @@ def worker_main(preload: list[str] = ()) -> None:
             raised = importlib.import_module("beam_jobs.local_pool")._Raised  # not __main__'s: the build unpickles it
             result = raised(exc if _picklable(exc) else None, f"{type(exc).__name__}: {exc}")
         _send(stdout, (ident, result))
+        del items, args, result  # not held while waiting for the next task (a listing begun early is large)
 
 
 def _picklable(exc: BaseException) -> bool:

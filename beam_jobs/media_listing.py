@@ -147,9 +147,9 @@ def start_early(config: BuildConfig, listing_files: Sequence[tuple[str, str]] | 
 
 
 def take_early(config: BuildConfig, what: str) -> Any | None:
-    """What the early walk found (`what`: "media" or "labels"), waiting for it; None when it was not started
-    or did not finish (its worker died, or it failed: the step then does the work itself, and meets the
-    same error where it would have anyway)."""
+    """What the listing work begun early found (`what`: "media", or "labels" of a walk), waiting for it;
+    None when it was not begun or did not finish (its worker died, or it failed: the step then does the
+    work itself, and meets the same error where it would have anyway)."""
     pool = LocalPool.current()
     return pool.take(_key(config, what)) if pool is not None else None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import itertools
 import pickle
 import uuid
 from typing import Iterable, Iterator
@@ -18,7 +17,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from shard_utils import fragments, inputs, listings, plan, storage, write_once
+from shard_utils import fragments, plan, storage, write_once
 from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_batch, framed, reject
 from shard_utils.generations import label_order
 from shard_utils.inputs import MediaItem
