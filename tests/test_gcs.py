@@ -71,13 +71,14 @@ def source(tmp_path_factory, gcs):
 
 @pytest.fixture(scope="module")
 def built(gcs, source):
-    """A bucket-to-bucket build of the source, listing four objects per page to exercise paging."""
+    """A bucket-to-bucket build of the source, listing four objects per page to exercise paging (on one
+    worker: with more, the walk runs in a worker process, which this process's page size does not reach)."""
     out = f"gs://{gcs.new_bucket('shards')}/datasets/v1"
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed), \
             FaultProxy(gcs.url, paginate=True) as proxy, storage_host(proxy.url):
         mp.setattr(storage, "LIST_PAGE_SIZE", 4)
-        m = run_job(source.uri, out, *OPTS)
+        m = run_job(source.uri, out, *OPTS, "--workers", "1")
     return SimpleNamespace(uri=out, manifest=m, stdout=printed.getvalue(), pages=pages(proxy))
 
 
