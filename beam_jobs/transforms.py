@@ -133,9 +133,16 @@ def walk_here_or_early(root: str, config: BuildConfig):
             yield from sorted_outputs(media_listing.sort_chunk(chunk, config.split_dirs, root, config.listing,
                                                               config.video is not None))
         return
-    early.reverse()
-    while early:  # each chunk let go of as the next step takes it: the listing is not held twice
-        yield from sorted_outputs(early.pop())
+    for chunk in handed_over(early):
+        yield from sorted_outputs(chunk)
+
+
+def handed_over(chunks: list) -> Iterator:
+    """The chunks in order, each let go of (emptying the list) as the next step takes it: a listing taken
+    from a worker is not held twice."""
+    chunks.reverse()
+    while chunks:
+        yield chunks.pop()
 
 
 def labels_here_or_early(root: str, config: BuildConfig) -> list[str]:
@@ -212,9 +219,8 @@ def listed_here_or_early(_, config: BuildConfig):
     yield beam.pvalue.TaggedOutput("tally", publish.Tally(seen=found.seen))
     for name in sorted({name for chunk in found.chunks for item in chunk for name in item.labels}):
         yield beam.pvalue.TaggedOutput("labels", name)
-    found.chunks.reverse()
-    while found.chunks:  # each chunk let go of as the next step takes it
-        yield _listed_chunk(found.chunks.pop())
+    for chunk in handed_over(found.chunks):
+        yield _listed_chunk(chunk)
 
 
 def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:
