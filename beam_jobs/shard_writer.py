@@ -98,12 +98,6 @@ def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: Ru
     keep_lease(config, run)
     crash_point("write")
     name = plan.shard_name(task.split, task.shard, task.num_shards, config.shard_extension)
-    if task.described is not None:  # the run was written as this shard, its index part beside it
-        path, part = task.pieces[0].path, task.described
-        storage.sync(path)  # its flush began when the run was written: usually done by now
-        return Written(ShardResult(task.split, task.shard, path, name, task.pieces[0].count, task.num_bytes,
-                                   task.crc32c, task.sha256, part.classes, part.path, part.longest), 0)
-    metas = [m for piece in task.pieces for m in piece.metas()]
     if task.whole:
         path, copied = task.pieces[0].path, 0
         storage.sync(path)  # its flush began when the run was written: usually done by now
@@ -118,12 +112,22 @@ def write_run_shard(task: write_once.ShardFromRuns, config: BuildConfig, run: Ru
                     out.write(data)
                     digest.update(data)
         size, crc32c, sha256, copied = digest.size, digest.crc32c, digest.sha256, digest.size
-    if size != sum(m.length for m in metas):
-        raise plan.InternalError(f"shard {task.shard} of split {task.split!r} holds {size} bytes, its "
-                                 f"records' lengths add up to {sum(m.length for m in metas)}")
+    if task.described is not None:  # the run was written as this very shard, its index part beside it
+        part = task.described
+        _check_size(task, size, task.pieces[0].length)
+        return Written(ShardResult(task.split, task.shard, path, name, task.pieces[0].count, size, crc32c, sha256,
+                                   part.classes, part.path, part.longest), copied)
+    metas = [m for piece in task.pieces for m in piece.metas()]
+    _check_size(task, size, sum(m.length for m in metas))
     rows, classes, longest = describe(task.shard, metas, config.listing.extras)
     return Written(_indexed(task.split, task.shard, name, path, (size, crc32c, sha256), rows, classes, longest,
                             config, run), copied)
+
+
+def _check_size(task: write_once.ShardFromRuns, size: int, lengths: int) -> None:
+    if size != lengths:
+        raise plan.InternalError(f"shard {task.shard} of split {task.split!r} holds {size} bytes, its "
+                                 f"records' lengths add up to {lengths}")
 
 
 def describe(shard: int, metas: Sequence, extras: Sequence[schema.ExtraSpec]) -> tuple[list, Counter, Counter]:
