@@ -18,7 +18,6 @@ import datetime
 import functools
 import json
 import time
-from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
@@ -27,17 +26,21 @@ from shard_utils import index, inputs, manifest, runlock, storage
 from shard_utils.generations import generation_split, next_generation
 
 from . import options, progress, publish
-from .append_publish import finish_append
-from .build_shards import _inside, counter_totals, pipeline_options, plan_and_write_shards, prepare_inputs
+from .append_publish import append_naming, plan_append
+from .build_shards import _inside, counter_totals, pipeline_options, prepare_inputs
 from .config import BuildConfig
 from .errors import UsageError
 from .running import execute, guard_interrupts
-from .transforms import (LIST_CHUNK, DistinctLabels, EncodeMedia, FinalizeDataset, ListListedMedia, ListMedia,
-                         StartRun, count, new_run_id)
+from .pipeline.common import count
+from .pipeline.dataset import ShardMedia
+from .pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
+from .pipeline.publish import Publish
+from .pipeline.start import StartRun, new_run_id
 
 # Options that shape records or where they go: an append must use the first build's values.
 SAME_OPTIONS = ("splits", "image_size", "resize", "jpeg_quality", "background", "seed", "label_offset",
-                "shard_extension", "extra_columns")
+                "shard_extension", "extra_columns", "label_from_name", "path_column", "path_template", "label_column",
+                "label_separator", "split_column", "extra_separator")
 
 
 class AppendConfig(BuildConfig):
@@ -140,48 +143,6 @@ def keep_new(grouped):
     yield from items
 
 
-class FindNewDuplicates(beam.PTransform):
-    """--dedup for an append: a new record whose bytes equal a record of the dataset, or an earlier new one (the
-    smallest source id is kept), is dropped and rejected `duplicate`. Outputs as transforms.FindDuplicates."""
-
-    def __init__(self, existing):
-        super().__init__()
-        self.existing = existing
-
-    def expand(self, frags):
-        new = frags | "NewHashes" >> beam.FlatMap(
-            lambda info: ((m.sha256, (m.source_id, s.split, False)) for s in info.sections for m in info.metas(s)))
-        old = self.existing | "OldHashes" >> beam.MapTuple(lambda sha, where: (sha, (where[0], where[1], True)))
-        return ((new, old) | "AllHashes" >> beam.Flatten()
-                | "GroupSameBytes" >> beam.GroupByKey()
-                | "Decide" >> beam.FlatMap(decide_new_duplicates).with_outputs("rejected", "cross_split",
-                                                                               main="dropped"))
-
-
-def decide_new_duplicates(grouped):
-    _, entries = grouped
-    entries = sorted(set(entries))
-    olds = [e for e in entries if e[2]]
-    news = [e for e in entries if not e[2]]
-    if not news or (len(news) < 2 and not olds):
-        return
-    kept_id, kept_split, _ = olds[0] if olds else news[0]
-    where = "already in the dataset" if olds else "kept"
-    for source_id, split, _ in (news if olds else news[1:]):
-        count("rejected_duplicate")
-        yield source_id
-        yield beam.pvalue.TaggedOutput("rejected", {"source": source_id, "reason": "duplicate",
-                                                    "message": f"same bytes as {kept_id} ({where}, in split "
-                                                               f"{kept_split})"})
-        if split != kept_split:
-            yield beam.pvalue.TaggedOutput("cross_split", "|".join(sorted((split, kept_split))))
-
-
-def new_records_per_split(info) -> Iterable[tuple[str, int]]:
-    """(split, records) of one fragment (duplicates already left out)."""
-    return ((s.split, len(info.metas(s))) for s in info.sections)
-
-
 # ---------------------------------------------------------------------------------------------- the graph
 
 
@@ -194,17 +155,14 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     fresh = {"ids": dataset.ids, "media": listed["media"], "rejected": listed["rejected"],
              "skipped_files": listed["skipped_files"]} | "KeepNew" >> KeepNew()
     labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
-    encoded = fresh["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run, known_labels=tuple(old.labels))
-    frags, rejects = encoded.fragments, [fresh["rejected"], encoded.rejected]
-    finder = FindNewDuplicates(dataset.hashes) if config.dedup else None
-    sharded = plan_and_write_shards(frags, config, run, finder)
-    new_records = (sharded.counted | "NewPerSplit" >> beam.FlatMap(new_records_per_split)
-                   | "SumPerSplit" >> beam.CombinePerKey(sum))
-    rejected = (*rejects, *sharded.rejected) | "AllRejected" >> beam.Flatten()
-    _ = {"shards": sharded.shards, "plans": sharded.plans, "failure": sharded.failure, "rejected": rejected,
+    sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
+        config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
+        existing_hashes=dataset.hashes if config.dedup else None)
+    rejected = (fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
+    _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
-         "cross_split": sharded.cross_split, "present": fresh["present"], "new_records": new_records} \
-        | "FinalizeDataset" >> FinalizeDataset(config, finish=functools.partial(finish_append, old=old))
+         "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"]} \
+        | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
 
 
 # ---------------------------------------------------------------------------------------------- the driver
@@ -243,6 +201,8 @@ def _same(value) -> str:
 def _show(value) -> str:
     if value is None:
         return "(not given)"
+    if isinstance(value, str) and value and not value.strip():
+        return f"{value!r} (a space)" if value == " " else repr(value)
     if isinstance(value, dict):
         return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, list):

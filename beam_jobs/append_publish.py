@@ -1,10 +1,10 @@
-"""Finishing an append without Beam: check the new generation, grow the manifest, publish without touching
-anything the current manifest names.
+"""Finishing an append without Beam: check the new generation and plan its publication, which grows the
+manifest without touching anything the current manifest names.
 
 Until the new manifest replaces the old one (an atomic write), the old manifest and every file it names
 stay exactly as they are, so a reader, or a crash at any moment, sees the previous complete dataset. New
 shards, the new index and the new reports get names no earlier generation used; files only the old
-manifest names are deleted after the new manifest is in place.
+manifest names are deleted after the new manifest is in place (`publish.commit`).
 """
 from __future__ import annotations
 
@@ -12,60 +12,56 @@ import dataclasses
 from collections import Counter
 from typing import Sequence
 
-from shard_utils import generations, index, manifest, runlock, schema, storage
-from shard_utils.manifest import MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, Generation, Manifest, Shard, Split
+from shard_utils import generations, runlock, schema, storage
+from shard_utils.manifest import FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation, Manifest, Shard, Split
 from shard_utils.plan import InternalError, PlanError
+from shard_utils.sharding.naming import ShardNaming
 
 from .config import BuildConfig, RunInfo
-from .errors import UsageError
-from .publish import (_INDEX_FILE, _SHARD_FILE, ShardResult, Tally, _jsonl, crash_point, failure_message,
-                      remove_run_folder, tfds_files, write_reports)
+from .publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message, remove_run_folder,
+                      write_reports)
 
 
-@dataclasses.dataclass(frozen=True)
-class Grown:
-    """What publishing an append moves and writes: the new manifest, (temp, final name, size) moves, reports."""
+def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
+    """Names and places of the new generation's shards: after each split's shards, rotated so hosts stay balanced."""
+    unit = config.num_cores * config.num_hosts
+    base = {name: (len(split.shards), generations.host_offset([s.num_records for s in split.shards], unit))
+            for name, split in old.splits.items()}
+    return ShardNaming(config.shard_extension, generations.next_generation(old), base)
 
-    manifest: Manifest
-    moves: tuple[tuple[str, str, int], ...]
-    reports: dict[str, bytes]
 
-
-def finish_append(results: list[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
-                  rejected: list[dict], skipped_files: list[dict], tally: Tally, labels: list[str], run: RunInfo,
-                  cross_split: Sequence[str] = (), present: Sequence[int] = (),
-                  new_records: Sequence[tuple[str, int]] = (), old: Manifest) -> str:
-    """Publish the new generation, do nothing when nothing is new, or fail with one line saying why."""
+def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
+                rejected: list[dict], skipped_files: list[dict], tally: Tally, labels: list[str], run: RunInfo,
+                cross_split: Sequence[str] = (), present: Sequence[int] = (), encoded: Sequence[int] = (),
+                old: Manifest) -> Publication | None:
+    """The new generation's publication; None when nothing is new (the run then lets go of the output); or
+    PlanError saying why nothing can be appended."""
     report = storage.join(run.temp_dir, "report")
-    counts = dict(new_records)
+    counts = Counter()
+    for r in results:
+        counts[r.split] += r.num_records
     unknown = sorted(set(counts) - set(old.splits))
     if unknown:
         raise PlanError(f"split {unknown[0]!r} is not in the dataset (it has {', '.join(old.splits)}); an append adds "
                         "records to the dataset's splits; nothing was written")
-    if not sum(counts.values()):
-        if all(r["reason"] == "duplicate" for r in rejected):
-            _give_up(config, run)  # nothing new: the dataset stays as it is
-            return ""
+    nothing_new = all(r["reason"] == "duplicate" for r in rejected) and len(rejected) + sum(
+        tally.skipped.values()) == tally.seen  # every new file was a copy of a record (or there were none)
+    if not sum(counts.values()) and nothing_new:
+        _give_up(config, run)  # the dataset stays as it is
+        return None
+    if not sum(encoded):
         write_reports(report, rejected, skipped_files)
         raise PlanError(failure_message("nothing to append: none of the new files could be used; nothing was written",
                                         rejected, tally, report))
-    unit = config.num_cores * config.num_hosts
-    small = sorted((name, n) for name, n in counts.items() if 0 < n < unit)
-    if small:
-        name, n = small[0]
-        raise PlanError(f"split {name!r}: {n} new records cannot fill the {unit} shards (num_cores x num_hosts) of a "
-                        f"new generation without empty ones; nothing was written (append when there are at least "
-                        f"{unit} new files for it)")
     if failure:
         write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message(failure[0], rejected, tally, report))
+        raise PlanError(failure_message(f"{failure[0]}; nothing was written", rejected, tally, report))
     if config.max_rejected.exceeded(len(rejected), tally.seen):
         write_reports(report, rejected, skipped_files)
         raise PlanError(failure_message(
             f"{len(rejected)} of {tally.seen} new files were rejected, more than --max-rejected {config.max_rejected} "
             "allows; nothing was published", rejected, tally, report))
-    grown = grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present))
-    return publish_generation(config, run, old, grown)
+    return grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present))
 
 
 def _give_up(config: BuildConfig, run: RunInfo) -> None:
@@ -78,21 +74,26 @@ def _give_up(config: BuildConfig, run: RunInfo) -> None:
 
 def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[ShardResult], plans: dict,
          rejected: Sequence[dict], skipped_files: Sequence[dict], tally: Tally, labels: Sequence[str],
-         cross_split: Sequence[str], present: int) -> Grown:
-    """The manifest with the new generation added, the new shards' moves and the cumulative reports."""
+         cross_split: Sequence[str], present: int) -> Publication:
+    """The publication of the manifest with the new generation added: its shards' moves, each grown split's
+    index (the old one, then the new shards' rows) and the cumulative reports."""
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
-    splits, moves, gen_records, gen_shards = {}, [], {}, {}
+    splits, moves, indexes, gen_records, gen_shards = {}, [], [], {}, {}
     for split_name, split in old.splits.items():
-        mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.index)
+        mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.place)
         if not mine:
             splits[split_name] = split
             continue
         count = plans[split_name].num_shards
-        if [r.index for r in mine] != list(range(count)):
+        if sorted(r.index for r in mine) != list(range(count)):
             raise InternalError(f"split {split_name!r}: expected {count} new shards, got {len(mine)}")
-        splits[split_name], placed = _grown_split(config, run, g, split_name, split, mine, names)
-        moves += placed
+        if split.index is None:
+            raise InternalError(f"split {split_name!r} has no index to grow")
+        splits[split_name] = _grown_split(g, split, mine, names)
+        moves += [Move(r.temp_path, r.name, r.num_bytes) for r in mine]
+        indexes.append(IndexJob(split_name, generations.index_name(split_name, g), tuple(r.index_part for r in mine),
+                                sum(r.num_records for r in mine), tuple(config.listing.extras), split.index))
         gen_records[split_name], gen_shards[split_name] = sum(r.num_records for r in mine), count
     skipped_count = sum(tally.skipped.values())
     if tally.seen != sum(gen_records.values()) + len(rejected) + skipped_count:
@@ -117,52 +118,22 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
         old, splits=splits, labels=names, features=_features(old, results, config), created=run.created,
         tool_version=config.tool_version, files_seen=old.files_seen + tally.seen, rejected=rejected_part,
         skipped=skipped_part, duplicates=_duplicates(old, config, rejected, cross_split),
-        generations=generations.generations_of(old) + [generation], format_version=manifest.FORMAT_VERSION,
+        generations=generations.generations_of(old) + [generation], format_version=FORMAT_VERSION,
         location=config.output)
-    try:
-        manifest.parse(new.to_json(), config.output)  # the loader's own checks, before anything is published
-    except manifest.ManifestError as exc:
-        raise InternalError(f"the grown manifest does not validate: {exc}") from None
-    return Grown(new, tuple(moves), reports)
+    return Publication(run, new, tuple(moves), tuple(indexes), tuple(sorted(reports.items())), grows=old)
 
 
-def _grown_split(config: BuildConfig, run: RunInfo, g: int, name: str, split: Split, mine: Sequence[ShardResult],
-                 labels: Sequence[str]) -> tuple[Split, list[tuple[str, str, int]]]:
-    """The split with generation g's shards after its own, placed so that hosts stay balanced, and its index."""
-    count = len(mine)
-    offset = generations.host_offset([s.num_records for s in split.shards], config.num_cores * config.num_hosts)
-    placed = sorted((generations.position(r.index, count, offset), r) for r in mine)
-    shards = [Shard(generations.shard_name(name, g, p, count, config.shard_extension), r.num_records, r.num_bytes,
-                    r.crc32c, r.sha256, g) for p, r in placed]
+def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequence[str]) -> Split:
+    """The split with generation g's shards after its own (in their places); its index is written when publishing."""
+    shards = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
     classes: Counter = Counter()
     for r in mine:
         classes.update(dict(r.class_counts))
     new_counts = {labels[i]: n for i, n in classes.items()}
-    base = len(split.shards)
-    index_file = _grown_index(config, run, g, name, split, [(base + p, r.index_part) for p, r in placed])
-    grown = Split(num_records=split.num_records + sum(r.num_records for r in mine),
-                  num_bytes=split.num_bytes + sum(r.num_bytes for r in mine),
-                  class_counts=generations.merged_counts(split.class_counts, new_counts, labels),
-                  shards=list(split.shards) + shards, index=index_file)
-    moves = [(r.temp_path, shard.path, r.num_bytes) for (_, r), shard in zip(placed, shards)]
-    return grown, moves
-
-
-def _grown_index(config: BuildConfig, run: RunInfo, g: int, split_name: str, split: Split,
-                 parts: Sequence[tuple[int, str]]) -> manifest.IndexFile:
-    """The split's index over every generation, written in the run's temp folder (moved in when publishing)."""
-    if split.index is None:
-        raise InternalError(f"split {split_name!r} has no index to grow")
-    name = generations.index_name(split_name, g)
-    old_uri = storage.join(config.output, split.index.path)
-    with storage.open_write(storage.join(run.temp_dir, name)) as out:
-        try:
-            written = generations.merge_generation_index(out, old_uri, split.index, parts,
-                                                         index.index_schema(config.listing.extras))
-        except (ValueError, storage.StorageError) as exc:
-            raise PlanError(f"cannot append to {config.output}: {split.index.path}: {exc}; run tpu-shards verify on "
-                            "it; nothing was written") from None
-    return written.index_file(name)
+    return Split(num_records=split.num_records + sum(r.num_records for r in mine),
+                 num_bytes=split.num_bytes + sum(r.num_bytes for r in mine),
+                 class_counts=generations.merged_counts(split.class_counts, new_counts, labels),
+                 shards=list(split.shards) + shards, index=None)
 
 
 def _grown_part(part: dict, new_reasons: Counter, new_count: int) -> dict:
@@ -212,57 +183,3 @@ def _duplicates(old: Manifest, config: BuildConfig, rejected: Sequence[dict], cr
     before = old.duplicates or {}
     return {"count": int(before.get("count", 0)) + sum(r["reason"] == "duplicate" for r in rejected),
             "cross_split": _added(before.get("cross_split", {}), Counter(cross_split))}
-
-
-# ---------------------------------------------------------------------------------------------- publishing
-
-
-def named_files(m: Manifest) -> set[str]:
-    """Every file a manifest names: shards, indexes, reports."""
-    names = {s.path for split in m.splits.values() for s in split.shards}
-    names |= {split.index.path for split in m.splits.values() if split.index is not None}
-    names |= {part["path"] for part in (m.rejected, m.skipped) if part.get("path")}
-    return names
-
-
-def is_dataset_file(name: str) -> bool:
-    """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
-    return bool(_SHARD_FILE.match(name) or _INDEX_FILE.match(name) or generations.REPORT_FILE.match(name)
-                or name in (REJECTED_NAME, SKIPPED_NAME))
-
-
-def publish_generation(config: BuildConfig, run: RunInfo, old: Manifest, grown: Grown) -> str:
-    """Make the new generation visible; the old manifest and its files stay untouched until the new one is written."""
-    out = config.output
-    if not runlock.holds(out, run.run_id):
-        raise UsageError(f"output {out}: this append lost its lock to another run (its lease ran out); "
-                         "nothing was published")
-    current = manifest.load(out)
-    if current.created != old.created:
-        raise UsageError(f"the dataset at {out} changed while this append ran; nothing was published")
-    crash_point("publish-start")
-    keep = named_files(old)
-    for name in storage.list_names(out):  # leftovers of an interrupted earlier append
-        if is_dataset_file(name) and name not in keep:
-            storage.delete(storage.join(out, name))
-    crash_point("publish-old-removed")
-    for i, (temp, name, size) in enumerate(sorted(grown.moves, key=lambda m: m[1])):
-        storage.rename(temp, storage.join(out, name), size=size)
-        if i == 0:
-            crash_point("publish-renaming")
-    new = grown.manifest
-    for name, split in new.splits.items():
-        if split.index is not None and split.index != old.splits[name].index:
-            storage.rename(storage.join(run.temp_dir, split.index.path), storage.join(out, split.index.path),
-                           size=split.index.num_bytes)
-    for name, data in grown.reports.items():
-        storage.write_bytes(storage.join(out, name), data)
-    crash_point("publish-before-manifest")
-    storage.write_bytes(storage.join(out, MANIFEST_NAME), new.to_json().encode("utf-8"))  # the switch
-    for name, data in tfds_files(new).items():
-        storage.write_bytes(storage.join(out, name), data)
-    for name in sorted(keep - named_files(new)):
-        storage.delete(storage.join(out, name))
-    remove_run_folder(config.temp_root, run.temp_dir)
-    runlock.release(out, run.run_id)
-    return storage.join(out, MANIFEST_NAME)

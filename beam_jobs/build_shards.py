@@ -11,90 +11,40 @@ import os
 from dataclasses import replace
 import sys
 import time
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions)
 
 from shard_utils import inputs, manifest, runlock, storage
+from shard_utils.sharding.naming import ShardNaming
 
-from . import media_listing, options, publish, running
+from . import options, publish, running
 from .config import BuildConfig
 from .errors import UsageError
-from .listing_io import plain_local_files, prepare_listings
-from .transforms import (EmbedRecords, EncodeMedia, FinalizeDataset, FindDuplicates, ListListedMedia,
-                         ListMedia, PlanShards, StartRun, WriteFragments, WriteShards, WriteShardsOnce, new_run_id,
-                         without_dropped)
+from .listing_io import prepare_listings
+from .pipeline.dataset import ShardMedia
+from .pipeline.listing import ListListedMedia, ListMedia
+from .pipeline.publish import Publish
+from .pipeline.start import KeepLease, StartRun, new_run_id
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
 
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
-    """Add the whole job to a pipeline."""
-    # A local listing step begins in the worker processes while Beam builds and starts the graph.
-    plain = plain_local_files(config.listing) if config.uses_listing and config.local and config.workers > 1 else None
-    media_listing.start_early(config, plain)
+    """Add the whole job to a pipeline: the same steps on every runner (see `beam_jobs.pipeline`)."""
     run = p | "StartRun" >> StartRun(config)  # RunInfo
+    if config.run_id is None:  # a template launch: no driver renews the lock
+        _ = run | "KeepLease" >> KeepLease(config)
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
-    listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally
-    labels = listed["labels"]  # label names
-    if writes_once(config):
-        sharded = listed["media"] | "WriteShardsOnce" >> WriteShardsOnce(config, labels, run)
-        rejected = (listed["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()  # dicts
-        no_duplicates = p | "NoDuplicates" >> beam.Create([])
-        _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"],
-             "rejected": rejected, "skipped_files": listed["skipped_files"], "tally": listed["tally"],
-             "labels": labels, "run": run, "cross_split": no_duplicates} | "FinalizeDataset" >> FinalizeDataset(config)
-        return
-    encoded = listed["media"] | "EncodeMedia" >> EncodeMedia(config, labels, run)  # fragments: FragmentInfo
-    frags, rejects = encoded.fragments, [listed["rejected"], encoded.rejected]
-    if config.embed is not None:  # records wait for their embedding before they are framed
-        embedded = encoded.prepared | "EmbedRecords" >> EmbedRecords(config, run)  # records: Encoded
-        written = embedded.records | "WriteFragments" >> WriteFragments(config, run)  # FragmentInfo
-        frags = (frags, written) | "AllFragments" >> beam.Flatten()
-        rejects.append(embedded.rejected)
-    sharded = plan_and_write_shards(frags, config, run, FindDuplicates() if config.dedup else None)
-    rejected = (*rejects, *sharded.rejected) | "AllRejected" >> beam.Flatten()  # dicts
-    _ = {"shards": sharded.shards, "plans": sharded.plans, "failure": sharded.failure, "rejected": rejected,
-         "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": labels, "run": run,
-         "cross_split": sharded.cross_split} | "FinalizeDataset" >> FinalizeDataset(config)
-
-
-def writes_once(config: BuildConfig) -> bool:
-    """Whether the build takes the write-once path (WriteShardsOnce): a local run, whose driver can hold the
-    listing, without --dedup (duplicates are known only once encoded) or an embedding model (records are
-    framed after it). Dataflow keeps the fragment path, whose driver holds nothing per record."""
-    return config.local and config.embed is None and not config.dedup and WRITE_ONCE
-
-
-WRITE_ONCE = True  # tests set it False to compare the two paths
-
-
-class ShardsWritten(NamedTuple):
-    """The PCollections a build's (or an append's) finalize step needs from planning and writing."""
-
-    counted: beam.PCollection  # FragmentInfo without duplicates: what the plan counted
-    plans: beam.PCollection  # {split: SplitPlan}, once
-    failure: beam.PCollection  # why no plan could be made
-    shards: beam.PCollection  # ShardResult
-    cross_split: beam.PCollection  # "split|split" per duplicate across splits
-    rejected: tuple  # the duplicates' rejections (a PCollection of dicts), when there is a finder
-
-
-def plan_and_write_shards(frags, config: BuildConfig, run, find_duplicates: beam.PTransform | None) -> ShardsWritten:
-    """Drop duplicates (with a finder, i.e. --dedup), plan each split's shards and write them: the part of
-    the graph that build and append share."""
-    if find_duplicates is not None:
-        dups = frags | "FindDuplicates" >> find_duplicates  # dropped: source ids
-        dropped, cross_split, rejected = dups.dropped, dups.cross_split, (dups.rejected,)
-        counted = frags | "WithoutDuplicates" >> beam.Map(without_dropped, beam.pvalue.AsList(dropped))
-    else:
-        dropped = cross_split = frags.pipeline | "NoDuplicates" >> beam.Create([])
-        counted, rejected = frags, ()
-    planned = counted | "PlanShards" >> PlanShards(config)  # plans: {split: SplitPlan}
-    shards = frags | "WriteShards" >> WriteShards(config, planned["plans"], run, dropped)  # ShardResult
-    return ShardsWritten(counted, planned["plans"], planned["failure"], shards, cross_split, rejected)
+    listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally; labels
+    sharded = listed["media"] | "ShardMedia" >> ShardMedia(config, listed["labels"], run,
+                                                           ShardNaming.for_build(config.shard_extension))
+    rejected = (listed["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()  # dicts
+    _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
+         "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": listed["labels"], "run": run,
+         "cross_split": sharded["cross_split"]} | "Publish" >> Publish(config)
 
 
 def prepare_inputs(args):
@@ -268,7 +218,7 @@ def counter_totals(result) -> dict[str, int]:
     """The job's Beam counters (namespace tpu_shards), summed over steps; empty if the runner has none."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from .transforms import NAMESPACE
+    from .pipeline.common import NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]

@@ -9,14 +9,15 @@ import traceback
 from typing import Callable, Sequence
 
 from shard_utils.manifest import ManifestError
+from shard_utils.media.reads import TransientReadError
 from shard_utils.plan import PlanError
 from shard_utils.storage import StorageError
 
 from .errors import OneLineParser, UsageError
 
 
-KNOWN = (UsageError, PlanError, ManifestError, StorageError)
-_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError): (.+)")
+KNOWN = (UsageError, PlanError, ManifestError, StorageError, TransientReadError)
+_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError|TransientReadError): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:

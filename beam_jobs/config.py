@@ -9,7 +9,9 @@ from shard_utils.embed import EmbedSpec
 from shard_utils.images import ImageOptions
 from shard_utils.listings import ListingOptions
 from shard_utils.video import VideoOptions
+from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.plan import DEFAULT_BUCKET_BITS
+from shard_utils.sharding.runs import CHUNK_BYTES
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class BuildConfig:
     max_rejected: RejectLimit = RejectLimit(fraction=0.5)
     bucket_bits: int = DEFAULT_BUCKET_BITS
     fragment_bytes: int = 64 * 2**20  # an encoder writes its buffered records as one sorted fragment at this size
+    run_part_bytes: int = CHUNK_BYTES  # on gs://, runs are written as parts of about this size
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # larger source files are rejected `too_large`, never read whole
     overwrite: bool = False
     dedup: bool = False
     follow_symlinks: bool = False
@@ -91,6 +95,13 @@ class BuildConfig:
     def temp_dir(self, run_id: str) -> str:
         return storage.join(self.temp_root, run_id)
 
+    def listing_shape(self) -> dict[str, Any]:
+        """The listing options that decide each row's file, labels and split (None without a listing)."""
+        used = bool(self.listing.listings)
+        return {name: getattr(self.listing, name) if used else None
+                for name in ("path_column", "path_template", "label_column", "label_separator", "split_column",
+                             "extra_separator")}
+
     def manifest_options(self) -> dict[str, Any]:
         """The options that shape the dataset, as recorded in the manifest."""
         return {
@@ -115,6 +126,7 @@ class BuildConfig:
             "listings": list(self.listing.listings),
             "extra_columns": [f"{e.name}:{e.dtype}{'[]' if e.is_list else ''}" for e in self.listing.extras],
             "label_from_name": self.listing.label_from_name,
+            **self.listing_shape(),
             "video_frames": self.video.frames if self.video else None,
             "video_fps": self.video.fps if self.video else None,
             "embed_model": self.embed.model if self.embed else None,

@@ -15,7 +15,7 @@ import threading
 from shard_utils import manifest, storage
 
 from .config import BuildConfig
-from .local_pool import LocalPool
+from .local.pool import LocalPool
 
 CLEANUP_SECONDS = 10.0
 EXIT_CODE = 130

@@ -18,7 +18,7 @@ from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from shard_utils import listing_files, listings, storage
+from shard_utils import listing_files, listings
 from shard_utils.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.listings import ListingOptions, ListingRow
 
@@ -54,14 +54,6 @@ class ReadListings(beam.PTransform):
         reads = [pbegin | f"Read[{i}]" >> beam.io.Read(ListingSource(p, pattern_format(p, self.fmt)))
                  for i, p in enumerate(self.patterns)]
         return reads | "AllRows" >> beam.Flatten()
-
-
-def read_all_rows(patterns: Sequence[str], fmt: str | None = None) -> Iterator[ListingRow]:
-    """Every row of the listings, read here in order (what ReadListings gives, without Beam's per-row
-    elements): for a local build, whose driver holds the listing anyway."""
-    for pattern in patterns:
-        source = ListingSource(pattern, pattern_format(pattern, fmt))
-        yield from source.read(source.get_range_tracker(None, None))
 
 
 class ListingItems(beam.PTransform):
@@ -133,20 +125,6 @@ def match_listings(patterns: Sequence[str]) -> dict[str, list[str]]:
             owner[path] = pattern
         matched[pattern] = files
     return matched
-
-
-def plain_local_files(options: ListingOptions) -> list[tuple[str, str]] | None:
-    """Every file the listings match, with its format, when all of them are local and uncompressed (what a
-    worker process reads without Beam); None when one is not, or they cannot be matched now."""
-    try:
-        matched = match_listings(options.listings)
-        files = [(path, pattern_format(pattern, options.format, paths))
-                 for pattern, paths in matched.items() for path in paths]
-    except ValueError:
-        return None
-    plain = all(not storage.is_gcs(path) and CompressionTypes.detect_compression_type(path) ==
-                CompressionTypes.UNCOMPRESSED for path, _ in files)
-    return files if plain else None
 
 
 def pattern_format(pattern: str, forced: str | None = None, files: Sequence[str] | None = None) -> str:

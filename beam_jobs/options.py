@@ -14,6 +14,8 @@ from typing import Sequence
 import shard_utils
 from shard_utils import inputs, listings, plan, schema
 from shard_utils.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
+from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
+from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
 from . import progress
@@ -91,9 +93,12 @@ def parser() -> argparse.ArgumentParser:
     model.add_argument("--embed-key", default=schema.EMBEDDING,
                        help=f"the feature holding the embedding (default {schema.EMBEDDING})")
     model.add_argument("--embed-output", help="the model output to use, for a model with several")
-    # Internal sizes, for tests that exercise many buckets or many fragments on small data.
+    ap.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / 2**20,
+                    help=f"reject source files larger than this (MiB, default {DEFAULT_MAX_FILE_BYTES // 2**20}) as "
+                         "too_large, without reading them")
+    # Internal sizes, for tests and benchmarks that exercise many buckets or many run parts on small data.
     ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
-    ap.add_argument("--fragment-mb", type=float, default=64.0, help=argparse.SUPPRESS)
+    ap.add_argument("--run-part-mb", type=float, default=CHUNK_BYTES / 2**20, help=argparse.SUPPRESS)
     return ap
 
 
@@ -280,8 +285,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError("--label-offset must be in 0..1000000")
     if not 0 <= args.hash_bucket_bits <= 20:
         raise UsageError("--hash-bucket-bits must be in 0..20")
-    if not 0 < args.fragment_mb <= 4096:
-        raise UsageError("--fragment-mb must be more than 0 and at most 4096")
+    if not 0 < args.run_part_mb <= 4096:
+        raise UsageError("--run-part-mb must be more than 0 and at most 4096")
+    if not 0 < args.max_file_mb <= 65536:
+        raise UsageError("--max-file-mb must be more than 0 and at most 65536")
     background = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
                          background=background, validate=args.validate)
@@ -295,6 +302,6 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
-        fragment_bytes=int(args.fragment_mb * 2**20),
+        run_part_bytes=int(args.run_part_mb * 2**20), max_file_bytes=int(args.max_file_mb * 2**20),
         overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,
         local=local)

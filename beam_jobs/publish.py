@@ -1,31 +1,37 @@
 """Finishing a build without Beam: check the shards and the accounting, then make the dataset visible.
 
-Publishing replaces the dataset in place so that a reader starting from `manifest.json` never
-sees a partial dataset: the old manifest goes first, then stale shards, the new shards are moved
-in, the reports are written, and the new manifest comes last. A retried publish skips what it
-already moved. A build that cannot publish leaves its reports in its temporary folder and fails
-with one line saying why and where they are.
+Publishing is four steps, each safe to run twice or twice at once (Dataflow runs every step at least
+once), the middle two in parallel over shards and splits:
+
+    plan_publication (once)  the checks (planning failed? too many rejects?), the manifest to write, the moves
+    clear_output (once)      the old manifest out, then files it named that the new dataset does not reuse
+    move_shard (per shard)   the shard from the run's temporary folder to its name in the output
+    merge_index (per split)  the split's index: a header, then each shard's index blocks in order
+    commit (once)            reports, TFDS metadata, and the manifest last; temporary data removed, lock released
+
+A reader starting from `manifest.json` never sees a partial dataset. An append (`append_publish`) plans
+differently and leaves the old manifest and every file it names alone until its new manifest replaces it.
+A build that cannot publish leaves its reports in its temporary folder and fails with one line saying why.
 """
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
-import signal
-import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from shard_utils import index, plan, runlock, schema, storage, tfds_meta
 from shard_utils.generations import REPORT_FILE, label_order
-from shard_utils.manifest import (MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest, Shard, Split,
-                                  assemble)
-from shard_utils.plan import InternalError, PlanError, SplitPlan
+from shard_utils.manifest import (MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest, ManifestError,
+                                  Shard, Split, assemble, load, parse)
+from shard_utils.media.reads import prefetched
+from shard_utils.plan import InternalError, PlanError
+from shard_utils.sharding.writer import ShardResult
 
 from .config import BuildConfig, RunInfo
 from .errors import UsageError
-from .local_pool import POOL_WORKER
 
 TEMP_ROOT = ".tpu-shards-tmp"
 OWN_NAMES = (TEMP_ROOT + "/", runlock.LOCK_NAME)  # what the job itself keeps in an output between builds
@@ -35,21 +41,8 @@ _INDEX_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.index\.avro$")
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
 _DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS)
 
-
-def crash_point(stage: str) -> None:
-    """Test hooks: TPU_SHARDS_KILL_AT=<stage> kills this process with SIGKILL at that stage;
-    TPU_SHARDS_PAUSE_AT=<stage>:<seconds> sleeps there (once per process), to hold a build mid-way."""
-    if os.environ.get("TPU_SHARDS_KILL_AT") == stage:
-        if os.environ.get(POOL_WORKER):  # the stage runs in a local worker: the build itself is what dies
-            os.kill(os.getppid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGKILL)
-    pause = os.environ.get("TPU_SHARDS_PAUSE_AT", "")
-    if pause.startswith(stage + ":") and stage not in _paused:
-        _paused.add(stage)
-        time.sleep(float(pause.split(":", 1)[1]))
-
-
-_paused: set[str] = set()
+__all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
+           "move_shard", "merge_index", "commit", "finish", "published_by"]
 
 
 @dataclass
@@ -73,25 +66,6 @@ def sum_tallies(tallies: Iterable[Tally]) -> Tally:
         total.skipped.update(t.skipped)
         total.extensions.update(t.extensions)
     return total
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    """A shard written under its temporary name."""
-
-    split: str
-    index: int
-    temp_path: str
-    name: str
-    num_records: int
-    num_bytes: int
-    crc32c: str
-    sha256: str
-    class_counts: tuple[tuple[int, int], ...]  # (label id, records)
-    index_part: str = ""  # this shard's index rows (Avro), merged per split when publishing
-    max_lengths: tuple[tuple[str, int], ...] = ()  # longest list per list feature (labels, extras)
-
-
 # ---------------------------------------------------------------------------------------------- outputs
 
 
@@ -129,127 +103,6 @@ def remove_run_folder(temp_root: str, temp_dir: str) -> None:
             storage.delete_prefix(temp_root)
     except storage.StorageError:
         pass  # hidden leftovers; the next run into this output removes them
-
-
-def check_output_at_launch(config: BuildConfig, run_id: str, created: str) -> None:
-    """For a run decided inside the job (a template launch): take the lock and apply the overwrite rule."""
-    try:
-        runlock.acquire(config.output, run_id, created)
-    except runlock.OutputBusy as exc:
-        raise UsageError(str(exc)) from None
-    if output_content(config.output) and not config.overwrite:
-        runlock.release(config.output, run_id)
-        raise UsageError(f"output {config.output} is not empty; pass --overwrite to replace the dataset there")
-    clean_stale_runs(config.temp_root, run_id)
-
-
-_renewed_at: dict[str, float] = {}
-
-
-def keep_lease(config: BuildConfig, run: RunInfo) -> None:
-    """Renew this run's lock on the output now and then while workers work: a template launch has no
-    driver to do it, and a Dataflow job goes on when its driver stops waiting."""
-    now = time.monotonic()
-    if now - _renewed_at.get(run.run_id, 0.0) < runlock.LEASE_SECONDS / 4:
-        return
-    _renewed_at[run.run_id] = now
-    try:
-        runlock.renew(config.output, run.run_id)
-    except storage.StorageError:
-        pass  # tried again later; the lease is long
-
-
-# ---------------------------------------------------------------------------------------------- finish
-
-
-def finish(results: list[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
-           rejected: list[dict], skipped_files: list[dict], tally: Tally, labels: list[str], run: RunInfo,
-           cross_split: Sequence[str] = (), known_labels: Sequence[str] = (),
-           adjust: Callable[[Manifest], Manifest] | None = None) -> str:
-    """Publish the dataset, or fail with one line: planning failed, or more files were rejected than allowed.
-
-    `known_labels` keep their ids (see build_manifest); `adjust` changes the manifest before it is published
-    (a reshard carries the source's fields over)."""
-    report = storage.join(run.temp_dir, "report")
-    if failure:
-        write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message(failure[0], rejected, tally, report))
-    stills = tally.skipped.get("still_image", 0)
-    if config.video is not None and stills:
-        write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message(
-            f"a dataset holds video clips or still images, not both: this video build (--video-frames) found "
-            f"{stills} still images; build them into another output without --video-frames", rejected, tally,
-            report))
-    manifest = build_manifest(config, run, results, plans[0], rejected, tally, labels, bool(skipped_files),
-                              known_labels)
-    if adjust is not None:
-        manifest = adjust(manifest)
-    if config.dedup:
-        manifest.duplicates = {"count": sum(r["reason"] == "duplicate" for r in rejected),
-                               "cross_split": dict(sorted(Counter(cross_split).items()))}
-    if config.max_rejected.exceeded(len(rejected), tally.seen):
-        write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message(
-            f"{len(rejected)} of {tally.seen} files were rejected, more than --max-rejected {config.max_rejected} "
-            "allows; nothing was published", rejected, tally, report))
-    return publish(config, run, manifest, results, rejected, skipped_files)
-
-
-def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardResult], plans: Mapping[str, SplitPlan],
-                   rejected: Sequence[dict], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
-                   known_labels: Sequence[str] = ()) -> Manifest:
-    """The manifest for a finished build, with each split's index merged from its shards' parts;
-    InternalError if a shard is missing or the accounting does not close. Label ids are the sorted names,
-    after `known_labels`, which keep theirs."""
-    names = label_order(labels, known_labels)
-    splits = {}
-    longest: Counter = Counter()
-    for r in results:
-        for key, n in r.max_lengths:
-            longest[key] = max(longest[key], n)
-    for split, split_plan in sorted(plans.items()):
-        mine = sorted((r for r in results if r.split == split), key=lambda r: r.index)
-        if [r.index for r in mine] != list(range(split_plan.num_shards)):
-            raise InternalError(f"split {split!r}: expected {split_plan.num_shards} shards, got {len(mine)}")
-        classes: Counter = Counter()
-        for r in mine:
-            classes.update(dict(r.class_counts))
-        splits[split] = Split(
-            num_records=sum(r.num_records for r in mine), num_bytes=sum(r.num_bytes for r in mine),
-            class_counts={name: classes.get(i, 0) for i, name in enumerate(names)},
-            shards=[Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine],
-            index=merge_index(config, run, split, mine))
-    image = config.image
-    multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
-    video = config.video
-    embedding = None
-    if config.embed is not None:
-        info = dict(config.embed_info)
-        dim = int(info["embedding_dim"])
-        shape = [video.frames, dim] if video else [dim]
-        embedding = {"key": config.embed_key, "shape": shape, **info}
-    features = schema.feature_table(
-        media="video" if video else "image", num_frames=video.frames if video else None, multi_label=multi_label,
-        extras=config.listing.extras, max_lengths=longest, embedding_key=embedding["key"] if embedding else None,
-        embedding_shape=embedding["shape"] if embedding else None)
-    return assemble(
-        splits=splits, rejected=rejected, skipped=dict(tally.skipped), skipped_extensions=dict(tally.extensions),
-        seen=tally.seen, skipped_path=SKIPPED_NAME if has_skipped_files else None,
-        tool_version=config.tool_version, created=run.created, input=config.input or "",
-        options=config.manifest_options(), features=features, labels=names, multi_label=multi_label,
-        media="video" if video else "image", embedding=embedding,
-        image_size=list(image.size) if image.size and image.resize != "fit" else None,
-        num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset)
-
-
-def merge_index(config: BuildConfig, run: RunInfo, split: str, shards: Sequence[ShardResult]) -> IndexFile:
-    """One split's index from its shards' parts, in shard order, written in the run's temp folder."""
-    name = index.index_name(split)
-    with storage.open_write(storage.join(run.temp_dir, name)) as out:
-        written = index.merge_index_parts(out, (storage.open_read(r.index_part) for r in shards),
-                                          index.index_schema(config.listing.extras))
-    return written.index_file(name)
 
 
 def tfds_files(manifest: Manifest) -> dict[str, bytes]:
@@ -298,35 +151,314 @@ def _jsonl(entries: Sequence[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines).encode("utf-8")
 
 
-def publish(config: BuildConfig, run: RunInfo, manifest: Manifest, results: Sequence[ShardResult],
-            rejected: Sequence[dict], skipped_files: Sequence[dict]) -> str:
-    """Make the new dataset visible: old manifest out, stale files out, shards in, reports, manifest last."""
-    out = config.output
-    if not runlock.holds(out, run.run_id):
-        raise UsageError(f"output {out}: this build lost its lock to another build (its lease ran out); "
-                         "nothing was published")
-    crash_point("publish-start")
-    storage.delete(storage.join(out, MANIFEST_NAME))
-    new_names = {r.name for r in results}
-    for name in storage.list_names(out):
-        if ((_SHARD_FILE.match(name) and name not in new_names) or name in _DATASET_FILES or _INDEX_FILE.match(name)
-                or REPORT_FILE.match(name)):
-            storage.delete(storage.join(out, name))
-    crash_point("publish-old-removed")
-    for i, r in enumerate(sorted(results, key=lambda r: r.name)):
-        storage.rename(r.temp_path, storage.join(out, r.name), size=r.num_bytes)  # a retry skips moved ones
-        if i == 0:
-            crash_point("publish-renaming")
-    for split in manifest.splits.values():
-        storage.rename(storage.join(run.temp_dir, split.index.path), storage.join(out, split.index.path),
-                       size=split.index.num_bytes)
-    storage.write_bytes(storage.join(out, REJECTED_NAME), _jsonl(rejected))
+
+
+def published_by(output: str, run: RunInfo) -> bool:
+    """Whether the dataset in `output` is the one this run published (a retried step then has nothing to do)."""
+    try:
+        return load(output).created == run.created
+    except (ManifestError, storage.StorageError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Move:
+    """A shard written under the run's temporary folder, and its name in the output."""
+
+    temp: str
+    name: str
+    size: int
+
+
+@dataclass(frozen=True)
+class IndexJob:
+    """A split's index to write: `name` in the output, from the new shards' index parts (Avro blocks, in the
+    order of the shards' places), after `base` (an append: the split's index so far) when given."""
+
+    split: str
+    name: str
+    parts: tuple[str, ...]
+    rows: int
+    extras: tuple[schema.ExtraSpec, ...] = ()
+    base: IndexFile | None = None
+
+
+@dataclass(frozen=True)
+class Publication:
+    """What publishing does: the manifest (its splits' index entries filled in by `commit`), the moves, the
+    indexes, the reports; `grows` is the manifest an append grows (None: a build replaces the dataset)."""
+
+    run: RunInfo
+    manifest: Manifest
+    moves: tuple[Move, ...]
+    indexes: tuple[IndexJob, ...]
+    reports: tuple[tuple[str, bytes], ...]
+    grows: Manifest | None = None
+
+    @property
+    def new_names(self) -> frozenset[str]:
+        return frozenset([m.name for m in self.moves] + [j.name for j in self.indexes] + [n for n, _ in self.reports])
+
+
+def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, plans: Sequence[Mapping], failure: Sequence[str],
+                     rejected: Sequence[dict], skipped_files: Sequence[dict], tally: Tally, labels: Sequence[str],
+                     run: RunInfo, cross_split: Sequence[str] = (), known_labels: Sequence[str] = (),
+                     adjust: Callable[[Manifest], Manifest] | None = None) -> Publication:
+    """What a build publishes; PlanError (its reports left in the run's temporary folder) when planning failed
+    or more files were rejected than allowed. `known_labels` keep their ids; `adjust` changes the manifest
+    (a reshard carries the source's fields over). No side effect but the reports of a failure."""
+    report = storage.join(run.temp_dir, "report")
+    if failure:
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message(failure[0], rejected, tally, report))
+    stills = tally.skipped.get("still_image", 0)
+    if config.video is not None and stills:
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message(
+            f"a dataset holds video clips or still images, not both: this video build (--video-frames) found "
+            f"{stills} still images; build them into another output without --video-frames", rejected, tally,
+            report))
+    manifest = build_manifest(config, run, results, plans[0], rejected, tally, labels, bool(skipped_files),
+                              known_labels)
+    if adjust is not None:
+        manifest = adjust(manifest)
+    if config.dedup:
+        manifest.duplicates = {"count": sum(r["reason"] == "duplicate" for r in rejected),
+                               "cross_split": dict(sorted(Counter(cross_split).items()))}
+    if config.max_rejected.exceeded(len(rejected), tally.seen):
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message(
+            f"{len(rejected)} of {tally.seen} files were rejected, more than --max-rejected {config.max_rejected} "
+            "allows; nothing was published", rejected, tally, report))
+    moves = tuple(Move(r.temp_path, r.name, r.num_bytes) for r in sorted(results, key=lambda r: r.name))
+    extras = tuple(config.listing.extras)
+    indexes = tuple(IndexJob(name, index.index_name(name), tuple(r.index_part for r in _in_place_order(results, name)),
+                             split.num_records, extras) for name, split in manifest.splits.items())
+    reports = [(REJECTED_NAME, _jsonl(rejected))]
     if skipped_files:
-        storage.write_bytes(storage.join(out, SKIPPED_NAME), _jsonl(skipped_files))
-    for name, data in tfds_files(manifest).items():
-        storage.write_bytes(storage.join(out, name), data)
-    crash_point("publish-before-manifest")
-    storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
-    remove_run_folder(config.temp_root, run.temp_dir)
-    runlock.release(out, run.run_id)
-    return storage.join(out, MANIFEST_NAME)
+        reports.append((SKIPPED_NAME, _jsonl(skipped_files)))
+    return Publication(run, manifest, moves, indexes, tuple(reports))
+
+
+def _in_place_order(results: Sequence[ShardResult], split: str) -> list[ShardResult]:
+    return sorted((r for r in results if r.split == split), key=lambda r: r.place)
+
+
+def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardResult], plans: Mapping,
+                   rejected: Sequence[dict], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
+                   known_labels: Sequence[str] = ()) -> Manifest:
+    """The manifest of a finished build, without its splits' index entries (see `commit`); InternalError if a
+    shard is missing or the accounting does not close. Label ids are the sorted names, after `known_labels`,
+    which keep theirs. `plans`: each split's plan (anything with `num_shards`)."""
+    names = label_order(labels, known_labels)
+    splits = {}
+    longest: Counter = Counter()
+    for r in results:
+        for key, n in r.max_lengths:
+            longest[key] = max(longest[key], n)
+    for split, split_plan in sorted(plans.items()):
+        mine = _in_place_order(results, split)
+        if sorted(r.index for r in mine) != list(range(split_plan.num_shards)):
+            raise InternalError(f"split {split!r}: expected {split_plan.num_shards} shards, got {len(mine)}")
+        classes: Counter = Counter()
+        for r in mine:
+            classes.update(dict(r.class_counts))
+        splits[split] = Split(
+            num_records=sum(r.num_records for r in mine), num_bytes=sum(r.num_bytes for r in mine),
+            class_counts={name: classes.get(i, 0) for i, name in enumerate(names)},
+            shards=[Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine])
+    image = config.image
+    multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
+    video = config.video
+    embedding = None
+    if config.embed is not None:
+        info = dict(config.embed_info)
+        dim = int(info["embedding_dim"])
+        shape = [video.frames, dim] if video else [dim]
+        embedding = {"key": config.embed_key, "shape": shape, **info}
+    features = schema.feature_table(
+        media="video" if video else "image", num_frames=video.frames if video else None, multi_label=multi_label,
+        extras=config.listing.extras, max_lengths=longest, embedding_key=embedding["key"] if embedding else None,
+        embedding_shape=embedding["shape"] if embedding else None)
+    return assemble(
+        splits=splits, rejected=rejected, skipped=dict(tally.skipped), skipped_extensions=dict(tally.extensions),
+        seen=tally.seen, skipped_path=SKIPPED_NAME if has_skipped_files else None,
+        tool_version=config.tool_version, created=run.created, input=config.input or "",
+        options=config.manifest_options(), features=features, labels=names, multi_label=multi_label,
+        media="video" if video else "image", embedding=embedding,
+        image_size=list(image.size) if image.size and image.resize != "fit" else None,
+        num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset)
+
+
+# ---------------------------------------------------------------------------------------------- the steps
+
+
+def clear_output(pub: Publication, config: BuildConfig) -> None:
+    """Before any shard moves in: a build removes the old manifest, then every dataset file it will not write
+    again; an append removes only leftovers of an interrupted earlier append (the old manifest and its files
+    stay). Nothing when this run has already published."""
+    out = config.output
+    if published_by(out, pub.run):
+        return
+    if not runlock.holds(out, pub.run.run_id):
+        raise UsageError(f"output {out}: this run lost its lock to another run (its lease ran out); nothing was "
+                         "published")
+    keep = pub.new_names
+    if pub.grows is None:
+        storage.delete(storage.join(out, MANIFEST_NAME))
+    else:
+        try:
+            current = load(out)
+        except ManifestError as exc:
+            raise UsageError(f"the dataset at {out} cannot be read any more ({exc}); nothing was published") from None
+        if current.created != pub.grows.created:
+            raise UsageError(f"the dataset at {out} changed while this append ran; nothing was published")
+        keep = keep | named_files(pub.grows)
+    for name in storage.list_names(out):
+        if (is_dataset_file(name) or (pub.grows is None and name in _DATASET_FILES)) and name not in keep:
+            storage.delete(storage.join(out, name))
+
+
+def move_shard(move: Move, config: BuildConfig) -> str:
+    """Move one shard into the output (a retry, or a second attempt at once, finds it moved)."""
+    storage.rename(move.temp, storage.join(config.output, move.name), size=move.size)
+    return move.name
+
+
+def merge_index(job: IndexJob, config: BuildConfig, run: RunInfo) -> tuple[str, IndexFile]:
+    """Write one split's index into the output; (split, its manifest entry). Safe to repeat: the same parts give
+    the same bytes, and once the run has published, its entry is read back from the manifest."""
+    try:
+        return job.split, write_index_file(job, config.output)
+    except storage.NotFoundError:
+        if published_by(config.output, run):
+            found = load(config.output).splits[job.split].index
+            if found is not None:
+                return job.split, found
+        raise
+
+
+def write_index_file(job: IndexJob, folder: str) -> IndexFile:
+    """`job.name` in folder: the index header, the base index's blocks (checked against its manifest entry),
+    then the parts' blocks. The parts are read several at a time."""
+    idx_schema = index.index_schema(job.extras)
+    header = index.index_header(idx_schema)
+    base = storage.join(folder, job.base.path) if job.base is not None else None
+    if base is not None and storage.read_range(base, 0, len(header)) != header:
+        return _rewritten_index(job, folder, base, idx_schema)
+    digest = storage.Digest()
+    with storage.open_write(storage.join(folder, job.name)) as out:
+        def put(data: bytes) -> None:
+            out.write(data)
+            digest.update(data)
+
+        put(header)
+        if base is not None:
+            _copy_base(base, job.base, header, put)
+        for _, data in prefetched(job.parts, storage.read_bytes, lambda _: 0):
+            put(index.without_header(data, header))
+    return IndexFile(job.name, job.rows + (job.base.num_rows if job.base else 0), digest.size, digest.crc32c,
+                     digest.sha256)
+
+
+def _copy_base(uri: str, entry: IndexFile, header: bytes, put: Callable[[bytes], None]) -> None:
+    """The base index's blocks (after its header), its size and CRC32C checked against its manifest entry."""
+    seen = storage.Digest()
+    with storage.open_read(uri) as f:
+        seen.update(f.read(len(header)))  # the header, checked by the caller
+        while block := f.read(storage.READ_CHUNK_SIZE):
+            seen.update(block)
+            put(block)
+    if (seen.size, seen.crc32c) != (entry.num_bytes, entry.crc32c):
+        raise PlanError(f"{entry.path}: size {seen.size} / crc32c {seen.crc32c} differ from the manifest's "
+                        f"{entry.num_bytes} / {entry.crc32c}; the index is damaged (run tpu-shards verify); nothing "
+                        "was published")
+
+
+def _rewritten_index(job: IndexJob, folder: str, base: str, idx_schema) -> IndexFile:
+    """A base index written by another version of the writer: its rows decoded and written again, then the parts'."""
+    from shard_utils.generations import DigestingReader
+
+    digest = storage.Digest()
+    header = index.index_header(idx_schema)
+
+    def rows():
+        with storage.open_read(base) as raw:
+            yield from index.read_index(DigestingReader(raw, digest))
+        if (digest.size, digest.crc32c) != (job.base.num_bytes, job.base.crc32c):
+            raise PlanError(f"{job.base.path}: size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
+                            f"{job.base.num_bytes} / {job.base.crc32c}; the index is damaged; nothing was published")
+        for part in job.parts:
+            yield from index.read_index(io.BytesIO(header + index.without_header(storage.read_bytes(part), header)))
+
+    with storage.open_write(storage.join(folder, job.name)) as out:
+        written = index.write_index(out, rows(), idx_schema)
+    return written.index_file(job.name)
+
+
+def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFile]) -> str:
+    """Write the reports and the manifest (last: the switch), then remove the run's temporary data and give the
+    lock back; returns the manifest's path. Safe to repeat."""
+    out = config.output
+    path = storage.join(out, MANIFEST_NAME)
+    if not published_by(out, pub.run):
+        manifest = with_indexes(pub.manifest, indexes)
+        try:
+            parse(manifest.to_json(), out)  # the loader's own checks, before anything is published
+        except ManifestError as exc:
+            raise InternalError(f"the manifest to publish does not validate: {exc}") from None
+        for name, data in pub.reports:
+            storage.write_bytes(storage.join(out, name), data)
+        if pub.grows is None:
+            for name, data in tfds_files(manifest).items():
+                storage.write_bytes(storage.join(out, name), data)
+        storage.write_bytes(path, manifest.to_json().encode("utf-8"))
+        if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
+            for name, data in tfds_files(manifest).items():
+                storage.write_bytes(storage.join(out, name), data)
+            for name in sorted(named_files(pub.grows) - named_files(manifest)):
+                storage.delete(storage.join(out, name))
+    remove_run_folder(config.temp_root, pub.run.temp_dir)
+    runlock.release(out, pub.run.run_id)
+    return path
+
+
+def with_indexes(m: Manifest, indexes: Mapping[str, IndexFile]) -> Manifest:
+    """The manifest with the index entries of the splits that got a new one."""
+    missing = [name for name, s in m.splits.items() if s.index is None and name not in indexes]
+    if missing:
+        raise InternalError(f"split {missing[0]!r} has no index")
+    splits = {name: replace(s, index=indexes.get(name, s.index)) for name, s in m.splits.items()}
+    return replace(m, splits=splits)
+
+
+def finish(results: Sequence[ShardResult], config: BuildConfig, **kw) -> str:
+    """Every publishing step in turn, here (what the Publish step runs in parallel)."""
+    pub = plan_publication(results, config, **kw)
+    return publish_here(pub, config)
+
+
+def publish_here(pub: Publication, config: BuildConfig) -> str:
+    """Run a publication's steps one after another in this process."""
+    clear_output(pub, config)
+    for move in pub.moves:
+        move_shard(move, config)
+    indexes = dict(merge_index(job, config, pub.run) for job in pub.indexes)
+    return commit(pub, config, indexes)
+
+
+def named_files(m: Manifest) -> set[str]:
+    """Every file a manifest names: shards, indexes, reports."""
+    names = {s.path for split in m.splits.values() for s in split.shards}
+    names |= {split.index.path for split in m.splits.values() if split.index is not None}
+    names |= {part["path"] for part in (m.rejected, m.skipped) if part.get("path")}
+    return names
+
+
+def is_dataset_file(name: str) -> bool:
+    """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
+    return bool(_SHARD_FILE.match(name) or _INDEX_FILE.match(name) or REPORT_FILE.match(name)
+                or name in (REJECTED_NAME, SKIPPED_NAME))

@@ -41,7 +41,10 @@ from .build_shards import counter_totals, pipeline_options, prepare_output, summ
 from .config import BuildConfig, RejectLimit, RunInfo
 from .errors import OneLineParser, UsageError
 from .running import execute, guard_interrupts
-from .transforms import FinalizeDataset, PlanShards, StartRun, WriteShards, count, new_run_id
+from .pipeline.common import count
+from .pipeline.fragments import PlanFragmentShards, WriteFragmentShards
+from .pipeline.publish import Publish
+from .pipeline.start import StartRun, new_run_id
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -225,9 +228,9 @@ class Carried:
                        input=src.input, options=made)
 
 
-def finish_reshard(results: list, config: BuildConfig, *, failure: list[str], damaged: Sequence[str] = (),
-                   source: Manifest, **side) -> str:
-    """Publish the resharded dataset, or fail with one line: a damaged source, or a plan that cannot be made."""
+def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], damaged: Sequence[str] = (),
+                 source: Manifest, **side) -> publish.Publication:
+    """What the reshard publishes, or PlanError in one line: a damaged source, or a plan that cannot be made."""
     if damaged:
         problems = sorted(set(damaged))
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -238,8 +241,8 @@ def finish_reshard(results: list, config: BuildConfig, *, failure: list[str], da
     new_options = (("num_cores", config.num_cores), ("num_hosts", config.num_hosts),
                    ("target_shard_mb", config.target_shard_mb), ("num_shards", config.num_shards),
                    ("seed", config.seed))
-    return publish.finish(results, config, failure=[], known_labels=source.labels,
-                          adjust=Carried(source, new_options), **side)
+    return publish.plan_publication(results, config, failure=[], known_labels=source.labels,
+                                    adjust=Carried(source, new_options), **side)
 
 
 # ---------------------------------------------------------------------------------------------- the graph
@@ -251,15 +254,14 @@ def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manife
     tasks = p | "ListShards" >> ListSourceShards(source)
     copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, source, run)
     carry = p | "CarryOver" >> CarryOver(source)
-    planned = copied.fragments | "PlanShards" >> PlanShards(config)
+    planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
     nothing_dropped = p | "NoDuplicates" >> beam.Create([])
-    shards = copied.fragments | "WriteShards" >> WriteShards(config, planned["plans"], run, nothing_dropped)
+    shards = copied.fragments | "WriteShards" >> WriteFragmentShards(config, planned["plans"], run)
     damaged = (tasks.damaged, copied.damaged, carry.damaged) | "AllDamage" >> beam.Flatten()
     _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": carry.rejected,
          "skipped_files": carry.skipped_files, "tally": carry.tally,
          "labels": p | "Labels" >> beam.Create(list(source.labels)), "run": run, "cross_split": nothing_dropped,
-         "damaged": damaged} | "FinalizeDataset" >> FinalizeDataset(
-        config, finish=functools.partial(finish_reshard, source=source))
+         "damaged": damaged} | "Publish" >> Publish(config, planner=functools.partial(plan_reshard, source=source))
 
 
 # ---------------------------------------------------------------------------------------------- the driver

@@ -4,7 +4,6 @@ failure, clean-up. One place, so every job that writes a dataset fails, is inter
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 import threading
@@ -12,7 +11,6 @@ from typing import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
-from apache_beam.runners.worker import statesampler
 
 from shard_utils import manifest, runlock, storage
 from shard_utils.plan import PlanError
@@ -20,7 +18,7 @@ from shard_utils.plan import PlanError
 from . import options, progress, publish
 from .config import BuildConfig
 from .errors import UsageError
-from .local_pool import LocalPool
+from .local.pool import LocalPool
 
 
 def guard_interrupts(config: BuildConfig, local: bool):
@@ -44,10 +42,8 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     local = runner in options.LOCAL_RUNNERS
     lease = LeaseKeeper(config.output, config.run_id) if config.run_id else contextlib.nullcontext()
     result = None
-    freeze_imported_objects()
     try:
-        with lease, progress.showing(show_progress if local else False), \
-                quick_stage_ends(local and not cloud.template_location):
+        with lease, progress.showing(show_progress if local else False):
             start_local_pool(config, opts)
             pipeline = beam.Pipeline(options=opts)
             build(pipeline)
@@ -77,47 +73,6 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     return result
 
 
-LOCAL_SAMPLING_MS = 10  # the in-process runner's state-sampling period (Beam's default: 200 ms)
-
-
-@contextlib.contextmanager
-def quick_stage_ends(local: bool):
-    """Within the block, stages of Beam's in-process runner end within 10 ms of their last element.
-
-    Each bundle ends by joining Beam's state-sampler thread, which sleeps up to 200 ms between samples
-    (ramping up over a stage's first second), so every long stage idled up to 200 ms at its end: 50-120 ms
-    measured after the encode step, 30-50 ms after the shard writers. Nothing reads those samples here.
-    Left alone on Dataflow, and when Beam's sampler is not the one this was measured on."""
-    init = statesampler.StateSampler.__init__
-    defaults = getattr(init, "__defaults__", None)
-    if not local or defaults != (getattr(statesampler, "DEFAULT_SAMPLING_PERIOD_MS", None),):
-        yield
-        return
-    init.__defaults__ = (LOCAL_SAMPLING_MS,)
-    try:
-        yield
-    finally:
-        init.__defaults__ = defaults
-
-
-def freeze_imported_objects() -> None:
-    """Leave the objects that exist before the first run of this process (the modules of Beam, TensorFlow and
-    their like, some 200,000) out of the cyclic garbage collector's passes from now on: a full pass over
-    them stalled the driver, and every worker waiting on it, for 0.08-0.1 s once or twice per build. Once
-    per process: the garbage of a later run is then collected as usual (freezing at every run would keep
-    the previous runs' uncollected garbage forever)."""
-    global _FROZEN
-    if not _FROZEN:
-        gc.freeze()
-        _FROZEN = True
-
-
-_FROZEN = False
-
-
-POOL_MODULES = ("beam_jobs.encode_worker", "beam_jobs.shard_writer")  # what the encode and write steps run
-
-
 def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
     """Start the local build's worker processes before the graph is built, so that their start-up (Python,
     Pillow, the job's modules) overlaps Beam's graph construction instead of following it. Only where the
@@ -126,7 +81,7 @@ def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
     direct = opts.view_as(DirectOptions)
     if (config.workers > 1 and runner in options.LOCAL_RUNNERS and not opts.view_as(GoogleCloudOptions).template_location
             and (direct.direct_num_workers or 1) <= 1):
-        LocalPool.shared(config.workers, preload=POOL_MODULES)
+        LocalPool.shared(config.workers)
 
 
 class LeaseKeeper:
@@ -174,7 +129,7 @@ def raise_job_failure(result) -> None:
     """Raise, as its own type, the one-line failure a local job reported through its `failure` metric."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from .transforms import FAILURE_METRIC, NAMESPACE
+    from .pipeline.common import FAILURE_METRIC, NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(FAILURE_METRIC))

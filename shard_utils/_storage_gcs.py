@@ -12,9 +12,19 @@ from typing import Callable, Iterator
 
 from google.api_core import exceptions as api
 from google.cloud.storage.fileio import BlobWriter
-from google.cloud.storage.retry import DEFAULT_RETRY, DEFAULT_RETRY_IF_GENERATION_SPECIFIED
+from google.cloud.storage.retry import DEFAULT_RETRY as _LIBRARY_RETRY
+from google.cloud.storage.retry import DEFAULT_RETRY_IF_GENERATION_SPECIFIED as _LIBRARY_CONDITIONAL
 
 from . import storage
+
+# The library's retry waits up to 60 s between tries and gives up after 120 s; under a burst of 503s that
+# stalls a worker for minutes per request. Tries here wait at most 4 s (full jitter) and stop after 60 s:
+# a request that still fails then fails its step, which the runner retries, while other reads go on.
+DEFAULT_RETRY = _LIBRARY_RETRY.with_delay(initial=0.25, maximum=4.0, multiplier=2.0).with_timeout(60.0)
+DEFAULT_RETRY_IF_GENERATION_SPECIFIED = type(_LIBRARY_CONDITIONAL)(
+    DEFAULT_RETRY, _LIBRARY_CONDITIONAL.conditional_predicate, _LIBRARY_CONDITIONAL.required_kwargs)
+READ_RETRY = DEFAULT_RETRY
+READ_TIMEOUT = (10.0, 60.0)  # seconds to connect, and to wait for each chunk of an answer
 
 _BATCH = 100  # deletes per batch request (the JSON API's documented limit)
 
@@ -89,18 +99,57 @@ def top_level_dirs(root: str) -> list[str]:
     return [name.rstrip("/") for name in list_names(root) if name.endswith("/")]
 
 
-def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None = None) -> Iterator[storage.Entry]:
+def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None = None, start: str = "",
+         after: tuple[str, bool] | None = None, end: str | None = None) -> Iterator[storage.Entry]:
     """Objects have no symlinks: follow_symlinks changes nothing here. Nor does prune: a flat listing of
     the prefix has no folder to leave."""
+    entries, _, _ = list_range(root, start, after, end, None, delimiter=False)
+    yield from entries
+
+
+def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str | None, max_pages: int | None,
+               delimiter: bool = True) -> tuple[Iterator[storage.Entry] | list, list[str], str | None]:
+    """Objects under root/rel_dir whose names (relative to root) come after `after` = (name, inclusive) and
+    before `end`.
+
+    With delimiter, only that level: its objects, and its sub-folders' relative paths. At most max_pages
+    pages are listed; the third value is then the last name listed when more remain (else None). Without a
+    page limit the objects stream, one page held at a time. The range is also checked here, name by name:
+    a server that ignores startOffset/endOffset (an emulator) gives the same result."""
     bucket, prefix = _prefix(root)
-    # One page at a time: the caller sees the first objects before the rest are listed, and
-    # nothing here holds more than a page, however many objects the bucket has.
-    for blob in storage.gcs_client().list_blobs(bucket, prefix=prefix, page_size=storage.LIST_PAGE_SIZE,
-                                                fields="items(name,size),nextPageToken", retry=DEFAULT_RETRY):
-        rel = blob.name[len(prefix):]
-        if not rel or rel.endswith("/"):
-            continue  # folder placeholder objects hold no data
-        yield storage.Entry(rel, int(blob.size or 0))
+    level = prefix + (rel_dir.rstrip("/") + "/" if rel_dir.strip("/") else "")
+    kwargs = dict(prefix=level, page_size=storage.LIST_PAGE_SIZE, retry=DEFAULT_RETRY,
+                  fields="items(name,size),prefixes,nextPageToken")
+    if delimiter:
+        kwargs["delimiter"] = "/"
+    if after is not None:
+        kwargs["start_offset"] = prefix + after[0]
+    if end is not None:
+        kwargs["end_offset"] = prefix + end
+    blobs = storage.gcs_client().list_blobs(bucket, **kwargs)
+
+    def inside(rel: str) -> bool:
+        return (after is None or rel > after[0] or (after[1] and rel == after[0])) and (end is None or rel < end)
+
+    def entries_of(page) -> Iterator[storage.Entry]:
+        for blob in page:
+            rel = blob.name[len(prefix):]
+            if rel and not rel.endswith("/") and inside(rel):  # folder placeholder objects hold no data
+                yield storage.Entry(rel, int(blob.size or 0))
+
+    if max_pages is None and not delimiter:
+        return (e for page in blobs.pages for e in entries_of(page)), [], None
+    found, folders, last, pages = [], [], None, 0
+    for page in blobs.pages:
+        names = list(entries_of(page))
+        found += names
+        folders += [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
+        pages += 1
+        if names:
+            last = names[-1].rel_path
+        if max_pages is not None and pages >= max_pages and blobs.next_page_token:
+            return found, sorted(set(folders)), last
+    return found, sorted(set(folders)), None
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -251,6 +300,43 @@ def rename(src: str, dst: str, size: int | None) -> None:
         source.delete(retry=DEFAULT_RETRY)
     except api.NotFound:
         pass  # deleted by an earlier try, or replaced by a newer object that is not ours to delete
+
+
+COMPOSE_LIMIT = 32  # source objects per compose request
+
+
+def compose(sources: list[str], dst: str) -> tuple[int, str]:
+    """Server-side concatenation; more than 32 sources go through intermediate objects beside dst, removed
+    after. A retry composes the same sources into the same bytes."""
+    target = _blob(dst)
+    names = []
+    for uri in sources:
+        bucket, name = storage.split_gcs(uri)
+        if bucket != target.bucket.name:
+            raise ValueError(f"compose: {uri} is not in dst's bucket gs://{target.bucket.name}")
+        names.append(name)
+    level, parts = 0, []
+    while len(names) > COMPOSE_LIMIT:
+        grouped = []
+        for i in range(0, len(names), COMPOSE_LIMIT):
+            part = f"{target.name}.compose-{level}-{i // COMPOSE_LIMIT:05d}"
+            _compose(target.bucket, names[i:i + COMPOSE_LIMIT], part)
+            grouped.append(part)
+        parts += grouped
+        names, level = grouped, level + 1
+    done = _compose(target.bucket, names, target.name)
+    for part in parts:
+        try:
+            target.bucket.blob(part).delete(retry=DEFAULT_RETRY)
+        except api.NotFound:
+            pass
+    return int(done.size), done.crc32c
+
+
+def _compose(bucket, names: list[str], dst: str):
+    blob = bucket.blob(dst)
+    blob.compose([bucket.blob(n) for n in names], retry=DEFAULT_RETRY)
+    return blob
 
 
 def delete(uri: str) -> None:

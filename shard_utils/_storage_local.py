@@ -49,13 +49,17 @@ def top_level_dirs(root: str) -> list[str]:
         return [e.name for e in it if e.is_dir(follow_symlinks=False)]
 
 
-def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None = None) -> Iterator[storage.Entry]:
-    """Depth-first, sorted by name; the root must be listable, sub-folders that are not become entries.
-    A folder for which prune(its relative path) is true, asked before each of its entries, is left."""
+def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None = None,
+         start: str = "") -> Iterator[storage.Entry]:
+    """Depth-first, sorted by name, from the folder `start` (relative to root); the root must be listable,
+    sub-folders that are not become entries. A folder for which prune(its relative path) is true, asked
+    before each of its entries, is left."""
     real_root = os.path.realpath(root)
-    with os.scandir(root) as it:  # an unlistable root is an error, as a missing bucket is
-        first = sorted(it, key=lambda e: e.name)
-    pending: list[tuple[str, list[os.DirEntry] | None]] = [("", first)]
+    if start:
+        pending: list[tuple[str, list[os.DirEntry] | None]] = [(start.rstrip("/"), None)]
+    else:
+        with os.scandir(root) as it:  # an unlistable root is an error, as a missing bucket is
+            pending = [("", sorted(it, key=lambda e: e.name))]
     while pending:
         rel_dir, entries = pending.pop()
         if prune is not None and rel_dir and prune(rel_dir):
@@ -72,17 +76,47 @@ def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None =
             if prune is not None and rel_dir and prune(rel_dir):
                 break
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                if entry.is_symlink():
-                    yield _symlink_entry(rel, entry.path, real_root, follow_symlinks)
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append((rel, None))
-                elif entry.is_file(follow_symlinks=False):
-                    yield storage.Entry(rel, entry.stat(follow_symlinks=False).st_size)
-                else:
-                    yield storage.Entry(rel, 0, "not_regular_file", "not a regular file (device, pipe or socket)")
-            except OSError as exc:
-                yield storage.Entry(rel, 0, "unreadable", f"cannot stat: {exc.strerror or exc}")
+            found = _entry(entry, rel, real_root, follow_symlinks)
+            if found is None:
+                pending.append((rel, None))
+            else:
+                yield found
+
+
+def list_dir(root: str, rel_dir: str, follow_symlinks: bool) -> tuple[list[storage.Entry], list[str]]:
+    """The files directly in one folder as entries, and its sub-folders' relative paths (both sorted)."""
+    real_root = os.path.realpath(root)
+    rel_dir = rel_dir.rstrip("/")
+    try:
+        with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        if not rel_dir:
+            raise  # an unlistable root is an error, as a missing bucket is
+        return [storage.Entry(rel_dir + "/", 0, "unreadable", f"folder cannot be listed: {exc.strerror or exc}")], []
+    files, folders = [], []
+    for entry in entries:
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        found = _entry(entry, rel, real_root, follow_symlinks)
+        if found is None:
+            folders.append(rel)
+        else:
+            files.append(found)
+    return files, folders
+
+
+def _entry(entry: os.DirEntry, rel: str, real_root: str, follow_symlinks: bool) -> storage.Entry | None:
+    """A scanned name as an entry; None for a folder (to be listed in turn)."""
+    try:
+        if entry.is_symlink():
+            return _symlink_entry(rel, entry.path, real_root, follow_symlinks)
+        if entry.is_dir(follow_symlinks=False):
+            return None
+        if entry.is_file(follow_symlinks=False):
+            return storage.Entry(rel, entry.stat(follow_symlinks=False).st_size)
+        return storage.Entry(rel, 0, "not_regular_file", "not a regular file (device, pipe or socket)")
+    except OSError as exc:
+        return storage.Entry(rel, 0, "unreadable", f"cannot stat: {exc.strerror or exc}")
 
 
 def _symlink_entry(rel: str, path: str, real_root: str, follow: bool) -> storage.Entry:
@@ -279,7 +313,28 @@ def rename(src: str, dst: str, size: int | None) -> None:
         except FileNotFoundError:
             pass
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    os.replace(src, dst)
+    try:
+        os.replace(src, dst)
+    except FileNotFoundError:  # another attempt moved it between the check above and here
+        if size is None or not os.path.exists(dst) or os.stat(dst).st_size != size:
+            raise
+
+
+def move_prefix(src: str, dst: str, length: int) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    try:
+        os.replace(src, dst)
+    except FileNotFoundError:
+        if not os.path.exists(dst):
+            raise
+    fd = os.open(dst, os.O_RDWR)
+    try:
+        if os.fstat(fd).st_size < length:
+            raise OSError(errno.EINVAL, f"holds {os.fstat(fd).st_size} bytes, fewer than the {length} to keep")
+        os.ftruncate(fd, length)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def delete(path: str) -> None:

@@ -395,3 +395,38 @@ def _shape_text(shape: tuple) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+_LOADED: dict["EmbedSpec", Embedder] = {}  # one model per spec per process
+
+
+class EmbedRecords:
+    """Adds the model's embedding to prepared records (every frame of a clip) and frames them; a record whose
+    embedding holds NaN or infinite values becomes an `embedding_nan` rejection. The model is loaded once per
+    process. The same records in the same order always form the same model batches."""
+
+    def __init__(self, spec: EmbedSpec, key: str):
+        self.spec, self.key = spec, key
+
+    def __call__(self, prepared: Sequence) -> list:
+        from .encode import framed
+
+        if not prepared:
+            return []
+        if self.spec not in _LOADED:
+            _LOADED[self.spec] = load_embedder(self.spec)
+        images, counts = [], []
+        for p in prepared:
+            frames = [p.record.encoded] if p.record.frames is None else list(p.record.frames)
+            images += frames
+            counts.append(len(frames))
+        vectors = _LOADED[self.spec].embed(images)
+        out, at = [], 0
+        for p, n in zip(prepared, counts):
+            rows, at = vectors[at:at + n], at + n
+            if nonfinite_rows(rows).any():
+                out.append({"source": p.meta.source_id, "reason": EMBEDDING_NAN,
+                            "message": "the model's embedding of this image holds NaN or infinite values"})
+            else:
+                out.append(framed(p, tuple(float(x) for x in rows.reshape(-1)), self.key))
+        return out

@@ -10,9 +10,10 @@ import operator
 from dataclasses import dataclass, field, replace
 from typing import Union
 
-from . import plan, schema, storage
+from . import plan, schema
 from .images import ImageOptions, Rejected, prepare_image
 from .inputs import MediaItem
+from .media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
 from .tfrecord import frame
 from .video import VideoOptions, prepare_video
 
@@ -29,6 +30,7 @@ class EncodeSettings:
     extras: tuple[schema.ExtraSpec, ...] = ()
     video: VideoOptions | None = None  # a video dataset: every item is a clip
     frame_now: bool = True  # False when an embedding is added to the record later (it is framed then)
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # larger source files are rejected `too_large`, never read whole
 
 
 @dataclass(frozen=True, slots=True)  # slots: a build holds one per record until its shard is written
@@ -100,14 +102,6 @@ def reject(item: MediaItem, reason: str, message: str) -> Reject:
     return {"source": item.source_id, "reason": reason, "message": where + message}
 
 
-def read_source(uri: str) -> bytes:
-    """A source file's bytes (local files with open(): cheaper than any abstraction per small file)."""
-    if storage.is_gcs(uri):
-        return storage.read_bytes(uri)
-    with open(uri, "rb") as f:
-        return f.read()
-
-
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type if it has none), at most 300 characters."""
     text = str(exc).strip()
@@ -116,13 +110,15 @@ def first_line(exc: BaseException) -> str:
 
 def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
     """Read, validate and encode one item into a framed record (or a Prepared one awaiting its embedding),
-    or say why it cannot be one."""
-    try:
-        data = read_source(item.uri)
-    except (FileNotFoundError, storage.NotFoundError):
-        return reject(item, "missing", f"{item.uri} does not exist")
-    except Exception as exc:  # noqa: BLE001 - unreadable files are accounted for, never fatal
-        return reject(item, "unreadable", first_line(exc))
+    or say why it cannot be one. A read that may succeed later raises TransientReadError."""
+    data = read_source(item.uri, settings.max_file_bytes, item.size)
+    return encode_data(item, settings, data)
+
+
+def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusable) -> Outcome:
+    """encode_item for bytes already read (or the definite answer why they could not be)."""
+    if isinstance(data, Unusable):
+        return reject(item, data.reason, data.message)
     try:
         if settings.video is not None:
             clip = prepare_video(data, settings.video)

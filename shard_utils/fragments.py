@@ -206,3 +206,42 @@ def window_for(pieces: int, budget: int = READ_BUDGET) -> int:
 def merge(runs: Iterable[Iterable[tuple[RecordMeta, bytes]]]) -> Iterator[tuple[RecordMeta, bytes]]:
     """Merge sorted runs of records into one run in key order."""
     return heapq.merge(*runs, key=lambda pair: pair[0].order)
+
+
+@dataclass(frozen=True)
+class FragmentShardTask:
+    """One shard to write from fragments: its split's plan, its slices, and its file name."""
+
+    split: str
+    shard: int
+    pieces: tuple[Slice, ...]
+    split_plan: SplitPlan
+    name: str
+
+
+def write_fragment_shard(task: FragmentShardTask, folder: str, extras=()):
+    """Read the shard's slices (in windows), merge them in key order, and write the shard and its index part
+    under `folder` (the run's temporary folder)."""
+    from .sharding.writer import ShardResult, describe, shard_paths
+
+    pieces = sorted(task.pieces, key=lambda s: (s.fragment, s.start))
+    window = window_for(len(pieces))
+    runs = [read_slice(piece, window) for piece in pieces]
+    path, index_part = shard_paths(folder, task.name)
+    digest = storage.Digest()
+    metas = []
+    with storage.open_write(path) as out:
+        for meta, data in merge(runs):
+            out.write(data)
+            digest.update(data)
+            metas.append(meta)
+    expected = task.split_plan.sizes[task.shard]
+    if len(metas) != expected:
+        raise InternalError(f"shard {task.shard} of split {task.split!r} got {len(metas)} records, planned {expected}")
+    from . import index
+
+    rows, classes, longest = describe(task.shard, metas, extras)
+    storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
+    return ShardResult(task.split, task.shard, path, task.name, len(metas), digest.size, digest.crc32c, digest.sha256,
+                       tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())),
+                       sum(piece.length for piece in pieces))

@@ -247,6 +247,41 @@ def write_index(fileobj: BinaryIO, rows: Iterable[IndexRow], schema: Mapping[str
     return IndexWritten(count, out.digest.size, out.digest.crc32c, out.digest.sha256)
 
 
+def index_header(schema: Mapping[str, Any]) -> bytes:
+    """The bytes every index file with this schema starts with (magic, schema, codec, sync marker)."""
+    import io
+
+    import fastavro
+
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(dict(schema)), [], codec=_CODEC, sync_interval=_SYNC_INTERVAL,
+                    sync_marker=_sync_marker(schema), strict=True)
+    return buffer.getvalue()
+
+
+def index_blocks(rows: Iterable[IndexRow], schema: Mapping[str, Any]) -> bytes:
+    """The rows as Avro blocks without the header: a split's index is `index_header` followed by every shard's
+    blocks in shard order (the same sync marker makes that one valid file)."""
+    import io
+
+    buffer = io.BytesIO()
+    write_index(buffer, rows, schema)
+    header = index_header(schema)
+    data = buffer.getvalue()
+    if not data.startswith(header):
+        raise IndexFormatError("the index writer's header changed between two files of one schema")
+    return data[len(header):]
+
+
+def without_header(data: bytes, header: bytes) -> bytes:
+    """An index part's blocks: the part as `index_blocks` wrote it, or a whole index file with this header."""
+    if data.startswith(header):
+        return data[len(header):]
+    if data.startswith(b"Obj\x01"):
+        raise IndexFormatError("an index part was written with another schema or sync marker than its split's index")
+    return data
+
+
 def merge_index_parts(fileobj: BinaryIO, parts: Iterable[BinaryIO], schema: Mapping[str, Any]) -> IndexWritten:
     """One split's index from per-shard index files (each written by its shard's writer), in shard order.
 

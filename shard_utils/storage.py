@@ -17,9 +17,10 @@ import os
 import io
 import posixpath
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Callable, Iterator
+from typing import IO, Callable, Iterator, Sequence
 
 GCS = "gs://"
 LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
@@ -201,8 +202,24 @@ def stores_checksums(uri: str) -> bool:
 _client = None  # (STORAGE_EMULATOR_HOST it was made for, client)
 
 
+_io_pools: dict[str, ThreadPoolExecutor] = {}
+_io_pools_lock = threading.Lock()
+
+
+def io_threads(name: str, size: int) -> ThreadPoolExecutor:
+    """A process-wide pool of `size` threads for I/O that runs beside the work (reads ahead, uploads behind)."""
+    with _io_pools_lock:
+        if name not in _io_pools:
+            _io_pools[name] = ThreadPoolExecutor(size, thread_name_prefix=f"tpu-shards-{name}")
+        return _io_pools[name]
+
+
+HTTP_CONNECTIONS = 32  # kept open per process: more than the reads a worker keeps in flight
+
+
 def gcs_client():
-    """One google-cloud-storage client per process (a new one if STORAGE_EMULATOR_HOST changes).
+    """One google-cloud-storage client per process (a new one if STORAGE_EMULATOR_HOST changes), with a
+    connection pool large enough for the reads kept in flight.
 
     Credentials are Application Default Credentials; with STORAGE_EMULATOR_HOST set (a local
     emulator) the client is anonymous, as the emulator needs no credentials.
@@ -215,15 +232,27 @@ def gcs_client():
         if host:
             from google.auth.credentials import AnonymousCredentials
 
-            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or "local-emulator",
-                                    credentials=AnonymousCredentials())
+            credentials = AnonymousCredentials()
+            project = os.environ.get("GOOGLE_CLOUD_PROJECT") or "local-emulator"
         else:
-            try:
-                client = storage.Client()
-            except OSError:  # ADC that names no project: reading and writing objects needs none
-                client = storage.Client(project=None)
+            import google.auth
+
+            credentials, project = google.auth.default()  # DefaultCredentialsError says what to do
+        client = storage.Client(project=project, credentials=credentials, _http=_session(credentials))
         _client = (host, client)
     return _client[1]
+
+
+def _session(credentials):
+    """An HTTP session whose pool keeps HTTP_CONNECTIONS connections per host (requests keeps 10)."""
+    import requests
+    from google.auth.transport.requests import AuthorizedSession
+
+    session = AuthorizedSession(credentials)
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=HTTP_CONNECTIONS)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
 
 
 # ---------------------------------------------------------------------------------------------- listing
@@ -256,17 +285,58 @@ def list_names(folder: str) -> list[str]:
         return sorted(_backend(folder).list_names(folder))
 
 
-def walk(root: str, follow_symlinks: bool = False, prune: Callable[[str], bool] | None = None) -> Iterator[Entry]:
-    """Every file under root, recursively, streamed (page by page on gs://).
+def walk(root: str, follow_symlinks: bool = False, prune: Callable[[str], bool] | None = None,
+         start: str = "", after: tuple[str, bool] | None = None, end: str | None = None) -> Iterator[Entry]:
+    """Every file under root (or under its folder `start`, paths still relative to root), recursively,
+    streamed (page by page on gs://).
 
     Local symlinks are never followed out of root or into folders; with follow_symlinks=True links
     to files are followed wherever they point. Links that dangle, loop or lead to folders, unreadable
     files and folders come out as entries with a reason instead of being dropped.
     prune(folder's relative path), when given, may stop the rest of a folder being listed locally
     (asked as the walk goes, so it can depend on what came out); gs:// lists everything anyway.
+    On gs:// the walk can be limited to a range of names (see `list_level`).
     """
-    with _failing("list", root):
-        yield from _backend(root).walk(root, follow_symlinks, prune)
+    with _failing("list", join(root, start) if start else root):
+        if after is not None or end is not None:
+            if not is_gcs(root):
+                raise ValueError("a range of names is for gs:// walks")
+            yield from _backend(root).walk(root, follow_symlinks, prune, start, after, end)
+        else:
+            yield from _backend(root).walk(root, follow_symlinks, prune, start)
+
+
+def list_level(root: str, rel_dir: str, follow_symlinks: bool = False, *, after: tuple[str, bool] | None = None,
+               end: str | None = None, max_pages: int | None = None) -> tuple[list[Entry], list[str], str | None]:
+    """One folder level under root: (its files as entries, its sub-folders' relative paths, and on gs:// the
+    last name listed when `max_pages` pages did not hold the whole level, else None).
+
+    On gs:// the level can be cut into ranges of names (after = (name, inclusive) < name < end, names relative
+    to root), so that one large flat folder is listed by several workers (see `split_names`)."""
+    with _failing("list", join(root, rel_dir) if rel_dir else root):
+        if is_gcs(root):
+            entries, folders, more = _backend(root).list_range(root, rel_dir, after, end, max_pages)
+            return list(entries), folders, more
+        files, folders = _backend(root).list_dir(root, rel_dir, follow_symlinks)
+        return files, folders, None
+
+
+NAME_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"  # in byte order
+
+
+def split_names(after: str, end: str | None, parts: int) -> list[str]:
+    """Up to parts-1 names that cut the names between `after` and `end` into ranges, by the character where
+    the range's names first differ (an even split when names are hashes or UUIDs; names sharing a long
+    prefix, like numbered files, split less evenly). Sorted, each strictly between after and end."""
+    shared = len(os.path.commonprefix([after, end])) if end is not None else 0
+    if end is None:  # cut at the first character after the common folder part of the name
+        shared = after.rfind("/") + 1
+    stem = after[:shared]
+    above = after[shared] if shared < len(after) else ""
+    chars = [c for c in NAME_ALPHABET if c > above and (end is None or stem + c < end)]
+    step = max(1, len(chars) // max(1, parts))
+    cuts = [stem + c for c in chars[step - 1::step]][:parts - 1]
+    return sorted(c for c in set(cuts) if c > after and (end is None or c < end))
 
 
 def top_level_dirs(root: str) -> list[str]:
@@ -489,6 +559,36 @@ def _stream_copy(src: str, dst: str) -> None:
     with open_read(src) as reader, open_write(dst) as writer:
         while block := reader.read(READ_CHUNK_SIZE):
             writer.write(block)
+
+
+def compose(sources: Sequence[str], dst: str) -> tuple[int, str]:
+    """Write dst as the sources' bytes one after another (dst appears whole); returns dst's (size, crc32c).
+
+    On gs:// the sources must be in dst's bucket and nothing is downloaded: Cloud Storage composes them
+    (32 at a time, in a tree for more). Locally the bytes are copied. Running it again gives the same dst."""
+    if not sources:
+        raise ValueError("compose needs at least one source")
+    with _failing("compose", sources[0], dst):
+        if is_gcs(dst) and all(is_gcs(s) for s in sources):
+            return _backend(dst).compose(list(sources), dst)
+        digest = Digest()
+        with open_write(dst) as out:
+            for src in sources:
+                with open_read(src) as reader:
+                    while block := reader.read(READ_CHUNK_SIZE):
+                        out.write(block)
+                        digest.update(block)
+        return digest.size, digest.crc32c
+
+
+def move_prefix(src: str, dst: str, length: int) -> None:
+    """Move a local file to dst keeping only its first `length` bytes, made durable (no byte is copied).
+
+    Safe to repeat, and to run twice at once: once src is gone, dst is cut to `length` again."""
+    if is_gcs(src) or is_gcs(dst):
+        raise ValueError("move_prefix works on local files; on gs:// compose the object's parts")
+    with _failing("rename", src, dst):
+        _backend(src).move_prefix(src, dst, length)
 
 
 def delete(uri: str) -> None:

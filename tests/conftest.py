@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -50,6 +51,38 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subproce
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     return subprocess.run([sys.executable, "-m", "beam_jobs.cli", *map(str, args)], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=REPO)
+
+
+SEAMS = REPO / "tests" / "seams"  # sitecustomize.py: faults installed in a build's processes (see there)
+# Where a crash test kills a build: the first call of each function (module:function[:nth call]).
+KILL_AT = {
+    "encode": "shard_utils.sharding.encode_run:encode_run",
+    "write": "shard_utils.sharding.writer:write_shard",
+    "publish-start": "beam_jobs.publish:clear_output",
+    "publish-old-removed": "beam_jobs.publish:move_shard",
+    "publish-renaming": "beam_jobs.publish:move_shard:2",
+    "publish-before-manifest": "beam_jobs.publish:commit",
+}
+
+
+def faults(**variables: str) -> dict:
+    """Environment variables that install tests/seams' faults in a process started with them (and its workers):
+    kill=<KILL_AT stage>, segv=<source id>, hold=<module:function=path>."""
+    env = {"PYTHONPATH": os.pathsep.join([str(SEAMS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    if "kill" in variables:
+        env["TPU_SHARDS_TEST_KILL"] = KILL_AT[variables.pop("kill")]
+        counter = tempfile.NamedTemporaryFile(prefix="tpu-shards-calls-", delete=False)
+        counter.close()
+        env["TPU_SHARDS_TEST_COUNTER"] = counter.name
+    for name, value in variables.items():
+        env[f"TPU_SHARDS_TEST_{name.upper()}"] = value
+    return env
+
+
+def install_faults(monkeypatch, **variables: str) -> None:
+    """faults() for the worker processes of a build run in this process."""
+    for name, value in faults(**variables).items():
+        monkeypatch.setenv(name, value)
 
 
 def run_strategy_check(*args) -> dict:

@@ -176,9 +176,10 @@ class TokenServer:
         self.httpd.server_close()
 
 
-@pytest.fixture(scope="session")
-def gcs(tmp_path_factory) -> Iterator[Emulator]:
-    """gcp-storage-emulator on a free loopback port, with STORAGE_EMULATOR_HOST set for the session."""
+@contextmanager
+def running_emulator(adc_folder: Path) -> Iterator[Emulator]:
+    """gcp-storage-emulator on a free loopback port, with STORAGE_EMULATOR_HOST, a project and Application
+    Default Credentials (a key whose token endpoint is on loopback, written in adc_folder) set inside the block."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -193,7 +194,7 @@ def gcs(tmp_path_factory) -> Iterator[Emulator]:
         _wait_healthy(url, proc)
         os.environ["NO_GCE_CHECK"] = "True"
         os.environ["GOOGLE_CLOUD_PROJECT"] = PROJECT
-        adc = tokens.write_adc(tmp_path_factory.mktemp("adc") / "application_default_credentials.json")
+        adc = tokens.write_adc(Path(adc_folder) / "application_default_credentials.json")
         os.environ["GOOGLE_APPLICATION_CREDENTIALS"] = str(adc)
         with storage_host(url):
             em = Emulator(url, proc)
@@ -214,7 +215,19 @@ def gcs(tmp_path_factory) -> Iterator[Emulator]:
         reset_clients()
 
 
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory) -> Iterator[Emulator]:
+    """gcp-storage-emulator on a free loopback port, with STORAGE_EMULATOR_HOST set for the session."""
+    with running_emulator(tmp_path_factory.mktemp("adc")) as em:
+        yield em
+
+
 DENIED = f"builder@{PROJECT}.iam.gserviceaccount.com does not have storage.objects.create access"
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that hung up on a reset: expected here
+        pass
 
 
 class FaultProxy:
@@ -224,13 +237,18 @@ class FaultProxy:
     TCP reset with no response at all. Everything else is forwarded unchanged, except that with
     paginate=True object listings are answered in pages of maxResults with a nextPageToken, as GCS
     does (the emulator itself ignores maxResults). deny_writes_to=<bucket> answers every write to
-    that bucket with 403, like a bucket the credentials may only read.
+    that bucket with 403, like a bucket the credentials may only read. fail_paths (a regular
+    expression) answers every request whose path matches with 503: an object that stays unavailable.
+    latency (seconds) delays every request before it is forwarded, as a remote store would; requests
+    in flight at once wait at once.
     """
 
     def __init__(self, upstream: str, rate: float = 0.0, seed: int = 1, deny_writes_to: str | None = None,
-                 paginate: bool = False):
+                 paginate: bool = False, latency: float = 0.0, fail_paths: str | None = None):
         self.upstream = upstream.removeprefix("http://")
         self.paginate = paginate
+        self.latency = latency
+        self.fail_paths = re.compile(fail_paths) if fail_paths else None
         self.rate = rate
         self.random = random.Random(seed)
         self.deny_writes_to = deny_writes_to
@@ -238,6 +256,7 @@ class FaultProxy:
         self.counts = {"forwarded": 0, "503": 0, "429": 0, "reset": 0, "403": 0}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request received
         self.served: list[tuple[str, str, int]] = []  # (method, path, response body bytes) of forwarded ones
+        self.timeline: list[tuple[float, float, str, str]] = []  # (start, end, method, path) of forwarded ones
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -247,6 +266,7 @@ class FaultProxy:
                 pass
 
             def _handle(self):
+                started = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 fault = proxy._fault(self.command, self.path)
@@ -279,6 +299,7 @@ class FaultProxy:
                     data = proxy._page_of(data, *page[1:])
                 with proxy.lock:
                     proxy.served.append((self.command, self.path, len(data)))
+                    proxy.timeline.append((started, time.monotonic(), self.command, self.path))
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
@@ -290,14 +311,19 @@ class FaultProxy:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def _fault(self, method: str, path: str) -> str | None:
+        if self.latency:
+            time.sleep(self.latency)
         with self.lock:
             self.requests.append((method, path))
+            if self.fail_paths is not None and self.fail_paths.search(urllib.parse.unquote(path)):
+                self.counts["503"] += 1
+                return "503"
             if self.deny_writes_to and method != "GET" and f"/b/{self.deny_writes_to}/" in path:
                 self.counts["403"] += 1
                 return "403"
@@ -379,7 +405,7 @@ class PreconditionProxy:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 

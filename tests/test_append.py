@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import photo, run_cli, run_job, write_images
+from conftest import faults, photo, run_cli, run_job, write_images
 from readers import records
 
 from shard_utils import generations, manifest, plan, schema
@@ -156,8 +156,8 @@ def test_too_few_new_records_is_one_line_and_nothing_changes(small):
     done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "tpu-shards: error: split 'train': 1 new records cannot fill the 2 shards (num_cores x num_hosts) of a new "
-        "generation without empty ones; nothing was written (append when there are at least 2 new files for it)"]
+        "tpu-shards: error: split 'train': 1 records cannot fill 2 shards (num_cores x num_hosts) without empty ones; "
+        "add images, lower --num-cores/--num-hosts, or change --splits; nothing was written"]
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 
 
@@ -208,7 +208,7 @@ def test_kill_while_publishing_an_append_leaves_the_old_dataset(small, stage):
     before = files(out)
     add_images(root, "bird", 4, seed=7300)
     killed = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2",
-                     env={"TPU_SHARDS_KILL_AT": stage})
+                     env=faults(kill=stage))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert verify(str(out), deep=True) == []
     after = files(out)
@@ -292,3 +292,28 @@ def test_a_build_with_overwrite_replaces_every_generation(small):
     names = sorted(files(out))
     assert not [n for n in names if ".g0" in n or "-g0" in n], names
     assert verify(str(out), deep=True) == []
+
+
+def test_an_append_without_the_first_builds_label_options_is_refused_and_changes_nothing(tmp_path):
+    """A multi-label listing built with --label-separator: an append that leaves it out would turn 'cat flower'
+    into a new label of its own (and grow the label set); it is refused naming the option."""
+    write_images(tmp_path / "images", {"all": 24}, size=(32, 24))
+    rows = [f"all/img{i:04d}.jpg,{'cat flower' if i % 2 else 'dog'}" for i in range(24)]
+    (tmp_path / "train.csv").write_text("path,label\n" + "\n".join(rows[:16]) + "\n")
+    out = tmp_path / "out"
+    first = run_cli("build", "--listing", tmp_path / "train.csv", "--input", tmp_path / "images", "--output", out,
+                    "--num-cores", "2", "--label-separator", " ")
+    assert first.returncode == 0, first.stderr
+    before = files(out)
+    (tmp_path / "more.csv").write_text("path,label\n" + "\n".join(rows[16:]) + "\n")
+    again = run_cli("build", "--append", "--listing", tmp_path / "more.csv", "--input", tmp_path / "images",
+                    "--output", out, "--num-cores", "2")
+    assert again.returncode == 2
+    assert again.stderr.strip() == (f"tpu-shards: error: cannot append to {out}: it was built with --label-separator "
+                                    "' ' (a space), this append gives (not given); an append uses the first build's "
+                                    "options (reshard or rebuild to change them)")
+    assert files(out) == before
+    grown = run_cli("build", "--append", "--listing", tmp_path / "more.csv", "--input", tmp_path / "images",
+                    "--output", out, "--num-cores", "2", "--label-separator", " ")
+    assert grown.returncode == 0, grown.stderr
+    assert load(str(out)).labels == ["cat", "dog", "flower"]

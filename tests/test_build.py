@@ -4,7 +4,7 @@ from pathlib import Path
 from collections import Counter
 
 import pytest
-from conftest import run_cli, run_job, write_images
+from conftest import install_faults, run_cli, run_job, write_images
 from readers import all_records, by_source, dataset_files, records, rejected, shard_bytes
 
 from shard_utils import plan, schema
@@ -68,15 +68,18 @@ def test_same_input_gives_identical_bytes_across_workers_and_modes(images, tmp_p
 
 
 def test_a_worker_crash_loses_only_its_file_though_the_worker_held_other_records(tmp_path, monkeypatch):
-    """Workers write their own fragments: records a dead worker held unwritten are encoded again elsewhere."""
+    """A decoder that crashes its worker process costs only that file: the run it was in is encoded again
+    without it, and the shards equal those of a build where the file is merely undecodable."""
     src = tmp_path / "in"
     write_images(src, {"a": 20, "b": 20})
-    monkeypatch.setenv("TPU_SHARDS_SEGV_ON", "b/img0013.jpg")
+    install_faults(monkeypatch, segv="b/img0013.jpg")
     crashed = run_job(src, tmp_path / "crashed", "--workers", "2", "--num-cores", "2")
-    monkeypatch.delenv("TPU_SHARDS_SEGV_ON")
-    (src / "b" / "img0013.jpg").unlink()
+    for name in ("PYTHONPATH", "TPU_SHARDS_TEST_SEGV"):
+        monkeypatch.delenv(name)
+    whole = (src / "b" / "img0013.jpg").read_bytes()
+    (src / "b" / "img0013.jpg").write_bytes(whole[:len(whole) // 2])  # truncated: rejected `corrupt`
     clean = run_job(src, tmp_path / "clean", "--workers", "1", "--num-cores", "2")
-    assert rejected(tmp_path / "crashed") == {"b/img0013.jpg": "corrupt"}
+    assert rejected(tmp_path / "crashed") == rejected(tmp_path / "clean") == {"b/img0013.jpg": "corrupt"}
     assert "SIGSEGV" in (tmp_path / "crashed" / "rejected.jsonl").read_text()
     assert crashed.splits["train"].num_records == clean.splits["train"].num_records == 39
     assert shard_bytes(tmp_path / "crashed") == shard_bytes(tmp_path / "clean")

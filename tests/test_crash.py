@@ -4,7 +4,7 @@ import shutil
 import signal
 
 import pytest
-from conftest import run_cli, write_images
+from conftest import faults, run_cli, write_images
 from readers import shard_bytes
 
 from shard_utils.verify import verify
@@ -33,7 +33,7 @@ def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     shutil.copytree(base / "old_built", out)
     old = shard_bytes(out)
     killed = run_cli("build", "--input", base / "new", "--output", out, "--overwrite",
-                     env={"TPU_SHARDS_KILL_AT": stage})
+                     env=faults(kill=stage))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     if (out / "manifest.json").exists():
         assert verify(str(out), deep=True) == []  # the previous complete dataset, untouched
@@ -50,7 +50,7 @@ def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs
     --overwrite, takes over the dead run's lock and removes its temporary data."""
     base, expected = inputs
     out = tmp_path / "out"
-    run_cli("build", "--input", base / "new", "--output", out, env={"TPU_SHARDS_KILL_AT": "write"})
+    run_cli("build", "--input", base / "new", "--output", out, env=faults(kill="write"))
     assert not (out / "manifest.json").exists()
     assert sorted(p.name for p in out.iterdir()) == [".tpu-shards-lock.json", ".tpu-shards-tmp"]
     again = run_cli("build", "--input", base / "new", "--output", out)

@@ -18,7 +18,7 @@ from conftest import REPO, write_images
 from beam_jobs.build_shards import run
 from shard_utils import storage
 
-STEPS = {"StartRun", "ListMedia", "EncodeMedia", "PlanShards", "WriteShards", "FinalizeDataset"}
+STEPS = {"StartRun", "KeepLease", "ListMedia", "ShardMedia", "Publish"}
 
 
 def dataflow_args(tmp_bucket: str, template: str) -> list[str]:
@@ -58,7 +58,9 @@ def test_dataflow_template_lists_the_steps_and_stages_the_package(gcs, tmp_path)
     pipeline = beam_runner_api_pb2.Pipeline.FromString(read_gs(gcs, options["pipelineUrl"]))
     names = {t.unique_name for t in pipeline.components.transforms.values()}
     assert STEPS <= names
-    assert {"ListMedia/Walk", "EncodeMedia/Encode", "WriteShards/Write", "FinalizeDataset/Publish"} <= names
+    assert {"StartRun/Stable", "StartRun/TakeLock", "ListMedia/List1", "ShardMedia/PlanLayout",
+            "ShardMedia/EncodeRuns/Encode", "ShardMedia/PlanShards", "ShardMedia/WriteShards/Copy",
+            "ShardMedia/WriteShards/Take", "Publish/Move", "Publish/MergeIndex", "Publish/Commit"} <= names
 
     # The package staged for the workers: an sdist of this project, built from setup.py.
     packages = {p["name"]: p["location"] for p in spec["environment"]["workerPools"][0]["packages"]}
@@ -70,7 +72,7 @@ def test_dataflow_template_lists_the_steps_and_stages_the_package(gcs, tmp_path)
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
         requires = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("requires.txt"))).read()
-    assert {"setup.py", "beam_jobs/build_shards.py", "beam_jobs/transforms.py", "shard_utils/storage.py",
+    assert {"setup.py", "beam_jobs/build_shards.py", "beam_jobs/pipeline/encode.py", "shard_utils/storage.py",
             "shard_utils/tfrecord.py"} <= members
     assert not any(m.startswith("tests/") for m in members)
     assert b"apache-beam[gcp]" in requires and b"tensorflow" not in requires.split(b"[")[0]
@@ -107,33 +109,58 @@ def test_interrupted_wait_does_not_delete_a_running_jobs_temporary_objects():
     assert not still_running(None)  # the local runner had returned or raised
 
 
-def test_each_template_launch_decides_its_own_run_and_checks_the_output_then(tmp_path):
-    """A template has no driver: the job itself picks the run id, temp folder and created time when it runs,
-    takes the output's lock, and applies the --overwrite rule (what StartRun does on Dataflow)."""
+def test_each_template_launch_decides_its_own_run_and_a_retry_of_its_lock_step_reuses_it(tmp_path):
+    """A template has no driver: the job decides its run when it runs (made stable before the lock is taken),
+    takes the output's lock and applies the --overwrite rule. Taking the lock again for the same run (a retried
+    step) succeeds; another launch's run is refused while the first holds the lock."""
+    from dataclasses import replace
+
     import pytest
 
     from beam_jobs import publish
     from beam_jobs.config import BuildConfig
     from beam_jobs.errors import UsageError
-    from beam_jobs.transforms import start_run
+    from beam_jobs.pipeline.start import decide_run, take_lock
     from shard_utils import runlock
 
     out = tmp_path / "out"
     config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
-    first = start_run(config)
+    first = take_lock(decide_run(config), config)
     assert first.temp_dir == str(out / publish.TEMP_ROOT / first.run_id) and first.created
     assert runlock.holds(str(out), first.run_id)
+    assert take_lock(first, config) == first  # the lock step retried, or run twice at once
     with pytest.raises(UsageError, match=f"being written by another build: run {first.run_id}"):
-        start_run(config)  # a second launch while the first runs
+        take_lock(decide_run(config), config)  # a second launch while the first runs
     runlock.release(str(out), first.run_id)
-    second = start_run(config)
+    second = take_lock(decide_run(config), config)
     assert second.run_id != first.run_id and second.temp_dir != first.temp_dir
     runlock.release(str(out), second.run_id)
     (out / "train-00000-of-00008.tfrecord").write_bytes(b"a dataset is here")
     with pytest.raises(UsageError, match="pass --overwrite"):
-        start_run(config)
+        take_lock(decide_run(config), config)
     assert not (out / runlock.LOCK_NAME).exists()  # refused launches leave no lock behind
-    from dataclasses import replace
-
-    third = start_run(replace(config, overwrite=True))
+    third = take_lock(decide_run(config), replace(config, overwrite=True))
     assert runlock.holds(str(out), third.run_id)
+
+
+def test_the_lease_of_a_template_launch_is_renewed_by_one_step_until_the_run_lets_go(tmp_path):
+    """KeepLease: renews while the run holds the lock, stops once it is given back (published or lost)."""
+    from beam_jobs import publish
+    from beam_jobs.config import BuildConfig
+    from beam_jobs.pipeline.start import decide_run, keep_lease_until_done, take_lock
+    from shard_utils import runlock
+
+    out = tmp_path / "out"
+    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
+    run = take_lock(decide_run(config), config)
+    expiries = []
+
+    def wait(seconds: float) -> bool:  # a renewal period passes; the run publishes after the third
+        found = storage.read_versioned(runlock.lock_path(str(out)))
+        expiries.append(runlock.Lease.from_bytes(found[0]).expires)
+        if len(expiries) == 3:
+            runlock.release(str(out), run.run_id)
+        return False
+
+    assert keep_lease_until_done(run, config, every=0.0, wait=wait) == 3
+    assert expiries == sorted(expiries) and not (out / runlock.LOCK_NAME).exists()

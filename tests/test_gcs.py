@@ -6,6 +6,7 @@ Nothing here mocks a storage client: the job's own google-cloud-storage calls, B
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 import io
 import re
 import signal
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import google_crc32c
 import pytest
-from conftest import run_cli, run_job, write_images
+from conftest import faults, run_cli, run_job, write_images
 from gcs_fixtures import DENIED, FaultProxy, storage_host
 import readers
 from readers import shard_bytes
@@ -91,10 +92,13 @@ def test_bucket_to_bucket_build_is_identical_to_local_build(gcs, source, built):
     assert built.manifest.rejected["by_reason"] and built.manifest.skipped["count"] == 1
     assert_same_shards(gcs, built.uri, source.local)
     assert load(built.uri).splits == built.manifest.splits  # the manifest on the bucket is the one returned
-    # The input (20 objects) was listed 4 a page: one page for the preflight, then 5 pages streamed into
-    # the encode step and 5 for the label names (a local build walks twice rather than hold the listing).
-    listed = [p for p in built.pages if "prefix=photos%2F" in p and "delimiter" not in p]
-    assert len(listed) == 1 + 5 + 5 and all("maxResults=4" in p for p in listed)
+    # The input was listed one level per request, in parallel: the preflight's first page, the top level
+    # (once to look for split folders, once by the job), then each label folder.
+    walked = [p for p in built.pages if f"/b/{source.bucket}/" in p]
+    assert all("maxResults=4" in p for p in walked)
+    assert sum("delimiter" not in p for p in walked) == 1
+    levels = sorted(re.search(r"prefix=([^&]*)", p).group(1) for p in walked if "delimiter" in p)
+    assert levels == ["photos%2F", "photos%2F", "photos%2Fcat%2F", "photos%2Fdog%2F", "photos%2Ffish%2F"]
 
 
 def test_manifest_crc32c_is_what_gcs_reports(gcs, built):
@@ -297,7 +301,7 @@ def test_a_killed_build_on_a_bucket_leaves_no_partial_dataset_and_a_rerun_comple
     assert first.returncode == 0, first.stderr[-2000:]
     old = dataset_files(gcs, out)
     killed = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--overwrite",
-                     env={"TPU_SHARDS_KILL_AT": stage})
+                     env=faults(kill=stage))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     after = dataset_files(gcs, out)
     if "manifest.json" in after:  # then it is the previous dataset, whole and untouched
@@ -321,22 +325,46 @@ def test_a_split_too_small_on_a_bucket_is_one_line_and_leaves_nothing(gcs, sourc
     assert [n.rsplit("/", 1)[-1] for n in gcs.names(bucket)] == ["rejected.jsonl", "skipped.jsonl"]
 
 
-def test_shard_writers_download_each_record_once(gcs, tmp_path, monkeypatch):
-    """Many small fragments per shard (the fragment path, as on Dataflow): the write step's ranged reads of
-    fragments stay within 1.2x the shards."""
+def test_a_bucket_build_reads_each_source_once_and_little_of_its_runs_back(gcs, tmp_path):
+    """Bucket to bucket, runs in many small parts (as 128 MB shards of 16 MB parts are at scale): every source
+    object is downloaded once (the listing's small size sample aside), and writing the shards downloads at
+    most a quarter of their bytes again (copied shards, and the part a prefix ends in)."""
     import urllib.parse
 
-    from beam_jobs import build_shards
+    from beam_jobs.pipeline.layout import SAMPLE_SIZE
 
-    monkeypatch.setattr(build_shards, "WRITE_ONCE", False)
-    write_images(tmp_path / "in", {"a": 120, "b": 120}, size=(64, 48))
+    write_images(tmp_path / "in", {"a": 150, "b": 150}, size=(64, 48))
+    raw = gcs.new_bucket("rawreads")
+    assert gcs.upload_tree(tmp_path / "in", raw, "in") == 300
     out = f"gs://{gcs.new_bucket('reads')}/ds"
     with contextlib.redirect_stdout(io.StringIO()), FaultProxy(gcs.url) as proxy, storage_host(proxy.url):
-        m = run_job(tmp_path / "in", out, "--fragment-mb", "0.05", "--workers", "1", "--num-shards", "8")
-    fragment_gets = [(urllib.parse.unquote(p), n) for method, p, n in proxy.served
-                     if method == "GET" and "alt=media" in p and "/fragments/" in urllib.parse.unquote(p)]
-    fragments = {p.split("?")[0] for p, _ in fragment_gets}
+        m = run_job(f"gs://{raw}/in", out, "--workers", "1", "--num-shards", "16", "--num-cores", "8",
+                    "--run-part-mb", "0.004")
+    gets = [(urllib.parse.unquote(p), n) for method, p, n in proxy.served if method == "GET" and "alt=media" in p]
+    sources = [p for p, _ in gets if f"/b/{raw}/" in p]
+    assert len(set(sources)) == 300 and len(sources) <= 300 + SAMPLE_SIZE
+    read_back = sum(n for p, n in gets if "/runs/" in p and ".records" in p)  # records, not their metadata
     written = m.splits["train"].num_bytes
-    read = sum(n for _, n in fragment_gets)
-    assert len(fragments) >= 8  # several fragments, every shard takes records from each
-    assert written <= read <= 1.2 * written, (read, written)
+    assert 0 < read_back <= 0.25 * written, (read_back, written)
+    metadata_reads = Counter(p.split("?")[0] for p, _ in gets if p.split("?")[0].endswith(".meta"))
+    assert max(metadata_reads.values()) <= 3  # by its prefix shard and the copies of its tail
+
+
+def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishes_nothing(gcs, source, monkeypatch,
+                                                                                          capsys):
+    """A read that still fails after the client's retries (503s past its deadline) is not a rejection: the
+    build fails, naming the object, and nothing is published; with 10 % of requests failing at random the
+    same build completes (test_transient_faults_are_retried_and_do_not_change_the_output)."""
+    from shard_utils import _storage_gcs
+
+    monkeypatch.setattr(_storage_gcs, "READ_RETRY", _storage_gcs.READ_RETRY.with_timeout(2.0))
+    out = f"gs://{gcs.new_bucket('unavailable')}/ds"
+    capsys.readouterr()
+    with FaultProxy(gcs.url, fail_paths=r"/photos/dog/img0002\.jpg") as proxy, storage_host(proxy.url):
+        code = cli_main(["build", "--input", source.uri, "--output", out, *OPTS, "--workers", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: ") and "503" in err[0]
+    assert proxy.counts["503"] > 1  # retried before giving up
+    bucket, prefix = storage.split_gcs(out)
+    assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object

@@ -1,4 +1,4 @@
-"""The job's graph differs between runners only where it should: how the listing is spread and labelled."""
+"""One graph for every runner: a local build, a Dataflow job and a template launch run the same steps."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -9,12 +9,16 @@ from beam_jobs import options
 from beam_jobs.build_shards import build_pipeline, prepare_inputs
 
 
-def labels_of_graph(tmp_path, local: bool) -> set[str]:
-    write_images(tmp_path / "in", {"a": 2})
-    args, _ = options.parse(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")])
+def steps_of_graph(tmp_path, *, local: bool, workers: int, template: bool = False) -> set[str]:
+    """Every transform's full label in the build's graph for a runner."""
+    src = tmp_path / "in"
+    if not src.exists():
+        write_images(src, {"a": 2})
+    args, _ = options.parse(["--input", str(src), "--output", str(tmp_path / "out")])
     listing, split_dirs = prepare_inputs(args)
-    config = options.make_config(args, split_dirs, workers=2 if local else 1, temp_root=str(tmp_path / "tmp"),
-                                 run_id="r", created="", listing=listing, local=local)
+    config = options.make_config(args, split_dirs, workers=workers, temp_root=str(tmp_path / "tmp"),
+                                 run_id=None if template else "r", created=None if template else "",
+                                 listing=listing, local=local)
     p = beam.Pipeline(runner="FnApiRunner")
     build_pipeline(p, config)
     seen: set[str] = set()
@@ -30,9 +34,44 @@ def labels_of_graph(tmp_path, local: bool) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("local", [True, False])
-def test_the_listing_streams_locally_and_is_reshuffled_on_dataflow(tmp_path, local):
-    graph = labels_of_graph(tmp_path, local)
-    assert ("ListMedia/Spread" in graph) is not local  # Dataflow spreads the walk's chunks over its workers
-    assert ("ListMedia/WalkForLabels" in graph) is local  # locally a second walk names the labels, so the
-    assert ("ListMedia/DistinctLabels" in graph) is not local  # media need not wait in memory for them
+def test_a_local_build_runs_the_graph_dataflow_runs(tmp_path):
+    local = steps_of_graph(tmp_path, local=True, workers=2)
+    dataflow = steps_of_graph(tmp_path, local=False, workers=1)
+    assert local == dataflow
+    assert {"ListMedia/List1", "ShardMedia/PlanLayout", "ShardMedia/EncodeRuns", "ShardMedia/PlanShards",
+            "ShardMedia/WriteShards", "Publish/Move", "Publish/MergeIndex", "Publish/Commit"} <= local
+
+
+def test_a_template_launch_adds_only_the_steps_that_stand_in_for_a_driver(tmp_path):
+    driven = steps_of_graph(tmp_path, local=False, workers=1)
+    launched = steps_of_graph(tmp_path, local=False, workers=1, template=True)
+    assert {step.split("/")[0] for step in launched - driven} == {"StartRun", "KeepLease"}
+    assert {step for step in driven - launched if step.count("/") == 1} == {"StartRun/Decided"}
+
+
+@pytest.mark.parametrize("readme_name", ["StartRun", "ListMedia", "PlanLayout", "EncodeRuns", "FindDuplicates",
+                                         "PlanShards", "WriteShards", "Publish"])
+def test_the_steps_the_guide_names_are_in_the_graph(tmp_path, readme_name):
+    """The guide's step names (docs/dataflow.md) are the graph's own."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "dataflow.md").read_text()
+    assert f"`{readme_name}`" in guide
+    write_images(tmp_path / "in", {"a": 2})
+    args, _ = options.parse(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--dedup"])
+    listing, split_dirs = prepare_inputs(args)
+    config = options.make_config(args, split_dirs, workers=1, temp_root=str(tmp_path / "tmp"), run_id="r",
+                                 created="", listing=listing, local=False)
+    p = beam.Pipeline(runner="FnApiRunner")
+    build_pipeline(p, config)
+    names = set()
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def enter_composite_transform(self, node):
+            names.add(node.full_label.rsplit("/", 1)[-1])
+
+        def visit_transform(self, node):
+            names.add(node.full_label.rsplit("/", 1)[-1])
+
+    p.visit(Visitor())
+    assert readme_name in names

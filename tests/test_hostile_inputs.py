@@ -128,7 +128,7 @@ def test_unreadable_file_is_rejected(tmp_path):
     assert gone["reason"] == "missing" and "does not exist" in gone["message"]
     (tmp_path / "a" / "folder.jpg").mkdir(parents=True)
     odd = encode_item(MediaItem("a/folder.jpg", str(tmp_path / "a" / "folder.jpg"), 0, ("a",)), settings)
-    assert odd["reason"] == "unreadable" and odd["source"] == "a/folder.jpg"
+    assert odd["reason"] == "not_regular_file" and odd["source"] == "a/folder.jpg" and "folder" in odd["message"]
 
 
 def test_permission_denied_file_is_rejected(tmp_path):

@@ -247,31 +247,3 @@ def test_first_of_duplicates_is_kept_by_listing_then_position():
 def test_missing_message():
     item = MediaItem("x/1.jpg", "gs://b/x/1.jpg", 0, ("cat",), origin="train.csv line 5")
     assert missing(item) == Rejection("x/1.jpg", "missing", "train.csv line 5: gs://b/x/1.jpg does not exist")
-
-
-@pytest.mark.parametrize("split_dirs", [False, True])
-@pytest.mark.parametrize("by_name", [False, True])
-def test_the_label_walk_names_exactly_the_labels_of_the_walked_media(tmp_path, split_dirs, by_name):
-    """The local build's labels come from a walk of their own, which skips files of labels it knows: it must
-    still give what classifying every walked file gives."""
-    from beam_jobs.media_listing import walked_labels
-    from shard_utils import storage
-    from shard_utils.listings import classify_entry
-
-    names = ["cat/a_1.jpg", "cat/b_2.png", "cat/deep/er/c_3.jpg", "dog/notes.txt", "dog/.hidden_4.jpg",
-             "eel/__MACOSX/x_5.jpg", "fox/y_6.webp", "fox/readme.md", "top_7.jpg", ".git/z_8.jpg", "gnu/Thumbs.db"]
-    if split_dirs:
-        names = [f"{split}/{n}" for split in ("train", "validation") for n in names if not n.startswith("fox")] + [
-            "train/fox/y_6.webp"]
-    for name in names:
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x")
-    opts = ListingOptions(label_from_name=PETS) if by_name else ListingOptions()
-    expected = sorted({label for entry in storage.walk(str(tmp_path))
-                       for item in [classify_entry(entry, split_dirs, str(tmp_path), opts)]
-                       if isinstance(item, MediaItem) for label in item.labels})
-    assert expected  # the tree has media
-    assert walked_labels(str(tmp_path), False, split_dirs, opts) == expected
-    if not by_name:
-        assert "dog" not in expected and "eel" not in expected and "gnu" not in expected

@@ -1,4 +1,4 @@
-"""The encode step's local worker pool: results for every item, crashes isolated to one item, no orphans."""
+"""The local build's worker pool: every task answered, a crash costs only its task, errors come back, no orphans."""
 from __future__ import annotations
 
 import os
@@ -6,11 +6,12 @@ import signal
 import time
 from pathlib import Path
 
+import pool_helpers
 import pytest
 from conftest import write_images
 
-from beam_jobs.local_pool import LocalPool
-from shard_utils.encode import EncodeSettings, Encoded, encode_batch, encode_item, reject
+from beam_jobs.local.pool import Crashed, Done, LocalPool, Raised, task_name
+from shard_utils.encode import EncodeSettings, encode_item
 from shard_utils.inputs import MediaItem
 
 TESTS = Path(__file__).resolve().parent
@@ -22,20 +23,20 @@ def helpers_on_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
 
 
-def test_every_batch_comes_back_and_a_crash_costs_only_its_item(helpers_on_path):
+def outcomes(pool: LocalPool, tickets: dict) -> dict:
+    """What came back for each submitted task, by what it was submitted with."""
+    return {tickets[ticket]: outcome for ticket, outcome in pool.drain()}
+
+
+def test_every_task_comes_back_and_a_crash_costs_only_its_task(helpers_on_path):
     pool = LocalPool(2)
     try:
-        batches = [[i * 10 + j for j in range(5)] for i in range(12)]
-        batches[4].insert(2, "segv")  # this worker dies mid-batch: the batch is retried item by item
-        for batch in batches:
-            pool.submit("pool_helpers.square_or_crash", batch, 0.0, on_crash=lambda item, why: ("crashed", item, why))
-        got = [x for result in pool.drain() for x in result]
+        items = [*range(20), "segv", *range(20, 30)]
+        got = outcomes(pool, {pool.submit(pool_helpers.square_or_crash, item): item for item in items})
     finally:
         pool.close()
-    numbers = sorted(x for x in got if isinstance(x, int))
-    assert numbers == sorted((i * 10 + j) ** 2 for i in range(12) for j in range(5))
-    assert [x for x in got if isinstance(x, tuple)] == [
-        ("crashed", "segv", "the decoder crashed the worker process (SIGSEGV)")]
+    assert {k: v for k, v in got.items() if k != "segv"} == {i: Done(i * i) for i in range(30)}
+    assert got["segv"] == Crashed("the decoder crashed the worker process (SIGSEGV)")
 
 
 def test_pool_results_are_the_inline_results(tmp_path):
@@ -45,34 +46,50 @@ def test_pool_results_are_the_inline_results(tmp_path):
     settings = EncodeSettings(label_ids={"a": 0, "b": 1})
     pool = LocalPool(2)
     try:
-        for start in range(0, len(items), 5):
-            pool.submit("shard_utils.encode.encode_batch", items[start:start + 5], settings,
-                        on_crash=lambda item, why: reject(item, "corrupt", why))
-        pooled = sorted((x for r in pool.drain() for x in r), key=lambda e: e.meta.source_id)
+        got = outcomes(pool, {pool.submit(encode_item, item, settings): item.source_id for item in items})
     finally:
         pool.close()
-    inline = sorted(encode_batch(items, settings), key=lambda e: e.meta.source_id)
-    assert all(isinstance(e, Encoded) for e in pooled)
-    assert [(e.framed, e.split, e.meta) for e in pooled] == [(e.framed, e.split, e.meta) for e in inline]
+    for item in items:
+        inline = encode_item(item, settings)
+        pooled = got[item.source_id].value
+        assert (pooled.framed, pooled.split, pooled.meta) == (inline.framed, inline.split, inline.meta)
+
+
+def test_an_exception_in_a_task_comes_back_with_its_message(helpers_on_path):
+    pool = LocalPool(1)
+    try:
+        got = outcomes(pool, {pool.submit(pool_helpers.fail_with_message, "x.jpg"): "x"})
+    finally:
+        pool.close()
+    assert isinstance(got["x"], Raised) and isinstance(got["x"].error, ValueError)
+    assert str(got["x"].error) == "cannot use 'x.jpg': a message the build should show"
+
+
+def test_tasks_are_functions_a_worker_can_import():
+    assert task_name(encode_item) == "shard_utils.encode:encode_item"
+    with pytest.raises(ValueError, match="module-level function"):
+        task_name(lambda: 1)
 
 
 def test_workers_stay_out_of_ctrl_c_and_stop_when_told(helpers_on_path):
     pool = LocalPool(2)
     pids = pool.pids()
     assert all(os.getpgid(pid) != os.getpgid(0) for pid in pids)  # a terminal's Ctrl-C does not reach them
-    for i in range(2):
-        pool.submit("pool_helpers.square_or_crash", [i], 5.0)
-    assert sorted(x for r in pool.drain() for x in r) == [0, 1]  # both workers are up
-    pool.submit("pool_helpers.square_or_crash", ["slow"], 5.0)
+    tickets = {pool.submit(pool_helpers.square_or_crash, i): i for i in range(2)}
+    assert outcomes(pool, tickets) == {0: Done(0), 1: Done(1)}  # both workers are up
+    pool.submit(pool_helpers.square_or_crash, "slow", 30.0)
     for pid in pids:
         os.kill(pid, signal.SIGINT)  # even sent to them directly, Ctrl-C is the parent's to handle
-    time.sleep(0.5)
-    assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert all(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in pids)
     pool.kill()
     deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
 
 
 def _state(pid: int) -> str:
@@ -89,198 +106,16 @@ def test_a_missing_file_is_a_reject_not_a_crash(tmp_path):
                    "message": f"train.csv line 3: {tmp_path / 'gone.jpg'} does not exist"}
 
 
-def test_a_crash_in_work_that_cannot_be_isolated_is_an_error(helpers_on_path):
-    pool = LocalPool(1)
-    try:
-        pool.submit("pool_helpers.square_or_crash", ["segv"], 0.0)  # no on_crash: e.g. a shard write
-        with pytest.raises(RuntimeError, match="SIGSEGV"):
-            list(pool.drain())
-    finally:
-        pool.close()
-
-
-def released_numbers(results) -> tuple[list[int], list]:
-    """(the numbers in the files release_kept wrote, every other result)."""
-    import json
-
-    numbers, other = [], []
-    for result in results:
-        for x in result:
-            if isinstance(x, str) and x.endswith(".json"):
-                numbers.extend(json.loads(Path(x).read_text()))
-            else:
-                other.append(x)
-    return sorted(numbers), other
-
-
-def test_kept_work_is_released_exactly_once(helpers_on_path, tmp_path):
-    pool = LocalPool(2)
-    try:
-        for i in range(12):
-            pool.submit("pool_helpers.keep_or_crash", [i * 10 + j for j in range(5)], keeps=True)
-        numbers, counts = released_numbers([*pool.drain(), *pool.release_all("pool_helpers.release_kept",
-                                                                              str(tmp_path))])
-    finally:
-        pool.close()
-    assert numbers == sorted(i * 10 + j for i in range(12) for j in range(5))
-    assert counts == [5] * 12
-    assert 1 <= len(list(tmp_path.iterdir())) <= 2  # one file per worker that held something
-
-
-def test_kept_work_lost_with_its_worker_is_replayed_and_counted_once(helpers_on_path, tmp_path):
-    """A worker dies (a hostile file) after it took, but before it wrote, other batches: they are redone elsewhere."""
-    pool = LocalPool(1)
-    try:
-        for i in range(4):
-            pool.submit("pool_helpers.keep_or_crash", [i * 10 + j for j in range(3)], keeps=True)
-        first = list(pool.drain())  # answered: the worker now holds 12 numbers
-        pool.submit("pool_helpers.keep_or_crash", [100, "segv", 101], keeps=True,
-                    on_crash=lambda item, why: ("crashed", item))
-        numbers, other = released_numbers([*first, *pool.release_all("pool_helpers.release_kept", str(tmp_path))])
-    finally:
-        pool.close()
-    assert numbers == sorted([i * 10 + j for i in range(4) for j in range(3)] + [100, 101])
-    assert sorted(x for x in other if isinstance(x, int)) == [1, 1, 3, 3, 3, 3]  # replays add no count
-    assert [x for x in other if isinstance(x, tuple)] == [("crashed", "segv")]
-
-
-def test_an_exception_in_a_task_is_raised_here_with_its_message(helpers_on_path):
-    pool = LocalPool(1)
-    try:
-        pool.submit("pool_helpers.fail_with_message", ["x.jpg"])
-        with pytest.raises(ValueError, match="cannot use 'x.jpg': a message the build should show"):
-            list(pool.drain())
-    finally:
-        pool.close()
-
-
-
-def test_workers_import_the_preloaded_modules_as_they_start_and_ignore_one_that_fails(helpers_on_path):
-    wanted = ["beam_jobs.encode_worker", "beam_jobs.shard_writer", "shard_utils.images"]
-    pool = LocalPool(2, preload=("beam_jobs.encode_worker", "beam_jobs.shard_writer", "no_such_module_here"))
-    try:
-        pool.submit("pool_helpers.loaded_modules", [], wanted)
-        pool.submit("pool_helpers.square_or_crash", [3, 4], 0.0)
-        results = list(pool.drain())
-    finally:
-        pool.close()
-    assert wanted in results  # imported before any task needed them (images through encode_worker)
-    assert [9, 16] in results  # a module that cannot be imported costs the pool nothing
-
-
-def test_a_local_build_starts_its_pool_before_building_the_graph(monkeypatch):
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from beam_jobs import running
-    from beam_jobs.config import BuildConfig
-
-    started = []
-    monkeypatch.setattr(LocalPool, "shared", classmethod(lambda cls, workers, preload=(): started.append(
-        (workers, preload))))
-    config = BuildConfig(input="in", output="out", temp_root="tmp", workers=2)
-    running.start_local_pool(config, PipelineOptions(["--runner=FnApiRunner"]))
-    running.start_local_pool(config, PipelineOptions(["--runner=FnApiRunner", "--direct_num_workers=2",
-                                                      "--direct_running_mode=multi_threading"]))
-    running.start_local_pool(BuildConfig(input="in", output="out", temp_root="tmp", workers=1),
-                             PipelineOptions(["--runner=FnApiRunner"]))
-    running.start_local_pool(config, PipelineOptions(["--runner=DataflowRunner"]))
-    assert started == [(2, running.POOL_MODULES)]  # only where the steps run in this thread, with a pool
-
-
-def test_a_build_runs_its_steps_in_the_pool_it_started_first(images, tmp_path, monkeypatch):
+def test_a_build_with_workers_uses_the_pool_it_started_before_the_graph(images, tmp_path, monkeypatch):
     from conftest import run_job
 
     started = []
     original = LocalPool.__init__
 
     def counting(self, workers, *args, **kwargs):
-        started.append((workers, kwargs.get("preload", ())))
+        started.append(workers)
         original(self, workers, *args, **kwargs)
 
     monkeypatch.setattr(LocalPool, "__init__", counting)
-    m = run_job(images, tmp_path / "out", "--workers", "2", "--num-cores", "2", "--no-progress")
-    assert m.splits["train"].num_records == 36
-    assert [w for w, _ in started] == [2] and started[0][1]  # one pool, the preloaded one, served every step
-
-
-def test_work_started_early_is_taken_by_its_key_and_batches_meanwhile_still_come_back(helpers_on_path):
-    pool = LocalPool(2)
-    try:
-        pool.start("walk", "pool_helpers.sleep_then", 0.3, {"found": [1, 2, 3]})
-        for i in range(6):  # finished while take() waits: kept for results(), not lost
-            pool.submit("pool_helpers.square_or_crash", [i], 0.0)
-        assert pool.take("walk") == {"found": [1, 2, 3]}
-        assert pool.take("walk") is None  # taken once
-        assert pool.take("never started") is None
-        got = sorted(x for result in pool.drain() for x in result)
-    finally:
-        pool.close()
-    assert got == [i * i for i in range(6)]
-
-
-@pytest.mark.parametrize("answer", ["fail", "segv"])
-def test_early_work_that_fails_or_kills_its_worker_leaves_it_to_its_step_and_costs_no_batch(helpers_on_path, answer):
-    pool = LocalPool(1)  # the batches queue behind the early work on the same worker: none of them started
-    try:
-        pool.start("walk", "pool_helpers.sleep_then", 0.1, answer)
-        for i in range(3):
-            pool.submit("pool_helpers.square_or_crash", [i], 0.0, on_crash=lambda item, why: ("crashed", item))
-        assert pool.take("walk") is None  # the step then does the work itself
-        got = [x for result in pool.drain() for x in result]
-    finally:
-        pool.close()
-    assert sorted(got) == [0, 1, 4]  # not blamed for the crash: run again, whole
-
-
-def test_a_build_with_workers_takes_its_listing_from_the_walk_they_began_early(tmp_path, monkeypatch):
-    from conftest import run_job
-    from readers import rejected, shard_bytes
-
-    from beam_jobs import media_listing
-
-    src = tmp_path / "in"
-    write_images(src, {"a": 10, "b": 10})
-    (src / "a" / "notes.txt").write_text("skipped, and named in skipped.jsonl")
-    (src / "loose.jpg").write_bytes((src / "a" / "img0000.jpg").read_bytes())  # in no label folder: rejected
-    one = run_job(src, tmp_path / "one", "--workers", "1", "--num-cores", "2", "--no-progress")
-
-    def walked_here(*args, **kwargs):
-        raise AssertionError("the build walked the input itself")
-
-    monkeypatch.setattr(media_listing, "walk_chunks", walked_here)  # in this process only, not in the workers
-    monkeypatch.setattr(media_listing, "walked_labels", walked_here)
-    two = run_job(src, tmp_path / "two", "--workers", "2", "--num-cores", "2", "--no-progress")
-    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two") and shard_bytes(tmp_path / "two")
-    assert rejected(tmp_path / "two") == rejected(tmp_path / "one") == {"loose.jpg": "no_label"}
-    assert (tmp_path / "two" / "skipped.jsonl").read_text() == (tmp_path / "one" / "skipped.jsonl").read_text()
-    assert (two.files_seen, two.skipped, two.labels) == (one.files_seen, one.skipped, one.labels)
-    assert two.files_seen == 22
-    with pytest.raises(Exception, match="walked the input itself"):  # where no worker began it, the build walks
-        run_job(src, tmp_path / "three", "--workers", "1", "--num-cores", "2", "--no-progress")
-
-
-def test_a_build_with_workers_takes_its_listing_rows_from_the_read_they_began_early(tmp_path, monkeypatch):
-    from conftest import run_job
-    from readers import rejected, shard_bytes
-
-    from beam_jobs import transforms
-
-    src = tmp_path / "in"
-    write_images(src, {"a": 10, "b": 10})
-    rows = [f"{label}/img{i:04d}.jpg,{label}" for label in "ab" for i in range(10)]
-    listing = tmp_path / "list.csv"
-    listing.write_text("path,label\n" + "\n".join(rows + ["a/img0000.jpg,a", "a/gone.jpg,"]) + "\n")
-    args = ("--listing", listing, "--num-cores", "2", "--no-progress")
-    one = run_job(src, tmp_path / "one", "--workers", "1", *args)
-
-    def read_here(*args, **kwargs):
-        raise AssertionError("the build read the listing itself")
-
-    monkeypatch.setattr(transforms, "read_all_rows", read_here)  # in this process only, not in the workers
-    two = run_job(src, tmp_path / "two", "--workers", "2", *args)
-    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two") and shard_bytes(tmp_path / "two")
-    assert rejected(tmp_path / "two") == rejected(tmp_path / "one") == {"a/img0000.jpg": "duplicate_row",
-                                                                        "a/gone.jpg": "bad_row"}
-    assert (two.files_seen, two.labels) == (one.files_seen, one.labels) and two.files_seen == 22
-    with pytest.raises(Exception, match="read the listing itself"):  # where no worker began it, the build reads
-        run_job(src, tmp_path / "three", "--workers", "1", *args)
+    run_job(images, tmp_path / "out", "--workers", "2")
+    assert started == [2]

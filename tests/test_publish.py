@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -12,6 +13,7 @@ from shard_utils import index, plan, runlock, storage
 from shard_utils.manifest import load
 from shard_utils.plan import InternalError
 from shard_utils.tfrecord import frame
+from shard_utils.verify import verify
 
 
 def make_run(tmp_path, n_shards=2, records=(3, 2)):
@@ -144,3 +146,72 @@ def test_temp_data_follows_temp_location_on_the_same_kind_of_storage():
     assert root.startswith("gs://tmp-bucket/dataflow/tpu-shards/") and root != publish.temp_root_for(
         "gs://b/other", "gs://tmp-bucket/dataflow")
     assert publish.temp_root_for("/data/out", "gs://tmp/x") == "/data/out/.tpu-shards-tmp"
+
+
+def publication(tmp_path):
+    config, run, results, plans, tally, rejected = make_run(tmp_path)
+    pub = publish.plan_publication(results, config, plans=[plans], failure=[], rejected=rejected, skipped_files=[],
+                                   tally=tally, labels=["a"], run=run)
+    return config, pub
+
+
+def dataset_bytes(out) -> dict[str, bytes]:
+    """Every file of a dataset (its own folder's name replaced, so datasets in two folders compare)."""
+    root = str(out.parent).encode()
+    return {p.name: p.read_bytes().replace(root, b"ROOT") for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def test_every_publishing_step_run_twice_gives_the_same_dataset(tmp_path):
+    """Dataflow runs every step at least once: each step is repeated here, and the run published again after
+    it succeeded; nothing fails and the bytes are those of a single run."""
+    config, pub = publication(tmp_path / "once")
+    publish.publish_here(pub, config)
+    once = dataset_bytes(tmp_path / "once" / "out")
+
+    config, pub = publication(tmp_path / "twice")
+    for _ in range(2):
+        publish.clear_output(pub, config)
+    for move in pub.moves:
+        publish.move_shard(move, config)
+        publish.move_shard(move, config)
+    indexes = [publish.merge_index(job, config, pub.run) for job in pub.indexes for _ in range(2)]
+    assert indexes[0] == indexes[1]
+    publish.commit(pub, config, dict(indexes))
+    publish.commit(pub, config, dict(indexes))
+    publish.publish_here(pub, config)  # every step once more, after the run has published and let go
+    out = tmp_path / "twice" / "out"
+    assert dataset_bytes(out) == once
+    assert sorted(p.name for p in out.iterdir()) == sorted(once)  # no temporary folder, no lock left
+    assert verify(str(out)) == []  # sizes and checksums (its records are not Examples)
+
+
+def test_two_attempts_at_publishing_at_once_both_succeed_with_the_same_dataset(tmp_path):
+    config, pub = publication(tmp_path / "once")
+    publish.publish_here(pub, config)
+    once = dataset_bytes(tmp_path / "once" / "out")
+
+    config, pub = publication(tmp_path / "both")
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def attempt():
+        try:
+            barrier.wait()
+            publish.clear_output(pub, config)
+            barrier.wait()
+            for move in pub.moves:
+                publish.move_shard(move, config)
+            barrier.wait()
+            indexes = dict(publish.merge_index(job, config, pub.run) for job in pub.indexes)
+            barrier.wait()
+            publish.commit(pub, config, indexes)
+        except Exception as exc:  # noqa: BLE001 - collected and reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert dataset_bytes(tmp_path / "both" / "out") == once

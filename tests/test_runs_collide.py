@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, write_images
+from conftest import REPO, faults, run_cli, write_images
 from readers import dataset_files, shard_bytes
 
 from beam_jobs import publish
@@ -36,6 +36,15 @@ def wait_for_lock(output: str, timeout: float = 60) -> runlock.Lease:
     raise AssertionError("the first build never took the lock")
 
 
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until path exists (the process reached a held step); fails if the process ends first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the build never reached its held step: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
     root = tmp_path_factory.mktemp("collide") / "in"
@@ -50,9 +59,13 @@ def test_a_second_build_into_a_live_output_is_refused_and_the_first_completes(re
     else:
         gcs = request.getfixturevalue("gcs")
         out = f"gs://{gcs.new_bucket('collide')}/ds"
-    first = start_build("--input", photos, "--output", out, env={"TPU_SHARDS_PAUSE_AT": "write:4"})
+    hold = tmp_path / "release"
+    first = start_build("--input", photos, "--output", out,
+                        env=faults(hold=f"shard_utils.sharding.writer:write_shard={hold}"))
+    wait_for(Path(f"{hold}.reached"), first)  # the first build is writing shards, and waits
     lease = wait_for_lock(out)
     second = run_cli("build", "--input", photos, "--output", out, "--overwrite")
+    hold.touch()
     assert second.returncode == 2
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "is being written by another build" in lines[0] and lease.run_id in lines[0]

@@ -40,21 +40,23 @@ CHECKS = (_t("options", "parse"), _t("build_shards", "check_input"), _t("build_s
           _t("build_shards", "pipeline_options"))
 AFTER = (Fn("shard_utils/manifest.py", "load"), _t("build_shards", "summary"), _t("build_shards", "metrics_summary"),
          _t("build_shards", "raise_job_failure"))
-LIST = (_t("transforms", "walk_here_or_early"), _t("transforms", "classify_chunk"), _t("transforms", "_listed_chunk"))
-ENCODE = (_t("transforms", "process"), _t("transforms", "finish_bundle"))
-FLUSH = _t("transforms", "_flush")
-PLAN = (_t("transforms", "add_input"), _t("transforms", "merge_accumulators"), _t("transforms", "plan_or_failure"),
-        _t("transforms", "boundary_keys"), _t("transforms", "with_boundaries"), _t("transforms", "plan_runs"),
-        _t("transforms", "plan_from_runs"))
-SLICES = _t("transforms", "shard_slices")
-WRITE = (_t("shard_writer", "write_shard"), _t("shard_writer", "write_run_shard"))
+LIST = (_t("pipeline/listing", "list_task"), _t("pipeline/listing", "classify_chunk"),
+        _t("pipeline/listing", "_listed_chunk"))
+ENCODE = (_t("pipeline/common", "process"), _t("pipeline/common", "finish_bundle"))
+FLUSH = _t("pipeline/encode", "done")  # where a run's encoded result is taken in
+PLAN = (_t("pipeline/layout", "key_chunk"), _t("pipeline/layout", "add_input"), _t("pipeline/layout", "sample_sizes"),
+        _t("pipeline/layout", "layouts_or_failure"), _t("pipeline/layout", "boundary_keys"),
+        _t("pipeline/layout", "pick_boundaries"), _t("pipeline/shards", "plan_shards"))
+SLICES = _t("pipeline/encode", "assign_runs")
+WRITE = (Fn("shard_utils/sharding/writer.py", "write_shard"),)
 READ_RANGE = _s("storage", "read_range")
-PUBLISH = _t("transforms", "publish_or_fail")
+PUBLISH = (_t("pipeline/publish", "plan_step"), _t("pipeline/publish", "clear_step"),
+           _t("pipeline/publish", "commit_step"), _t("publish", "merge_index"))
 ENCODE_ITEM = _s("encode", "encode_item")
-ENCODE_BATCH = _s("encode", "encode_batch")
-RECEIVE, SEND = _t("local_pool", "_receive"), _t("local_pool", "_send")
+ENCODE_BATCH = Fn("shard_utils/sharding/encode_run.py", "encode_run")
+RECEIVE, SEND = _t("local/wire", "receive"), _t("local/wire", "send")
 PER_IMAGE = (
-    ("read the file", (_s("encode", "read_source"),), None),
+    ("read the file", (Fn("shard_utils/media/reads.py", "read_source"),), None),
     ("open + identify (header)", (_s("images", "_open"),), None),
     ("EXIF orientation (PNG: decoded here, Pillow seeks eXIf)", (_s("images", "_orientation"),), None),
     ("find JPEG end (marker walk)", (_s("images", "jpeg_primary_end"),), None),
@@ -135,12 +137,12 @@ def driver_rows(stats: pstats.Stats, wall: float) -> list[tuple[str, float]]:
         ("list (walk + classify)", cum(stats, *LIST)),
         ("encode: submit, wait for workers, take results", cum(stats, *ENCODE) - flush),
         ("  of which encode_item in this process (--workers 1)", cum(stats, ENCODE_ITEM)),
-        ("fragments write (sort + write, _flush)", flush),
+        ("runs taken in (results of the encode step)", flush),
         ("plan (tally, plan, boundary keys; or the listing's and the runs' plans)", cum(stats, *PLAN)),
-        ("shard slices", cum(stats, SLICES)),
+        ("items assigned to runs", cum(stats, SLICES)),
         ("shard write: fragment or run reads (read_range)", read),
         ("shard write: merge or copy, write, index", cum(stats, *WRITE) - read),
-        ("publish (checks, manifest)", cum(stats, PUBLISH)),
+        ("publish (checks, clear, commit, index merge)", cum(stats, *PUBLISH)),
     ]
     ours = sum(s for name, s in inner if not name.startswith("  "))
     rows = [("options, input and output checks, lock", checks), ("graph construction (build_pipeline)", graph),
@@ -171,7 +173,7 @@ def worker_rows(stats: pstats.Stats, workers: int) -> list[tuple[str, float]]:
     imports = cum(stats, Fn("<frozen importlib._bootstrap>", "_find_and_load"))
     send = cum(stats, SEND)
     return [(f"lifetime ({workers} workers summed)", life), ("  imports (start-up)", imports),
-            ("  encoding (encode_batch)", busy), ("  sending results (pickle + pipe)", send),
+            ("  encoding runs (encode_run)", busy), ("  sending results (pickle + pipe)", send),
             ("  waiting for work (pipe read)", idle),
             ("  other (negative: imports inside the steps above)", life - imports - busy - send - idle)]
 

@@ -1,0 +1,2 @@
+"""How Beam's in-process runner executes the heavy steps of a local build on every core: a pool of worker
+processes. The graph is the same on every runner; only where a step's function runs differs."""

@@ -1,0 +1,114 @@
+"""What every step shares: the job's counters, outputs from finish_bundle, and running a function for each
+element inline or in the local build's worker processes."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
+
+from ..local.pool import Crashed, Done, LocalPool, Outcome, Raised
+
+NAMESPACE = "tpu_shards"
+FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see Publish)
+
+
+def count(name: str, n: int = 1) -> None:
+    Metrics.counter(NAMESPACE, name).inc(n)
+
+
+def rejected(entry: dict) -> beam.pvalue.TaggedOutput:
+    """A rejection as the `rejected` output, counted by reason."""
+    count(f"rejected_{entry['reason']}")
+    return beam.pvalue.TaggedOutput("rejected", entry)
+
+
+def collected(pcoll, label: str):
+    """pcoll passed through a one-output step, for use as a side input. Beam 2.77's in-process runner now and
+    then ran a step before the side input it reads was complete, when a multi-output step (or a Flatten of
+    such outputs) made that side input; never when a one-output step made it."""
+    return pcoll | label >> beam.Map(_same)
+
+
+def _same(value):
+    return value
+
+
+def windowed(values: Iterable) -> Iterator:
+    """Values emitted from finish_bundle need a window: the global one."""
+    for value in values:
+        if isinstance(value, beam.pvalue.TaggedOutput):
+            yield beam.pvalue.TaggedOutput(value.tag, GlobalWindows.windowed_value(value.value))
+        else:
+            yield GlobalWindows.windowed_value(value)
+
+
+class PooledDoFn(beam.DoFn):
+    """A DoFn whose work for an element is one function call: made here with one worker, or in the local
+    pool with several (so a local build uses every core). Subclasses say which call (`call`), what its
+    value gives (`done`) and what a crash of its worker process gives (`crashed`, default: fail)."""
+
+    MAX_QUEUED_PER_WORKER = 4  # calls waiting per worker before process() waits for some to finish
+    _owners: dict[int, "PooledDoFn"] = {}  # ticket -> the DoFn that submitted it (steps fused in one stage)
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def call(self, element, *side) -> tuple[Callable, tuple, dict, Any]:
+        """(function, args, kwargs, context) of the element's work; context comes back to done/crashed."""
+        raise NotImplementedError
+
+    def done(self, context, value) -> Iterable:
+        raise NotImplementedError
+
+    def crashed(self, context, why: str) -> Iterable:
+        raise RuntimeError(f"local pool: {why}")
+
+    def start_bundle(self):
+        self._contexts: dict[int, Any] = {}
+        self._stash: list[tuple[int, Outcome]] = []  # outcomes of this DoFn's calls met by another
+
+    def process(self, element, *side):
+        fn, args, kwargs, context = self.call(element, *side)
+        yield from self.run(fn, args, kwargs, context)
+
+    def run(self, fn: Callable, args: tuple, kwargs: dict, context) -> Iterator:
+        """Run fn here, or submit it to the pool and yield what has finished meanwhile."""
+        if self.workers <= 1:
+            yield from self.done(context, fn(*args, **kwargs))
+            return
+        pool = LocalPool.shared(self.workers)
+        ticket = pool.submit(fn, *args, **kwargs)
+        self._contexts[ticket] = context
+        PooledDoFn._owners[ticket] = self
+        yield from self._stashed()
+        for ticket, outcome in pool.results(block=pool.in_flight > self.MAX_QUEUED_PER_WORKER * self.workers):
+            yield from self._outcome(ticket, outcome)
+
+    def _stashed(self) -> Iterator:
+        while self._stash:
+            yield from self._outcome(*self._stash.pop(0))
+
+    def finish_bundle(self):
+        if self.workers > 1 and self._contexts:
+            pool = LocalPool.shared(self.workers)
+            out = list(self._stashed())
+            while self._contexts:
+                for ticket, outcome in pool.results(block=True):
+                    out.extend(self._outcome(ticket, outcome))
+                out.extend(self._stashed())
+            yield from windowed(out)
+
+    def _outcome(self, ticket: int, outcome: Outcome) -> Iterator:
+        owner = PooledDoFn._owners.pop(ticket, self)
+        if owner is not self:
+            owner._stash.append((ticket, outcome))
+            return
+        context = self._contexts.pop(ticket, None)
+        if isinstance(outcome, Done):
+            yield from self.done(context, outcome.value)
+        elif isinstance(outcome, Raised):
+            raise outcome.error
+        elif isinstance(outcome, Crashed):
+            yield from self.crashed(context, outcome.why)

@@ -1,0 +1,52 @@
+"""ShardMedia: the steps a build and an append share, from listed media to shards under temporary names.
+
+    media ─► PlanLayout ─► EncodeRuns ─► [FindDuplicates] ─► PlanShards ─► WriteShards
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from shard_utils.sharding.naming import ShardNaming
+
+from ..config import BuildConfig
+from .dedup import FindDuplicates
+from .encode import EncodeRuns
+from .layout import PlanLayout
+from .shards import PlanShards
+from .write import WriteShards
+
+__all__ = ["ShardMedia"]
+
+
+class ShardMedia(beam.PTransform):
+    """Input: chunks of MediaItems. Outputs (a dict): shards (ShardResult), plans ({split: SplitShards}, once),
+    failure (why no shard could be planned), rejected (dicts), cross_split (duplicates across splits), encoded
+    (records each run encoded).
+
+    `labels`: every label name (once each); `known_labels` (an append: the dataset's) keep their ids.
+    `existing_hashes` (an append with --dedup): (sha256, (source id, split)) of the dataset's records."""
+
+    def __init__(self, config: BuildConfig, labels, run, naming: ShardNaming, known_labels: tuple[str, ...] = (),
+                 existing_hashes=None):
+        super().__init__()
+        self.config, self.labels, self.run, self.naming = config, labels, run, naming
+        self.known_labels, self.existing_hashes = tuple(known_labels), existing_hashes
+
+    def expand(self, media):
+        cfg, p = self.config, media.pipeline
+        planned = media | "PlanLayout" >> PlanLayout(cfg)
+        encoded = planned["keyed"] | "EncodeRuns" >> EncodeRuns(cfg, planned["layouts"], self.labels, self.run,
+                                                                self.known_labels)
+        if cfg.dedup:
+            dups = encoded.runs | "FindDuplicates" >> FindDuplicates(self.existing_hashes)
+            dropped, cross_split, dup_rejects = dups.dropped, dups.cross_split, (dups.rejected,)
+        else:
+            dropped = cross_split = p | "NoDuplicates" >> beam.Create([])
+            dup_rejects = ()
+        sharded = encoded.runs | "PlanShards" >> PlanShards(cfg, planned["layouts"], self.naming, dropped)
+        shards = sharded["tasks"] | "WriteShards" >> WriteShards(cfg, self.run)
+        encoded_records = encoded.runs | "RecordsEncoded" >> beam.Map(lambda r: r.tally.records)
+        return {"shards": shards, "plans": sharded["plans"], "encoded": encoded_records,
+                "failure": (planned["failure"], sharded["failure"]) | "AnyFailure" >> beam.Flatten(),
+                "rejected": (encoded.rejected, *dup_rejects) | "EncodeRejects" >> beam.Flatten(),
+                "cross_split": cross_split}

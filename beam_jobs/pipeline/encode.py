@@ -1,0 +1,142 @@
+"""EncodeRuns: every listed item read, checked, encoded and written into its run, in key order.
+
+Items go to their run by key (the run boundaries PlanLayout found) and meet in a GroupByKey; each run is
+then one unit of work: its items read (several at once from gs://), encoded and written into one run file
+(`shard_utils.sharding.encode_run`). Locally the runs are encoded in the worker processes; a decoder that
+crashes its process on a hostile file costs only that file: the run's items are tried one by one, the
+ones that crash are rejected, and the run is encoded again without them.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import apache_beam as beam
+
+from shard_utils.encode import EncodeSettings, encode_item, reject
+from shard_utils.generations import label_order
+from shard_utils.inputs import MediaItem
+from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
+
+from .. import progress
+from ..config import BuildConfig, RunInfo
+from .common import PooledDoFn, count, rejected
+from .layout import Keyed, encode_settings
+
+__all__ = ["EncodeRuns"]
+
+
+class EncodeRuns(beam.PTransform):
+    """Input: keyed chunks (PlanLayout's `keyed`). Main output: EncodedRun, one per run (its file is None when
+    every item was rejected); tagged `rejected`: dicts. `known_labels` (an append: the dataset's labels) keep
+    their ids; other labels follow in sorted order."""
+
+    def __init__(self, config: BuildConfig, layouts, labels, run, known_labels: tuple[str, ...] = ()):
+        super().__init__()
+        self.config, self.layouts, self.labels, self.run = config, layouts, labels, run
+        self.known_labels = tuple(known_labels)
+
+    def expand(self, keyed):
+        return (keyed
+                | "Assign" >> beam.FlatMap(assign_runs, beam.pvalue.AsList(self.layouts))
+                | "GroupRuns" >> beam.GroupByKey()
+                | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
+                                         beam.pvalue.AsList(self.labels),
+                                         beam.pvalue.AsSingleton(self.run)).with_outputs("rejected", main="runs"))
+
+
+def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple[str, int], list[MediaItem]]]:
+    """((split, run), items) for the items of a chunk, grouped by run."""
+    for found in layouts:  # none when planning failed
+        by_run: dict[tuple[str, int], list[MediaItem]] = {}
+        for split, order, item in chunk:
+            by_run.setdefault((split, found[split].run_of(order)), []).append(item)
+        yield from by_run.items()
+
+
+def probe_item(item: MediaItem, settings: EncodeSettings) -> bool:
+    """Encode one item and keep nothing: whether its decoder survives it (a pool task)."""
+    encode_item(item, settings)
+    return True
+
+
+class _EncodeRunFn(PooledDoFn):
+    def __init__(self, config: BuildConfig, known_labels: tuple[str, ...]):
+        super().__init__(config.workers)
+        self.config, self.known_labels = config, known_labels
+        self._settings: EncodeSettings | None = None
+
+    def start_bundle(self):
+        super().start_bundle()
+        self._isolating: dict[tuple[str, int], dict] = {}
+
+    def process(self, grouped, labels: list[str], run: RunInfo):
+        (split, index), chunks = grouped
+        self._run = run
+        if self._settings is None:
+            ids = {name: i for i, name in enumerate(label_order(labels, self.known_labels))}
+            self._settings = encode_settings(self.config, ids)
+        task = RunTask(split, index, tuple(item for chunk in chunks for item in chunk))
+        yield from self._encode(task, ())
+
+    def _encode(self, task: RunTask, crashed: tuple[dict, ...]):
+        kwargs = {"embed": self._embedder(), "embed_batch": self.config.embed.batch_size} \
+            if self.config.embed is not None else {}
+        kwargs["chunk_bytes"] = self.config.run_part_bytes
+        yield from self.run(encode_run, (task, self._settings, self._run.temp_dir), kwargs,
+                            ("run", task, crashed))
+
+    def call(self, element, *side):  # process() is overridden
+        raise NotImplementedError
+
+    def done(self, context, value) -> Iterable:
+        kind, task, extra = context
+        if kind == "probe":
+            yield from self._probed(task, extra, crashed=None)
+            return
+        encoded: EncodedRun = value
+        for entry in (*extra, *encoded.rejected):
+            progress.advance("encode")
+            yield rejected(entry)
+        t = encoded.tally
+        progress.advance("encode", t.records)
+        count("images_passed_through", t.passed_through)
+        count("images_reencoded", t.records - t.passed_through)
+        if t.trailers:  # bytes after the JPEG's end (motion photos, maker data): not image data
+            count("jpeg_trailers_dropped", t.trailers)
+            count("jpeg_trailer_bytes_dropped", t.trailer_bytes)
+        count("runs_encoded")
+        yield encoded
+
+    def crashed(self, context, why: str) -> Iterable:
+        kind, task, extra = context
+        if kind == "probe":
+            yield from self._probed(task, extra, crashed=why)
+            return
+        if len(task.items) == 0:
+            raise RuntimeError(f"local pool: {why} while encoding run {task.run} of split {task.split!r}")
+        key = (task.split, task.run)
+        self._isolating[key] = {"task": task, "left": len(task.items), "culprits": [], "why": why,
+                                "earlier": extra}
+        for item in task.items:  # which item crashes it: each alone, keeping nothing
+            yield from self.run(probe_item, (item, self._settings), {}, ("probe", key, item))
+
+    def _probed(self, key, item: MediaItem, crashed: str | None) -> Iterable:
+        state = self._isolating[key]
+        state["left"] -= 1
+        if crashed is not None:
+            state["culprits"].append(reject(item, "corrupt", crashed))
+        if state["left"]:
+            return
+        del self._isolating[key]
+        task, culprits = state["task"], state["culprits"]
+        if not culprits:
+            raise RuntimeError(f"local pool: {state['why']} while encoding run {task.run} of split {task.split!r}, "
+                               "and no single file of it does")
+        gone = {c["source"] for c in culprits}
+        rest = RunTask(task.split, task.run, tuple(i for i in task.items if i.source_id not in gone))
+        yield from self._encode(rest, (*state["earlier"], *culprits))
+
+    def _embedder(self):
+        from shard_utils.embed import EmbedRecords
+
+        return EmbedRecords(self.config.embed, self.config.embed_key)

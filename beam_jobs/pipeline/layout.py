@@ -1,0 +1,176 @@
+"""PlanLayout: each split's shard count and runs, decided from the listing before anything is encoded.
+
+Every listed item gets its split and its place in the split's order (a seeded hash of its source id). The
+items are counted per split (with a histogram of their keys), a small sample of them (the first in key
+order) is encoded to learn what records their files become, and each split's shard count and runs follow
+(`shard_utils.sharding.layout`). Only the keys of the few hash buckets where a run starts are grouped and
+sorted, to find the exact key where each run starts.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+from typing import Iterable
+
+import apache_beam as beam
+
+from shard_utils import plan
+from shard_utils.encode import EncodeSettings, Encoded, encode_data
+from shard_utils.inputs import MediaItem
+from shard_utils.sharding import layout as lay
+from shard_utils.sharding.encode_run import item_order, read_items
+from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
+
+from ..config import BuildConfig
+from .common import collected, count
+
+__all__ = ["PlanLayout", "key_chunk"]
+
+SAMPLE_SIZE = 32  # items encoded to estimate the records' bytes
+
+Keyed = tuple  # (split, order key, MediaItem)
+
+
+class PlanLayout(beam.PTransform):
+    """Input: chunks of MediaItems. Outputs: `keyed` (the chunks as lists of (split, order key, item)),
+    `layouts` ({split: SplitLayout} with run boundaries, once; nothing when planning failed) and `failure`
+    (why no layout could be made)."""
+
+    def __init__(self, config: BuildConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, media):
+        cfg = self.config
+        keyed = media | "Key" >> beam.Map(key_chunk, cfg.splits, cfg.seed)
+        totals = keyed | "Count" >> beam.CombineGlobally(ListingTotalsFn(cfg.bucket_bits))
+        sample = (keyed
+                  | "First" >> beam.CombineGlobally(SmallestFn(SAMPLE_SIZE))
+                  | "EncodeSample" >> beam.Map(sample_sizes, cfg))
+        planned = totals | "Plan" >> beam.FlatMap(layouts_or_failure, beam.pvalue.AsSingleton(sample), cfg).with_outputs(
+            "failure", main="drafts")
+        drafts = collected(planned.drafts, "Drafts")
+        picks = (keyed
+                 | "BoundaryKeys" >> beam.FlatMap(boundary_keys, beam.pvalue.AsList(drafts))
+                 | "GroupBucket" >> beam.GroupByKey()
+                 | "Pick" >> beam.FlatMap(pick_boundaries, beam.pvalue.AsList(drafts)))
+        layouts = drafts | "Boundaries" >> beam.Map(with_boundaries, beam.pvalue.AsList(picks))
+        return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
+
+
+def key_chunk(chunk: list[MediaItem], splits, seed: int) -> list[Keyed]:
+    """Each item with its split and its place in the split's order."""
+    fractions = list(splits)
+    return [(item.split or plan.choose_split(fractions, seed, item.source_id), item_order(item, seed), item)
+            for item in chunk]
+
+
+class ListingTotalsFn(beam.CombineFn):
+    """{split: ListingTotals} of every keyed item."""
+
+    def __init__(self, bits: int):
+        self.bits = bits
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, chunk: list[Keyed]):
+        by_split: dict[str, tuple[list, list]] = {}
+        for split, (key, _), item in chunk:
+            keys, sizes = by_split.setdefault(split, ([], []))
+            keys.append(key)
+            sizes.append(item.size)
+        for split, (keys, sizes) in by_split.items():
+            acc.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).add(keys, sizes)
+        return acc
+
+    def merge_accumulators(self, accs):
+        out: dict[str, ListingTotals] = {}
+        for acc in accs:
+            for split, totals in acc.items():
+                out.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).merge(totals)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class SmallestFn(beam.CombineFn):
+    """The n items first in key order, over every split: a sample of the listing that depends on nothing but
+    the listing and the seed."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, chunk: list[Keyed]):
+        return heapq.nsmallest(self.n, acc + [(order, item) for _, order, item in chunk], key=lambda p: p[0])
+
+    def merge_accumulators(self, accs):
+        return heapq.nsmallest(self.n, [p for acc in accs for p in acc], key=lambda p: p[0])
+
+    def extract_output(self, acc):
+        return [item for _, item in acc]
+
+
+def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
+    """What the sample's files and records weigh (rejected files are left out). Label ids do not change a
+    record's size enough to matter, so the sample does not wait for the label set."""
+    if not items:
+        return SizeSample()
+    settings = replace(encode_settings(config, {name: 0 for item in items for name in item.labels}), frame_now=True)
+    source = record = records = 0
+    per_record = 4 * int(dict(config.embed_info).get("embedding_dim", 0)) * (config.video.frames if config.video
+                                                                             else 1) + 24 if config.embed else 0
+    for item, data in read_items(items, settings):
+        outcome = encode_data(item, settings, data)
+        if isinstance(outcome, Encoded):
+            source += len(data)
+            record += outcome.meta.length + per_record
+            records += 1
+    count("sample_encoded", records)
+    return SizeSample(source, record, records)
+
+
+def encode_settings(config: BuildConfig, label_ids: dict[str, int]) -> EncodeSettings:
+    """How the build encodes an item, with these label ids."""
+    return EncodeSettings(image=config.image, seed=config.seed, splits=config.splits, label_ids=label_ids,
+                          label_offset=config.label_offset, extras=config.listing.extras, video=config.video,
+                          frame_now=config.embed is None, max_file_bytes=config.max_file_bytes)
+
+
+def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):
+    """The splits' layouts, or (tagged `failure`) the PlanError message saying why there are none."""
+    try:
+        yield lay.plan_layouts(
+            totals, sample, expected_splits=[] if config.splits_from_data else [name for name, _ in config.splits],
+            num_cores=config.num_cores, num_hosts=config.num_hosts,
+            target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards)
+    except plan.PlanError as exc:
+        yield beam.pvalue.TaggedOutput("failure", str(exc))
+
+
+def boundary_keys(chunk: list[Keyed], drafts: list[dict]) -> Iterable:
+    """((split, bucket), order key) of the items in a bucket where some run starts."""
+    for layouts in drafts:  # none when planning failed
+        for split, order, _ in chunk:
+            found = layouts.get(split)
+            if found is not None and BoundaryFinder.wanted(found, order[0]):
+                yield (split, lay.bucket_of(order[0], found.bucket_bits)), order
+
+
+def pick_boundaries(grouped, drafts: list[dict]) -> Iterable:
+    """(split, (slot, key)) of every run start in one bucket."""
+    (split, bucket), keys = grouped
+    for layouts in drafts:
+        for slot, key in BoundaryFinder.picks(layouts[split], bucket, keys):
+            yield split, (slot, key)
+
+
+def with_boundaries(drafts: dict[str, SplitLayout], picks: list) -> dict[str, SplitLayout]:
+    by_split: dict[str, list] = {}
+    for split, pick in picks:
+        by_split.setdefault(split, []).append(pick)
+    return {split: BoundaryFinder.complete(layout, by_split.get(split, [])) for split, layout in drafts.items()}

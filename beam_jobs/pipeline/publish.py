@@ -1,0 +1,111 @@
+"""Publish: the dataset made visible, manifest last (`beam_jobs.publish` holds the steps, without Beam).
+
+    Plan ─► Clear ─┬─► Move (per shard) ───────┬─► Commit
+                   └─► MergeIndex (per split) ──┘
+
+Plan checks the shards and the accounting and decides what to write; Clear makes room; shards move in and
+each split's index is written in parallel; Commit writes the reports and the manifest once every move and
+index is done. Every step is safe to run twice, or twice at once. A build that cannot publish fails the job
+with one line (locally: a metric the driver raises, so no worker traceback is printed).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from shard_utils.plan import PlanError
+
+from .. import publish
+from ..config import BuildConfig
+from ..errors import UsageError
+from .common import FAILURE_METRIC, NAMESPACE, PooledDoFn, collected, count
+
+__all__ = ["Publish"]
+
+STANDARD = ("shards", "plans", "failure", "rejected", "skipped_files", "tally", "labels", "run", "cross_split")
+
+
+class Publish(beam.PTransform):
+    """Input: a dict of PCollections: shards (ShardResult), plans ({split: SplitShards}, once), failure, rejected,
+    skipped_files, tally (Tally, summed here), labels, run (RunInfo), cross_split, and any others `planner`
+    takes as lists, by name. `planner` (default `publish.plan_publication`) decides the Publication."""
+
+    def __init__(self, config: BuildConfig, planner: Callable[..., publish.Publication] | None = None):
+        super().__init__()
+        self.config = config
+        self.planner = planner or publish.plan_publication
+
+    def expand(self, pcolls):
+        side, cfg = beam.pvalue, self.config
+        pcolls = {name: collected(p, f"Collect{name.title().replace('_', '')}") if name != "run" else p
+                  for name, p in pcolls.items()}
+        extra = {name: side.AsList(p) for name, p in pcolls.items() if name not in STANDARD}
+        tally = pcolls["tally"] | "SumTallies" >> beam.CombineGlobally(publish.sum_tallies)
+        run = side.AsSingleton(pcolls["run"])
+        planned = (pcolls["run"]
+                   | "Plan" >> beam.FlatMap(
+                       _or_fail(plan_step), cfg, self.planner, **extra,
+                       shards=side.AsList(pcolls["shards"]), plans=side.AsList(pcolls["plans"]),
+                       failure=side.AsList(pcolls["failure"]), rejected=side.AsList(pcolls["rejected"]),
+                       skipped_files=side.AsList(pcolls["skipped_files"]), tally=side.AsSingleton(tally),
+                       labels=side.AsList(pcolls["labels"]), cross_split=side.AsList(pcolls["cross_split"]))
+                   | "Clear" >> beam.FlatMap(_or_fail(clear_step), cfg))
+        moved = (planned
+                 | "Moves" >> beam.FlatMap(lambda pub: pub.moves)
+                 | "SpreadMoves" >> beam.Reshuffle()
+                 | "Move" >> beam.ParDo(_MoveFn(cfg)))
+        indexes = (planned
+                   | "Indexes" >> beam.FlatMap(lambda pub: pub.indexes)
+                   | "SpreadIndexes" >> beam.Reshuffle()
+                   | "MergeIndex" >> beam.Map(publish.merge_index, cfg, run))
+        return planned | "Commit" >> beam.Map(commit_step, cfg, moved=side.AsList(moved),
+                                              indexes=side.AsList(indexes))
+
+
+def plan_step(run, config: BuildConfig, planner, *, shards: list, **side):
+    pub = planner(shards, config, run=run, **side)
+    if pub is not None:  # None: nothing to publish (an append that found nothing new)
+        yield pub
+
+
+def clear_step(pub: publish.Publication, config: BuildConfig):
+    publish.clear_output(pub, config)
+    yield pub
+
+
+class _MoveFn(PooledDoFn):
+    """Moves shards into the output (locally in the build's worker processes, so several at once)."""
+
+    def __init__(self, config: BuildConfig):
+        super().__init__(config.workers)
+        self.config = config
+
+    def call(self, move: publish.Move):
+        return publish.move_shard, (move, self.config), {}, None
+
+    def done(self, context, name: str):
+        count("shards_published")
+        yield name
+
+
+def commit_step(pub: publish.Publication, config: BuildConfig, *, moved: list[str], indexes: list) -> str:
+    if sorted(moved) != sorted(m.name for m in pub.moves):
+        raise publish.InternalError(f"{len(moved)} of {len(pub.moves)} shards were moved into the output")
+    return publish.commit(pub, config, dict(indexes))
+
+
+def _or_fail(step: Callable) -> Callable:
+    """The step; a build that cannot publish fails the job with its one line (Dataflow, templates), or, locally,
+    reports that line through a metric for the driver to raise, and the step gives nothing."""
+    def guarded(element, config: BuildConfig, *args, **kwargs):
+        try:
+            yield from step(element, config, *args, **kwargs)
+        except (PlanError, UsageError) as exc:
+            if not config.local:
+                raise
+            Metrics.string_set(NAMESPACE, FAILURE_METRIC).add(f"{type(exc).__name__}: {exc}")
+
+    guarded.__name__ = step.__name__
+    return guarded

@@ -1,0 +1,58 @@
+"""WriteShards: every planned shard written under the run's temporary folder, with its index part.
+
+A shard that is a prefix of a run is that run's first bytes: moved and cut locally, composed from the run's
+parts by Cloud Storage on gs://; any other shard is copied from byte ranges of the runs, read in large
+blocks (`shard_utils.sharding.writer`). The copies are written first: taking a prefix locally moves the
+run's file and cuts its tail off, which copies may need. Shards are spread over the workers; locally they
+are written in the build's worker processes.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import apache_beam as beam
+
+from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
+
+from .. import progress
+from ..config import BuildConfig, RunInfo
+from .common import PooledDoFn, count
+
+__all__ = ["WriteShards"]
+
+
+class WriteShards(beam.PTransform):
+    """Input: ShardTask. Output: ShardResult (the shard under its temporary name)."""
+
+    def __init__(self, config: BuildConfig, run):
+        super().__init__()
+        self.config, self.run = config, run
+
+    def expand(self, tasks):
+        run = beam.pvalue.AsSingleton(self.run)
+        copies = (tasks
+                  | "Copied" >> beam.Filter(lambda task: not task.plan.prefix)
+                  | "SpreadCopies" >> beam.Reshuffle()
+                  | "Copy" >> beam.ParDo(_WriteShardFn(self.config), run))
+        prefixes = (tasks
+                    | "Prefixes" >> beam.Filter(lambda task: task.plan.prefix)
+                    | "SpreadPrefixes" >> beam.Reshuffle()
+                    | "Take" >> beam.ParDo(_WriteShardFn(self.config), run, beam.pvalue.AsList(copies)))
+        return (copies, prefixes) | "AllShards" >> beam.Flatten()
+
+
+class _WriteShardFn(PooledDoFn):
+    def __init__(self, config: BuildConfig):
+        super().__init__(config.workers)
+        self.config = config
+
+    def call(self, task: ShardTask, run: RunInfo, copies_done: list | None = None):
+        return write_shard, (task, run.temp_dir, self.config.listing.extras), {}, None
+
+    def done(self, context, result: ShardResult) -> Iterable[ShardResult]:
+        count("shards_written")
+        count("bytes_written", result.num_bytes)
+        count("images_written", result.num_records)
+        count("shard_bytes_copied", result.bytes_copied)
+        progress.advance("write", result.num_records)
+        yield result

@@ -1,0 +1,2 @@
+"""Media in: reading source files (bounded, overlapped, transient failures kept apart from definite ones)
+and turning each into one record."""

@@ -1,0 +1,123 @@
+"""Encoding one run: its listed items, in key order, read (several at once from gs://), encoded and written
+into one run file. No Beam: the build's encode step runs it inline or in local worker processes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+from .. import plan
+from ..encode import EncodeSettings, Encoded, Prepared, encode_data, reject
+from ..inputs import MediaItem
+from ..media.reads import needs_prefetch, prefetched, read_source
+from .runs import CHUNK_BYTES, RunFile, RunWriter
+
+Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
+EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """The listed items of one run of a split (any order: they are sorted here)."""
+
+    split: str
+    run: int
+    items: tuple[MediaItem, ...]
+
+
+@dataclass(frozen=True)
+class EncodeTally:
+    """What a run's encoding made, for the build's counters and progress."""
+
+    records: int = 0
+    passed_through: int = 0
+    trailers: int = 0
+    trailer_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class EncodedRun:
+    """A run once encoded: its file (None when every item was rejected), its rejections and its tally."""
+
+    split: str
+    run: int
+    file: RunFile | None
+    rejected: tuple[dict, ...]
+    tally: EncodeTally
+
+
+def item_order(item: MediaItem, seed: int) -> tuple[int, str]:
+    """An item's place in its split's order: what its record's sort key and source id will be."""
+    return plan.sort_key(seed, item.source_id), item.source_id
+
+
+def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: Embed | None = None,
+               embed_batch: int = EMBED_BATCH, chunk_bytes: int = CHUNK_BYTES) -> EncodedRun:
+    """Encode the run's items in key order into its run file under `folder` (a build's temporary folder).
+
+    Raises TransientReadError when a source could not be read for a reason that may pass: the run is then
+    encoded again as a whole, into the same names, and no item is rejected for it."""
+    items = sorted(task.items, key=lambda item: item_order(item, settings.seed))
+    writer = RunWriter(folder, task.split, task.run, chunk_bytes)
+    rejected: list[dict] = []
+    records = passed = trailers = trailer_bytes = 0
+    try:
+        for outcome in _outcomes(items, settings, embed, embed_batch):
+            if isinstance(outcome, dict):
+                rejected.append(outcome)
+                continue
+            if outcome.split != task.split:
+                raise plan.InternalError(f"run {task.run} of split {task.split!r} got a record of split "
+                                         f"{outcome.split!r} ({outcome.meta.source_id})")
+            writer.add(outcome.framed, outcome.meta)
+            records += 1
+            passed += outcome.passed_through
+            trailers += bool(outcome.trailer_bytes)
+            trailer_bytes += outcome.trailer_bytes
+        written = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return EncodedRun(task.split, task.run, written, tuple(rejected),
+                      EncodeTally(records, passed, trailers, trailer_bytes))
+
+
+def _outcomes(items: Sequence[MediaItem], settings: EncodeSettings, embed: Embed | None,
+              embed_batch: int) -> Iterator[Encoded | dict]:
+    """Every item's outcome in order: a framed record or a rejection (records embedded in batches first)."""
+    encoded = (encode_data(item, settings, data) for item, data in read_items(items, settings))
+    if settings.frame_now:
+        yield from encoded
+        return
+    if embed is None:
+        raise plan.InternalError("records wait for an embedding, but no model was given")
+    waiting: list = []  # rejections keep their place among the prepared records
+    for outcome in encoded:
+        waiting.append(outcome)
+        if sum(isinstance(w, Prepared) for w in waiting) >= embed_batch:
+            yield from _embedded(waiting, embed)
+            waiting = []
+    yield from _embedded(waiting, embed)
+
+
+def _embedded(outcomes: list, embed: Embed) -> Iterable[Encoded | dict]:
+    prepared = [o for o in outcomes if isinstance(o, Prepared)]
+    done = iter(embed(prepared) if prepared else [])
+    for o in outcomes:
+        yield next(done) if isinstance(o, Prepared) else o
+
+
+def read_items(items: Sequence[MediaItem], settings: EncodeSettings):
+    """(item, bytes or Unusable) in order: remote sources read ahead while earlier ones are encoded."""
+    def read(item: MediaItem):
+        return read_source(item.uri, settings.max_file_bytes, item.size)
+
+    if any(needs_prefetch(item.uri) for item in items):
+        return prefetched(items, read, lambda item: item.size)
+    return ((item, read(item)) for item in items)
+
+
+def rejects_only(task: RunTask, reason: str, message: str) -> EncodedRun:
+    """The outcome of a run none of whose items can be encoded for one reason (e.g. a decoder that keeps
+    crashing its worker process): every item rejected."""
+    return EncodedRun(task.split, task.run, None, tuple(reject(i, reason, message) for i in task.items),
+                      EncodeTally())

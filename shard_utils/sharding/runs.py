@@ -1,0 +1,206 @@
+"""Run files: one run's framed records in key order, as one encoder wrote them, and what is known of each.
+
+A run is the bytes of its records one after another, exactly as a shard holds them, so a shard that is a
+prefix of a run needs no byte copied: locally the run file is moved and cut at the shard's end; on gs://
+a run is written as parts of about CHUNK_BYTES (cut between records) and the shard is composed from them
+by Cloud Storage. For every record the writer keeps the size, CRC32C and SHA-256 of the run up to its end,
+so a prefix's checksums are known without reading it again.
+
+Names are fixed by (split, run): an encoder that runs twice writes the same bytes under the same names.
+"""
+from __future__ import annotations
+
+import hashlib
+import pickle
+from concurrent.futures import Future
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Sequence
+
+import google_crc32c
+
+from .. import storage
+from ..encode import RecordMeta
+from ..plan import InternalError
+
+CHUNK_BYTES = 16 * 2**20  # gs:// runs are parts of about this size
+UPLOAD_THREADS = 4  # parts uploaded at once per process (one per run being written)
+META_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One record of a run: its metadata, and the run's size, CRC32C and SHA-256 up to its end."""
+
+    meta: RecordMeta
+    end: int
+    crc32c: int
+    sha256: bytes
+
+    def __reduce__(self):
+        return (RunEntry, (self.meta, self.end, self.crc32c, self.sha256))
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """Where a written run lies: its parts (path, bytes) in order, its metadata file, and its totals."""
+
+    split: str
+    run: int
+    parts: tuple[tuple[str, int], ...]
+    meta_path: str
+    count: int
+    num_bytes: int
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes start..end-1 of the run: one ranged read per part they touch."""
+        out, at = [], 0
+        for path, size in self.parts:
+            lo, hi = max(start, at), min(end, at + size)
+            if lo < hi:
+                out.append(storage.read_range(path, lo - at, hi - lo))
+            at += size
+        data = b"".join(out)
+        if len(data) != end - start:
+            raise InternalError(f"run {self.run} of split {self.split!r} holds {self.num_bytes} bytes; "
+                                f"bytes {start}..{end} were asked for")
+        return data
+
+    def entries(self) -> list[RunEntry]:
+        """Every record's entry, in run order (one read of the metadata file)."""
+        version, entries = pickle.loads(storage.read_bytes(self.meta_path))
+        if version != META_VERSION or len(entries) != self.count:
+            raise InternalError(f"run metadata {self.meta_path} holds {len(entries)} records of version {version}, "
+                                f"expected {self.count} of version {META_VERSION}")
+        return entries
+
+
+def run_names(folder: str, split: str, run: int) -> tuple[str, str]:
+    """(the run's data path, or the prefix of its parts on gs://; its metadata path)."""
+    stem = storage.join(folder, "runs", split, f"{run:06d}")
+    return stem + ".records", stem + ".meta"
+
+
+class RunWriter:
+    """Writes one run: `add` each framed record in key order, then `close` (or `abort` on failure).
+
+    On gs:// a full part is uploaded in the background while the next one fills (at most one upload in
+    flight, so at most two parts are held)."""
+
+    def __init__(self, folder: str, split: str, run: int, chunk_bytes: int = CHUNK_BYTES):
+        self.split, self.run = split, run
+        self.path, self.meta_path = run_names(folder, split, run)
+        self._gcs = storage.is_gcs(folder)
+        self._chunk_bytes = chunk_bytes
+        self._stack = ExitStack()
+        self._file = None if self._gcs else self._stack.enter_context(storage.open_write(self.path, durable=False))
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._parts: list[tuple[str, int]] = []
+        self._upload: Future | None = None
+        self._entries: list[RunEntry] = []
+        self._size = 0
+        self._crc = 0
+        self._sha = hashlib.sha256()
+
+    def add(self, framed: bytes, meta: RecordMeta) -> None:
+        self._size += len(framed)
+        self._crc = google_crc32c.extend(self._crc, framed)
+        self._sha.update(framed)
+        self._entries.append(RunEntry(meta, self._size, self._crc, self._sha.copy().digest()))
+        if self._file is not None:
+            self._file.write(framed)
+            return
+        self._buffer.append(framed)
+        self._buffered += len(framed)
+        if self._buffered >= self._chunk_bytes:
+            self._flush_part()
+
+    def _flush_part(self) -> None:
+        if not self._buffered:
+            return
+        path = storage.join(self.path, f"part-{len(self._parts):05d}")
+        self._wait_upload()
+        self._upload = storage.io_threads("upload", UPLOAD_THREADS).submit(storage.write_bytes, path, b"".join(self._buffer))
+        self._parts.append((path, self._buffered))
+        self._buffer, self._buffered = [], 0
+
+    def _wait_upload(self) -> None:
+        if self._upload is not None:
+            upload, self._upload = self._upload, None
+            upload.result()
+
+    def close(self) -> RunFile | None:
+        """Finish the run; None when it holds no record (nothing is left behind then)."""
+        if self._file is not None:
+            self._stack.close()  # the file is complete now
+            if self._entries:
+                self._parts.append((self.path, self._size))
+                storage.start_sync(self.path)  # made durable while the worker goes on; shards wait for it
+            else:
+                storage.delete(self.path)
+        else:
+            self._flush_part()
+            self._wait_upload()
+        if not self._entries:
+            return None
+        storage.write_bytes(self.meta_path, pickle.dumps((META_VERSION, self._entries),
+                                                         protocol=pickle.HIGHEST_PROTOCOL))
+        return RunFile(self.split, self.run, tuple(self._parts), self.meta_path, len(self._entries), self._size)
+
+    def abort(self) -> None:
+        """Give up the run: a local file being written disappears; gs:// parts are left to the clean-up."""
+        if self._upload is not None:
+            self._upload.cancel()
+            self._upload = None
+        if self._file is not None:
+            self._stack.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            self._file = None
+
+
+@dataclass(frozen=True)
+class Checksums:
+    """A shard's size, CRC32C (GCS's base64 form) and SHA-256 (hex)."""
+
+    size: int
+    crc32c: str
+    sha256: str
+
+    @staticmethod
+    def of_prefix(entry: RunEntry) -> "Checksums":
+        return Checksums(entry.end, storage.crc32c_base64(entry.crc32c), entry.sha256.hex())
+
+
+def move_prefix(run: RunFile, entries: Sequence[RunEntry], count: int, dst: str) -> Checksums:
+    """Make dst the run's first `count` records without copying them (see the module's docstring)."""
+    last = entries[count - 1]
+    want = Checksums.of_prefix(last)
+    if not storage.is_gcs(dst):
+        storage.move_prefix(run.parts[0][0], dst, last.end)
+        return want
+    sources, at = [], 0
+    for path, size in run.parts:
+        if at + size <= last.end:
+            sources.append(path)
+        elif at < last.end:  # the part the prefix ends in: its first bytes become a part of their own
+            piece = f"{path}.prefix-{last.end - at}"
+            storage.write_bytes(piece, storage.read_range(path, 0, last.end - at))
+            sources.append(piece)
+        at += size
+    size, crc = storage.compose(sources, dst)
+    if (size, crc) != (want.size, want.crc32c):
+        raise InternalError(f"shard {dst} composed from run {run.run} holds {size} bytes with CRC32C {crc}; "
+                            f"the run's first {count} records are {want.size} bytes with {want.crc32c}")
+    return want
+
+
+def prefix_piece_bytes(run: RunFile, entries: Sequence[RunEntry], count: int) -> int:
+    """Bytes that making the prefix copies: on gs://, the start of the part it ends in; locally none."""
+    end, at = entries[count - 1].end, 0
+    if len(run.parts) == 1 and not storage.is_gcs(run.parts[0][0]):
+        return 0
+    for _, size in run.parts:
+        if at < end < at + size:
+            return end - at
+        at += size
+    return 0

@@ -1,0 +1,130 @@
+"""Writing one shard from its plan: a prefix of a run taken as it is, or pieces of runs copied; and its index part.
+
+Safe to run twice, or twice at once: a prefix is moved or composed again into the same bytes, a copy is
+written whole under the same name. No Beam: local worker processes run it too.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Sequence
+
+from .. import index, schema, storage
+from ..plan import InternalError
+from .runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
+from .shards import ShardPlan
+
+COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """A shard written under its temporary name, and what the manifest and the index need of it."""
+
+    split: str
+    index: int
+    temp_path: str
+    name: str
+    num_records: int
+    num_bytes: int
+    crc32c: str
+    sha256: str
+    class_counts: tuple[tuple[int, int], ...]  # (label id, records)
+    index_part: str = ""  # this shard's index rows: Avro blocks, concatenated per split when publishing
+    max_lengths: tuple[tuple[str, int], ...] = ()  # longest list per list feature (labels, extras)
+    bytes_copied: int = 0  # of run data read back to write it (0 for a prefix moved locally)
+    place: int = -1  # its number among the split's shards (its index rows'); -1: its planned index
+
+    def __post_init__(self):
+        if self.place < 0:
+            object.__setattr__(self, "place", self.index)
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """A shard to write: its plan, file name, the runs its pieces come from and their dropped records."""
+
+    plan: ShardPlan
+    name: str
+    place: int  # its number among the split's shards (what its index rows say)
+    runs: Mapping[int, RunFile]
+    dropped: Mapping[int, frozenset[int]] = field(default_factory=dict)  # run -> positions dropped (duplicates)
+
+
+def shard_paths(folder: str, name: str) -> tuple[str, str]:
+    """(temporary shard path, its index part's path) under a run's temporary folder."""
+    return storage.join(folder, "shards", name), storage.join(folder, "index", name + ".avro")
+
+
+def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec] = ()) -> ShardResult:
+    """Write the shard and its index part under `folder` (the build's temporary folder)."""
+    plan = task.plan
+    path, index_part = shard_paths(folder, task.name)
+    entries = {run: task.runs[run].entries() for run in {p.run for p in plan.pieces}}
+    if plan.prefix:
+        piece = plan.pieces[0]
+        run = task.runs[piece.run]
+        sums = move_prefix(run, entries[piece.run], piece.count, path)
+        metas = [e.meta for e in entries[piece.run][:piece.count]]
+        copied = prefix_piece_bytes(run, entries[piece.run], piece.count)
+    else:
+        sums, metas = _copy(task, entries, path)
+        copied = sums.size
+    rows, classes, longest = describe(task.place, metas, extras)
+    if sum(m.length for m in metas) != sums.size or len(metas) != plan.num_records:
+        raise InternalError(f"shard {plan.shard} of split {plan.split!r}: {len(metas)} records in {sums.size} bytes, "
+                            f"planned {plan.num_records}")
+    storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
+    return ShardResult(plan.split, plan.shard, path, task.name, len(metas), sums.size, sums.crc32c, sums.sha256,
+                       tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())), copied,
+                       task.place)
+
+
+def _copy(task: ShardTask, entries: Mapping[int, list[RunEntry]], path: str) -> tuple[Checksums, list]:
+    digest = storage.Digest()
+    metas = []
+    with storage.open_write(path) as out:
+        for piece in task.plan.pieces:
+            gone = task.dropped.get(piece.run, frozenset())
+            usable = [i for i in range(len(entries[piece.run])) if i not in gone] if gone else None
+            positions = usable[piece.first:piece.first + piece.count] if usable is not None else \
+                range(piece.first, piece.first + piece.count)
+            for entry, data in _records(task.runs[piece.run], entries[piece.run], positions):
+                out.write(data)
+                digest.update(data)
+                metas.append(entry.meta)
+    return Checksums(digest.size, digest.crc32c, digest.sha256), metas
+
+
+def _records(run: RunFile, entries: Sequence[RunEntry], positions: Sequence[int]) -> Iterator[tuple[RunEntry, bytes]]:
+    """The records at these positions (ascending), read in blocks of about COPY_BLOCK bytes."""
+    if not len(positions):
+        return
+    wanted = set(positions)
+    lo, last = positions[0], positions[-1]
+    while lo <= last:
+        start = entries[lo - 1].end if lo else 0
+        hi = lo
+        while hi < last and entries[hi].end - start < COPY_BLOCK:
+            hi += 1
+        data = run.read(start, entries[hi].end)
+        for i in range(lo, hi + 1):
+            if i in wanted:
+                begin = (entries[i - 1].end if i else 0) - start
+                yield entries[i], data[begin:entries[i].end - start]
+        lo = hi + 1
+
+
+def describe(shard: int, metas: Sequence, extras: Sequence[schema.ExtraSpec]) -> tuple[list, Counter, Counter]:
+    """A shard's index rows (its records' metadata in order), records per label, and longest list per feature."""
+    rows, classes, longest, offset = [], Counter(), Counter(), 0
+    for meta in metas:
+        rows.append(index.row_from_meta(shard, offset, meta, extras, multi_label=True))
+        offset += meta.length
+        classes.update(meta.labels)
+        for key in (schema.LABEL, schema.LABEL_TEXT):  # a record holds as many label texts as label ids
+            longest[key] = max(longest[key], len(meta.labels))
+        for name, values in meta.extras:
+            key = schema.EXTRA_PREFIX + name
+            longest[key] = max(longest[key], len(values))
+    return rows, classes, longest
