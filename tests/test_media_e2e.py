@@ -4,13 +4,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import pty
-import subprocess
 import sys
 
 import pytest
 from conftest import REPO, photo, run_cli, run_job, write_images
 from readers import by_source, rejected, shard_bytes
+from terminal import run_in_terminal
 
 from shard_utils import schema
 from shard_utils.verify import verify
@@ -150,21 +149,8 @@ def test_progress_shows_on_a_terminal_and_not_in_a_pipe(tmp_path):
     write_images(tmp_path / "in", {"a": 20, "b": 20})
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "COLUMNS": "100"}
     cmd = [sys.executable, "-m", "beam_jobs.cli", "build", "--input", str(tmp_path / "in"), "--num-cores", "2"]
-    main, child = pty.openpty()
-    proc = subprocess.Popen([*cmd, "--output", str(tmp_path / "tty")], stdin=child, stdout=child, stderr=child,
-                            cwd=REPO, env=env)
-    os.close(child)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    assert proc.wait(timeout=300) == 0
-    text = seen.decode("utf-8", "replace")
+    code, text = run_in_terminal([*cmd, "--output", str(tmp_path / "tty")], cwd=REPO, env=env)
+    assert code == 0, text
     assert "encoding : 100%" in text and "writing  : 100%" in text and "40/40" in text
     piped = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "pipe", "--num-cores", "2")
     assert piped.returncode == 0 and "encoding" not in piped.stderr and "images/s" not in piped.stderr
