@@ -15,7 +15,7 @@ from shard_utils import inputs, listings, plan, schema
 from shard_utils.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
-from . import progress
+from . import listing_io, progress
 from .config import BuildConfig, RejectLimit
 from .errors import OneLineParser, UsageError, unknown_option
 
@@ -245,6 +245,9 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
                 listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
     """Check the options and turn them into a BuildConfig; raises UsageError with the option named."""
     listing = listing if listing is not None else listing_options(args)
+    ids = listing_io.ids_without_template(listing, args.input)
+    if ids:
+        raise UsageError(ids)
     if args.splits and split_dirs:
         raise UsageError("the input already has train/validation/test folders; drop --splits")
     try:

@@ -162,3 +162,17 @@ def test_progress_forced_without_tqdm_is_one_line_and_exit_2(images, tmp_path):
                    env=environment(tmp_path / "site", {"tqdm"}))
     assert_one_line_error(done, "--progress needs tqdm, which is not installed: pip install -e")
     assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
+def test_a_listing_of_ids_is_refused_before_any_work_saying_what_path_template_does(in_process, tmp_path):
+    """Kaggle's train.csv holds ids (`id,label`): without --path-template every file would be missing."""
+    write_images(tmp_path / "in", {"x": 3})
+    (tmp_path / "train.csv").write_text("id,label\n" + "".join(f"x/img{i:04d},x\n" for i in range(3)))
+    args = ["build", "--listing", tmp_path / "train.csv", "--input", tmp_path / "in", "--output", tmp_path / "out",
+            "--num-cores", "1"]
+    done = in_process(*args)
+    assert_one_line_error(done, f"listing train.csv line 2: {tmp_path / 'in'}/x/img0000 does not exist, nor does any "
+                                "file its first 3 rows name", "if column 'id' holds ids, --path-template maps them "
+                                f"to files, e.g. --path-template '{{}}.jpg' ({tmp_path / 'in'}/x/img0000.jpg exists)")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert in_process(*args, "--path-template", "{}.jpg").returncode == 0
