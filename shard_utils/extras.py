@@ -2,10 +2,16 @@
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import shlex
+import sys
+import tempfile
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 REPORT_EXTRA = "report"  # matplotlib: the inspect report and its contact sheets
 DISTRIBUTION = "tpu-shards"
@@ -17,8 +23,12 @@ class MissingExtra(ImportError):
 
 def require(module: str, extra: str | None = REPORT_EXTRA, needed_for: str = "this") -> ModuleType:
     """Import an optional module, or raise MissingExtra with the pip command that brings it (extra None: a
-    module of the base install, missing after an install with --no-deps)."""
+    module of the base install, missing after an install with --no-deps). TensorFlow is imported without its
+    start-up lines on stderr (see `tensorflow_quietly`)."""
     try:
+        if module.split(".")[0] == "tensorflow" and "tensorflow" not in sys.modules:
+            with tensorflow_quietly():
+                return importlib.import_module(module)
         return importlib.import_module(module)
     except ImportError:
         top = module.split(".")[0]
@@ -54,3 +64,48 @@ def extra_requirements(extra: str) -> list[str]:
         return []
     return [f"{r.name}{r.specifier}" for r in found
             if r.marker is not None and "extra" in str(r.marker) and r.marker.evaluate({"extra": extra})]
+
+
+# absl's format: severity letter, MMDD, time (before absl is initialised: seconds since the epoch), thread,
+# file:line] message. TF_CPP_MIN_LOG_LEVEL's levels.
+_ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]]+:\d+\] ")
+_ABSL_LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+@contextmanager
+def tensorflow_quietly() -> Iterator[None]:
+    """Within the block (TensorFlow's import), TensorFlow's native start-up lines do not reach stderr.
+
+    Its libraries log with absl before anything can initialise absl logging, so TF_CPP_MIN_LOG_LEVEL does not
+    hold them back (TensorFlow 2.21: "oneDNN custom operations are on ..." on CPUs with oneDNN, twice, each after
+    absl's preamble). File descriptor 2 is captured while TensorFlow loads, then every line is written back except
+    absl lines below TF_CPP_MIN_LOG_LEVEL (default 2 here: errors still show) and, when those are dropped, absl's
+    preamble. Numerics are untouched: oneDNN stays as TensorFlow chose it.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    level = int(os.environ["TF_CPP_MIN_LOG_LEVEL"]) if os.environ["TF_CPP_MIN_LOG_LEVEL"].isdigit() else 0
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+                    if not _below(line, level)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def _below(line: str, level: int) -> bool:
+    """Whether a native log line is under the minimum level shown (absl's preamble goes with those lines)."""
+    match = _ABSL_LINE.match(line)
+    if match:
+        return _ABSL_LEVELS[match.group(1)] < level
+    return level > 0 and line.rstrip("\n") == _ABSL_PREAMBLE
