@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Iterator, Sequence
 
 REPORT_EXTRA = "report"  # matplotlib: the inspect report and its contact sheets
 DISTRIBUTION = "tpu-shards"
@@ -31,21 +31,38 @@ def require(module: str, extra: str | None = REPORT_EXTRA, needed_for: str = "th
                 return importlib.import_module(module)
         return importlib.import_module(module)
     except ImportError:
-        top = module.split(".")[0]
-        raise MissingExtra(f"{needed_for} needs {top}, which is not installed: {install_hint(extra, top)}") from None
+        raise MissingExtra(_not_installed(needed_for, [module.split(".")[0]], extra)) from None
 
 
-def install_hint(extra: str | None, module: str) -> str:
+def require_all(modules: Sequence[str], needed_for: str) -> None:
+    """Raise one MissingExtra naming every module of the base install in `modules` that is not importable (after
+    an install with --no-deps), so a user installs them all at once."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise MissingExtra(_not_installed(needed_for, missing, None))
+
+
+def _not_installed(needed_for: str, modules: Sequence[str], extra: str | None) -> str:
+    verb = "is" if len(modules) == 1 else "are"
+    return f"{needed_for} needs {' and '.join(modules)}, which {verb} not installed: {install_hint(extra, *modules)}"
+
+
+def install_hint(extra: str | None, *modules: str) -> str:
     """The pip command installing `extra` (None: the base install) where this copy runs. tpu-shards is not on a
     package index, so in a checkout (an editable or source-tree install) it is `pip install -e ".[extra]"`; for
     an installed wheel it is the extra's own packages, as this installation's metadata lists them (else the
-    module's name)."""
+    modules' names, which pip accepts as package names)."""
     checkout = source_checkout()
     if checkout is not None:
         where = "." if Path.cwd().resolve() == checkout else str(checkout)
         return f'pip install -e "{where}[{extra}]"' if extra else f'pip install -e "{where}"'
     packages = extra_requirements(extra) if extra else []
-    return "pip install " + " ".join(shlex.quote(p) for p in packages or [module])
+    return "pip install " + " ".join(shlex.quote(p) for p in packages or modules)
 
 
 def source_checkout() -> Path | None:

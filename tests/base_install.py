@@ -1,5 +1,5 @@
 """Run Python with only some installed packages importable: those of tpu-shards' base install (from its installed
-metadata), or all but a few. A `sitecustomize` on PYTHONPATH makes the others raise ModuleNotFoundError in every
+metadata), or all but a few (top-level or dotted names: google.cloud). A `sitecustomize` on PYTHONPATH makes the others raise ModuleNotFoundError in every
 process that starts (worker processes included), as they would if they had never been installed."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class _NotInstalled(importlib.abc.MetaPathFinder):
     BLOCKED = frozenset({blocked!r})
 
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in self.BLOCKED:
+        if any(name == blocked or name.startswith(blocked + ".") for blocked in self.BLOCKED):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 

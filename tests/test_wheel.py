@@ -73,3 +73,29 @@ def test_install_hints_name_what_pip_can_install_here(installed, tmp_path):
     assert wheel_hint == "pip install 'matplotlib>=3.8'\n"
     assert run(["-c", hints], cwd=REPO).stdout == 'pip install -e ".[report]"\n'
     assert run(["-c", hints], cwd=tmp_path, env={"PYTHONPATH": str(REPO)}).stdout == f'pip install -e "{REPO}[report]"\n'
+
+
+NOTEBOOK_READERS = """
+import sys
+from shard_utils import manifest, tfds_meta
+print(sorted(tfds_meta.tfds_files(manifest.load(sys.argv[1]))))
+try:
+    import shard_utils.random_access
+except ImportError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_readers_of_a_no_deps_install_without_google_crc32c(installed, tmp_path):
+    """A --no-deps install where only TensorFlow's own packages exist (no google-crc32c, fastavro, Beam or the GCS
+    client): the TFDS metadata is made all the same; random access says in one line which packages it needs."""
+    from base_install import environment
+
+    items = {"train": [record(i, (i % 2,), ["a", "b"]) for i in range(4)]}
+    write_dataset(tmp_path / "data", items, ["a", "b"], schema.feature_table(), image_size=[12, 16])
+    env = environment(tmp_path / "blocker", {"google_crc32c", "fastavro", "apache_beam", "google.cloud", "tqdm"})
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "blocker"), str(installed[1])])
+    out = run(["-c", NOTEBOOK_READERS, str(tmp_path / "data")], cwd=tmp_path, env=env).stdout.splitlines()
+    assert out == ["['dataset_info.json', 'features.json', 'image.class.label.labels.txt']",
+                   "MissingExtra shard_utils.random_access needs google_crc32c and fastavro, which are not installed: "
+                   "pip install google_crc32c fastavro"]
