@@ -28,12 +28,12 @@ setup(
         "Pillow>=12",
         "protobuf>=6.33,<7",
         "fastavro>=1.9",  # the per-split record index and Avro listings
+        "tqdm>=4.66",  # the build's progress bars, shown by default on a terminal
     ],
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
         "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
-        # `tpu-shards inspect --report` and the build's progress bars; not needed to build or load
-        "report": ["matplotlib>=3.8", "tqdm>=4.66"],
+        "report": ["matplotlib>=3.8"],  # `tpu-shards inspect --report`; not needed to build or load
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
         "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
         # benchmarks/bench_build.py: the TensorFlow Datasets peer it compares the job with
@@ -47,7 +47,6 @@ setup(
             "gcp-storage-emulator>=2024.8",
             "nbformat>=5",
             "matplotlib>=3.8",
-            "tqdm>=4.66",
             "grain>=0.2.18",  # random access is tested against the real Grain and TFDS
             "tensorflow-datasets>=4.9.10,<4.10",
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip

@@ -1,13 +1,16 @@
-"""The `tpu-shards` command line: build, verify, inspect. Errors become one line and a non-zero exit."""
+"""The `tpu-shards` command line: build, verify, inspect, extract, reshard. Errors become one line and a non-zero
+exit."""
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
 import sys
 import traceback
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
+from shard_utils.extras import MissingExtra
 from shard_utils.manifest import ManifestError
 from shard_utils.media.reads import TransientReadError
 from shard_utils.plan import PlanError
@@ -16,8 +19,10 @@ from shard_utils.storage import StorageError
 from .errors import OneLineParser, UsageError
 
 
-KNOWN = (UsageError, PlanError, ManifestError, StorageError, TransientReadError)
-_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError|TransientReadError): (.+)")
+KNOWN = (UsageError, MissingExtra, PlanError, ManifestError, StorageError, TransientReadError)
+USAGE = (UsageError, MissingExtra)  # exit 2: the command cannot run as given, or not on this installation
+_WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|StorageError|NotFoundError|"
+                      r"TransientReadError): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:
@@ -52,7 +57,7 @@ def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | 
         message = user_message(exc)
         if message is not None:
             print(f"tpu-shards: error: {message}", file=sys.stderr)
-            return 2 if isinstance(exc, UsageError) else 1
+            return 2 if isinstance(exc, USAGE) else 1
         if os.environ.get("TPU_SHARDS_DEBUG"):
             traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:300]
@@ -99,14 +104,10 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     if args.report is None:
         return
     from shard_utils import report
-    from shard_utils.extras import MissingExtra
 
     if args.max_records < 1:
         raise UsageError("--max-records must be at least 1")
-    try:
-        page = report.write_report(m, args.report, seed=args.seed, max_records=args.max_records)
-    except MissingExtra as exc:
-        raise UsageError(str(exc)) from None
+    page = report.write_report(m, args.report, seed=args.seed, max_records=args.max_records)
     print(f"tpu-shards: report written to {page}")
 
 
@@ -148,8 +149,35 @@ def reshard_command(argv: Sequence[str] | None) -> None:
     run(argv)
 
 
-COMMANDS = {"build": build_command, "verify": verify_command, "inspect": inspect_command,
-            "extract": extract_command, "reshard": reshard_command}
+class Command(NamedTuple):
+    run: Callable[[Sequence[str] | None], object]
+    summary: str  # one line for `tpu-shards --help`
+
+
+COMMANDS = {
+    "build": Command(build_command, "turn a folder, bucket or listing of images into balanced JPEG TFRecord "
+                                    "shards and a manifest"),
+    "verify": Command(verify_command, "check a dataset against its manifest (--deep: decode every record)"),
+    "inspect": Command(inspect_command, "summarise a dataset (--report: contact sheets, charts, index.html)"),
+    "extract": Command(extract_command, "write records back as image files"),
+    "reshard": Command(reshard_command, "copy a dataset into shards for another TPU topology, without re-encoding"),
+}
+USAGE_LINE = f"usage: tpu-shards {{{','.join(COMMANDS)}}} ...  (tpu-shards --help lists the commands)"
+
+
+def overview() -> str:
+    """`tpu-shards --help`: the commands, one line each."""
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    return "\n".join(["usage: tpu-shards COMMAND [options]   (tpu-shards COMMAND --help: its options)", "",
+                      "commands:", *lines])
+
+
+def unknown_command(name: str) -> str:
+    """The one-line error for a command that does not exist, with the closest one."""
+    hint = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
+    return f"tpu-shards: error: unknown command {name}" + (f"; did you mean {hint[0]}?" if hint else
+                                                          f" (commands: {', '.join(COMMANDS)})")
 
 
 def exit_now(code: int) -> None:
@@ -170,11 +198,16 @@ def console() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in COMMANDS:
-        print("usage: tpu-shards {build,verify,inspect,extract,reshard} ...  (tpu-shards COMMAND --help for options)",
-              file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    return guarded(COMMANDS[argv[0]], argv[1:])
+    if not argv:
+        print(USAGE_LINE, file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        print(overview())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(unknown_command(argv[0]), file=sys.stderr)
+        return 2
+    return guarded(COMMANDS[argv[0]].run, argv[1:])
 
 
 if __name__ == "__main__":

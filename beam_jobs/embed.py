@@ -15,6 +15,7 @@ TensorFlow is imported when the model is loaded, never by importing this module.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from typing import Any, Iterable, Optional, Sequence
 
@@ -26,6 +27,20 @@ from shard_utils.embed import EMBEDDING_NAN, EmbedSpec, Embedder, ImageInput, lo
 
 METRICS_NAMESPACE = "tpu_shards_embed"
 BATCHES_PER_BUCKET = 16  # a bucket holds about this many batches: its tail batch is the only padded one
+
+
+class _NoMemoryNotice(logging.Filter):
+    """Drops RunInference's "Resource module is not available ..." warning, logged on the root logger at every
+    model load and batch when PyTorch is absent (Beam reads memory use through a module that needs it): it
+    concerns Beam's metrics, not the user's build."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Resource module is not available")
+
+
+# Installed wherever this module is imported: the driver and every worker process that unpickles the handler.
+if not any(isinstance(f, _NoMemoryNotice) for f in logging.getLogger().filters):
+    logging.getLogger().addFilter(_NoMemoryNotice())
 
 
 class EmbeddingModelHandler(ModelHandler[ImageInput, np.ndarray, Embedder]):

@@ -10,6 +10,7 @@ Compressed CSV/JSONL (.gz, .bz2) are read whole, unsplit, and their offsets coun
 from __future__ import annotations
 
 import csv
+import itertools
 from dataclasses import replace
 from typing import Iterator, Sequence
 
@@ -18,9 +19,11 @@ from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from shard_utils import listing_files, listings
+from shard_utils import inputs, listing_files, listings, storage
 from shard_utils.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.listings import ListingOptions, ListingRow
+
+ID_SAMPLE_ROWS = 20  # rows read at launch to tell a listing of ids from one of file paths
 
 
 class ListingSource(filebasedsource.FileBasedSource):
@@ -54,6 +57,13 @@ class ReadListings(beam.PTransform):
         reads = [pbegin | f"Read[{i}]" >> beam.io.Read(ListingSource(p, pattern_format(p, self.fmt)))
                  for i, p in enumerate(self.patterns)]
         return reads | "AllRows" >> beam.Flatten()
+
+
+def read_all_rows(patterns: Sequence[str], fmt: str | None = None) -> Iterator[ListingRow]:
+    """The listings' rows, read here in order and streamed (for checks at launch, which read the first few)."""
+    for pattern in patterns:
+        source = ListingSource(pattern, pattern_format(pattern, fmt))
+        yield from source.read(source.get_range_tracker(None, None))
 
 
 class ListingItems(beam.PTransform):
@@ -208,6 +218,29 @@ def prepare_listings(options: ListingOptions) -> tuple[ListingOptions, list[str]
         if fmt != "jsonl":
             listings.check_columns(columns or [], options, files[0])
     return options, notes
+
+
+def ids_without_template(options: ListingOptions, root: str | None) -> str | None:
+    """Why the listing's paths look like ids, not files, or None. Without --path-template, when none of the
+    first rows' paths has a media extension and none of them exists (Kaggle's train.csv holds ids: `id,label`),
+    the build would end with every file missing: say so before any work, and what --path-template does."""
+    if options.path_template is not None or options.path_column is None or not options.listings:
+        return None
+    try:
+        rows = itertools.islice(read_all_rows(options.listings, options.format), ID_SAMPLE_ROWS)
+        items = [i for i in (listings.item_from_row(r, options, root) for r in rows) if isinstance(i, inputs.MediaItem)]
+    except Exception:  # noqa: BLE001 - a listing that cannot be read is reported where it is read
+        return None
+    if not items or any(inputs.extension_of(i.uri) in inputs.MEDIA_EXTENSIONS or storage.exists(i.uri)
+                        for i in items):
+        return None
+    first = items[0]
+    found = next((ext for ext in (".jpg", ".png", ".jpeg", ".webp") if storage.exists(first.uri + ext)), None)
+    example = f"'{{}}{found}' ({first.uri}{found} exists)" if found else "'images/{}.jpg'"
+    which = "" if len(items) == 1 else f", nor does any file its first {len(items)} rows name"
+    return (f"listing {first.origin}: {first.uri} does not exist{which}, and no path has an image extension; if "
+            f"column {options.path_column!r} holds ids, --path-template maps them to files, e.g. --path-template "
+            f"{example}")
 
 
 def _first_line(exc: BaseException) -> str:

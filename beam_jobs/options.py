@@ -7,7 +7,6 @@ options (what Beam users type: --image_size) are accepted as aliases.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 from typing import Sequence
 
@@ -18,15 +17,15 @@ from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
-from . import progress
+from . import listing_io, progress
 from .config import BuildConfig, RejectLimit
-from .errors import OneLineParser, UsageError
+from .errors import OneLineParser, UsageError, unknown_option
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> OneLineParser:
     """The build's own options (Beam's are passed through and checked separately)."""
     ap = OneLineParser(
         prog="tpu-shards build", allow_abbrev=False,
@@ -63,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
                     help="shard file extension: tfrecord (default) or tfrec (what Kaggle's TPU notebooks glob)")
     ap.add_argument("--workers", type=int,
                     help="local builds: processes that encode images (default: every core this process may use). "
-                         "Ignored on Dataflow, where each vCPU already runs its own worker process")
+                         "Refused above 1 on Dataflow, where each vCPU already runs its own worker process")
     ap.add_argument("--dedup", action="store_true",
                     help="keep files with identical bytes once (the smallest source id); the others are rejected "
                          "'duplicate', and duplicates across splits are counted in the manifest (off by default: it "
@@ -83,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     clips.add_argument("--video-fps", type=float, help="with --video-frames N: the first N frames at this rate instead")
     model = ap.add_argument_group("embeddings")
     model.add_argument("--embed-model", help="a Keras .keras file or a TensorFlow SavedModel folder (local or gs://) "
-                                             "run on every image (every frame of a clip); needs tpu-shards[embed]")
+                                             "run on every image (every frame of a clip); needs TensorFlow: "
+                                             "pip install -e '.[embed]' in a checkout")
     model.add_argument("--embed-preprocess", choices=PREPROCESS_MODES,
                        help="how pixels 0..255 are scaled for the model: scale01, minus1to1, imagenet (torchvision "
                             "mean/std) or none; required with --embed-model")
@@ -100,10 +100,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
     ap.add_argument("--run-part-mb", type=float, default=CHUNK_BYTES / 2**20, help=argparse.SUPPRESS)
     return ap
-
-
-def our_options(ap: argparse.ArgumentParser) -> list[str]:
-    return [s for action in ap._actions for s in action.option_strings if s.startswith("--")]
 
 
 def normalise(argv: Sequence[str], ours: Sequence[str]) -> list[str]:
@@ -126,28 +122,23 @@ def beam_option_strings() -> set[str]:
     return {s for action in beam_parser._actions for s in action.option_strings}
 
 
-def check_beam_args(beam_args: Sequence[str], ours: Sequence[str]) -> None:
+def check_beam_args(beam_args: Sequence[str], ours: Sequence[str], prog: str = "tpu-shards build") -> None:
     """Refuse an option neither the job nor Beam defines, naming the closest one."""
     known = beam_option_strings()
     for arg in beam_args:
         if not arg.startswith("-") or arg in ("-", "--"):
             continue
         name = arg.split("=", 1)[0]
-        if name in known:
-            continue
-        hint = difflib.get_close_matches(name, list(ours) + sorted(known), n=1, cutoff=0.6)
-        if not hint and name.replace("_", "-") in ours:
-            hint = [name.replace("_", "-")]
-        raise UsageError(f"unknown option {name}" + (f"; did you mean {hint[0]}?" if hint else
-                                                       " (see tpu-shards build --help)"))
+        if name not in known:
+            raise unknown_option(name, list(ours) + sorted(known), prog)
 
 
-def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """(our options, Beam's options), both checked for unknown names."""
-    ap = parser()
-    ours = our_options(ap)
+def parse(argv: Sequence[str], ap: OneLineParser | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """(our options, Beam's options), both checked for unknown names; `ap`: a command's parser (the build's)."""
+    ap = ap if ap is not None else parser()
+    ours = ap.option_names()
     args, beam_args = ap.parse_known_args(normalise(argv, ours))
-    check_beam_args(beam_args, ours)
+    check_beam_args(beam_args, ours, ap.prog)
     return args, list(beam_args)
 
 
@@ -259,6 +250,9 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
                 listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
     """Check the options and turn them into a BuildConfig; raises UsageError with the option named."""
     listing = listing if listing is not None else listing_options(args)
+    ids = listing_io.ids_without_template(listing, args.input)
+    if ids:
+        raise UsageError(ids)
     if args.splits and split_dirs:
         raise UsageError("the input already has train/validation/test folders; drop --splits")
     try:

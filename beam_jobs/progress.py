@@ -11,7 +11,7 @@ unconditionally:
 
 Phases are `list`, `encode` and `write`; each gets a tqdm bar with its count, rate and ETA. Bars show only
 when stderr is a terminal, unless `--progress` / `--no-progress` (see `add_argument`) says otherwise.
-Needs tqdm (the `report` extra) only when bars are shown.
+Bars need tqdm, which the base install brings.
 """
 from __future__ import annotations
 
@@ -94,11 +94,11 @@ def start(enabled: bool | None = None, stream: TextIO | None = None) -> bool:
         enabled = _is_terminal(stream)
         if enabled:
             try:
-                tqdm_module = require("tqdm", needed_for="--progress")
+                tqdm_module = require("tqdm", None, "--progress")
             except MissingExtra:  # not asked for explicitly: build without bars
                 enabled = False
     elif enabled:
-        tqdm_module = require("tqdm", needed_for="--progress")
+        tqdm_module = require("tqdm", None, "--progress")
     with _start_lock:
         if _active is not None:
             _active.close()

@@ -39,7 +39,8 @@ REPORTED_REASONS = 3  # reasons named in a failure's one line
 _SHARD_FILE = re.compile(plan.SHARD_PATTERN)
 _INDEX_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.index\.avro$")
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
-_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS)
+_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
+                  "image-class-label.labels.txt")  # TFDS's label file as earlier versions named it
 
 __all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
            "move_shard", "merge_index", "commit", "finish", "published_by"]

@@ -288,11 +288,7 @@ def parser() -> OneLineParser:
 
 
 def parse(argv: Sequence[str]):
-    ap = parser()
-    ours = options.our_options(ap)
-    args, beam_args = ap.parse_known_args(options.normalise(argv, ours))
-    options.check_beam_args(beam_args, ours)
-    return args, list(beam_args)
+    return options.parse(argv, parser())
 
 
 def source_extras(source: Manifest) -> tuple[schema.ExtraSpec, ...]:

@@ -1,21 +1,128 @@
-"""Optional dependencies, installed with an extra (`pip install 'tpu-shards[report]'`), imported on demand."""
+"""Optional dependencies, installed with an extra, imported on demand; their install hints say what works here."""
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import shlex
+import sys
+import tempfile
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
 from types import ModuleType
+from typing import Iterator, Sequence
 
-REPORT_EXTRA = "report"  # matplotlib and tqdm: the inspect report, extract and build progress bars
+REPORT_EXTRA = "report"  # matplotlib: the inspect report and its contact sheets
+DISTRIBUTION = "tpu-shards"
 
 
 class MissingExtra(ImportError):
-    """An optional package is not installed; the message names the extra that installs it."""
+    """An optional package is not installed; the message says the pip command that installs it here."""
 
 
-def require(module: str, extra: str = REPORT_EXTRA, needed_for: str = "this") -> ModuleType:
-    """Import an optional module, or raise MissingExtra saying which pip extra brings it."""
+def require(module: str, extra: str | None = REPORT_EXTRA, needed_for: str = "this") -> ModuleType:
+    """Import an optional module, or raise MissingExtra with the pip command that brings it (extra None: a
+    module of the base install, missing after an install with --no-deps). TensorFlow is imported without its
+    start-up lines on stderr (see `tensorflow_quietly`)."""
     try:
+        if module.split(".")[0] == "tensorflow" and "tensorflow" not in sys.modules:
+            with tensorflow_quietly():
+                return importlib.import_module(module)
         return importlib.import_module(module)
     except ImportError:
-        top = module.split(".")[0]
-        raise MissingExtra(f"{needed_for} needs {top}, which is not installed: pip install 'tpu-shards[{extra}]'"
-                           ) from None
+        raise MissingExtra(_not_installed(needed_for, [module.split(".")[0]], extra)) from None
+
+
+def require_all(modules: Sequence[str], needed_for: str) -> None:
+    """Raise one MissingExtra naming every module of the base install in `modules` that is not importable (after
+    an install with --no-deps), so a user installs them all at once."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise MissingExtra(_not_installed(needed_for, missing, None))
+
+
+def _not_installed(needed_for: str, modules: Sequence[str], extra: str | None) -> str:
+    verb = "is" if len(modules) == 1 else "are"
+    return f"{needed_for} needs {' and '.join(modules)}, which {verb} not installed: {install_hint(extra, *modules)}"
+
+
+def install_hint(extra: str | None, *modules: str) -> str:
+    """The pip command installing `extra` (None: the base install) where this copy runs. tpu-shards is not on a
+    package index, so in a checkout (an editable or source-tree install) it is `pip install -e ".[extra]"`; for
+    an installed wheel it is the extra's own packages, as this installation's metadata lists them (else the
+    modules' names, which pip accepts as package names)."""
+    checkout = source_checkout()
+    if checkout is not None:
+        where = "." if Path.cwd().resolve() == checkout else str(checkout)
+        return f'pip install -e "{where}[{extra}]"' if extra else f'pip install -e "{where}"'
+    packages = extra_requirements(extra) if extra else []
+    return "pip install " + " ".join(shlex.quote(p) for p in packages or modules)
+
+
+def source_checkout() -> Path | None:
+    """The checkout this package is imported from (a folder holding setup.py beside it), or None if installed."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "setup.py").is_file() else None
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements an extra adds, from the installed metadata ([] when it is not installed with metadata)."""
+    try:
+        from packaging.requirements import Requirement
+
+        found = [Requirement(line) for line in metadata.requires(DISTRIBUTION) or []]
+    except (ImportError, metadata.PackageNotFoundError):
+        return []
+    return [f"{r.name}{r.specifier}" for r in found
+            if r.marker is not None and "extra" in str(r.marker) and r.marker.evaluate({"extra": extra})]
+
+
+# absl's format: severity letter, MMDD, time (before absl is initialised: seconds since the epoch), thread,
+# file:line] message. TF_CPP_MIN_LOG_LEVEL's levels.
+_ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]]+:\d+\] ")
+_ABSL_LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+@contextmanager
+def tensorflow_quietly() -> Iterator[None]:
+    """Within the block (TensorFlow's import), TensorFlow's native start-up lines do not reach stderr.
+
+    Its libraries log with absl before anything can initialise absl logging, so TF_CPP_MIN_LOG_LEVEL does not
+    hold them back (TensorFlow 2.21: "oneDNN custom operations are on ..." on CPUs with oneDNN, twice, each after
+    absl's preamble). File descriptor 2 is captured while TensorFlow loads, then every line is written back except
+    absl lines below TF_CPP_MIN_LOG_LEVEL (default 2 here: errors still show) and, when those are dropped, absl's
+    preamble. Numerics are untouched: oneDNN stays as TensorFlow chose it.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    level = int(os.environ["TF_CPP_MIN_LOG_LEVEL"]) if os.environ["TF_CPP_MIN_LOG_LEVEL"].isdigit() else 0
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+                    if not _below(line, level)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def _below(line: str, level: int) -> bool:
+    """Whether a native log line is under the minimum level shown (absl's preamble goes with those lines)."""
+    match = _ABSL_LINE.match(line)
+    if match:
+        return _ABSL_LEVELS[match.group(1)] < level
+    return level > 0 and line.rstrip("\n") == _ABSL_PREAMBLE

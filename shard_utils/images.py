@@ -22,7 +22,9 @@ RESIZE_MODES = ("fit", "fill", "stretch")
 VALIDATE_MODES = ("decode", "structure")
 DEFAULT_MAX_PIXELS = 100_000_000
 DEFAULT_BACKGROUND = (255, 255, 255)
-HEIF_EXTRA_HINT = 'HEIC/HEIF images need pillow-heif: pip install "tpu-shards[heif]"'
+# Written into rejected.jsonl, so the same wherever the build runs: both commands that work.
+HEIF_EXTRA_HINT = ('HEIC/HEIF images need pillow-heif: pip install pillow-heif (in a tpu-shards checkout: '
+                   'pip install -e ".[heif]")')
 _ORIENT = {
     2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
     5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,

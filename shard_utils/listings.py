@@ -186,10 +186,16 @@ def check_name_pattern(pattern: str) -> re.Pattern:
     try:
         compiled = _compile(pattern)
     except re.error as exc:
-        raise ValueError(f"--label-from-name {pattern!r} is not a valid regular expression: {exc}") from None
+        raise ValueError(f"--label-from-name {quoted(pattern)} is not a valid regular expression: {exc}") from None
     if "label" not in compiled.groupindex:
-        raise ValueError(f"--label-from-name {pattern!r} has no named group (?P<label>...) saying which part is the label")
+        raise ValueError(f"--label-from-name {quoted(pattern)} has no named group (?P<label>...) saying which part "
+                         "is the label")
     return compiled
+
+
+def quoted(pattern: str) -> str:
+    """A regex as the user typed it, in quotes (repr() would double every backslash)."""
+    return f'"{pattern}"' if "'" in pattern else f"'{pattern}'"
 
 
 @lru_cache(maxsize=16)
@@ -317,7 +323,7 @@ def _item(source_id: str, uri: str, size: int, given: Any, column: str | None, s
         label = label_from_name(name, options.label_from_name)
         if label is None:
             return Rejection(source_id, NO_LABEL, f"{where}file name {name!r} does not match --label-from-name "
-                                                  f"{options.label_from_name!r} (or its label group is empty)")
+                                                  f"{quoted(options.label_from_name)} (or its label group is empty)")
         labels: tuple[str, ...] = (label,)
     else:
         try:

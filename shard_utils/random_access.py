@@ -21,9 +21,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import schema, storage
+from .extras import require_all
 from .index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
 from .manifest import Manifest, load
 from .tfrecord import FramingError
+
+# Every read checks both framing CRC32Cs and the index is Avro: after a --no-deps install, say what is missing.
+require_all(("google_crc32c", "fastavro"), "shard_utils.random_access")
 
 COALESCE_MAX_BYTES = 8 << 20  # adjacent records merged into one ranged read, up to this many bytes
 

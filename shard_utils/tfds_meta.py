@@ -1,17 +1,22 @@
 """The files TensorFlow Datasets needs beside our shards, so `tfds.builder_from_directory(output)` loads them.
 
 From the manifest alone, without TFDS or TensorFlow: `dataset_info.json` (every split's shard lengths,
-bytes and a `filepathTemplate` that names our own shard files), `features.json` and the label names file.
-Features follow the records' keys, which TFDS reads as nested dicts:
+bytes and a `filepathTemplate` that names our own shard files, and the supervised keys), `features.json` and
+the label names file. Features are the records' own keys, at the top level:
 
-    {"image": {"encoded": Image(jpeg), "class": {"label": ClassLabel(names)}, "source_id": Text}}
+    {"image/encoded": Image(jpeg), "image/class/label": ClassLabel(names), "image/source_id": Text}
 
-so `example["image"]["encoded"]` is a uint8 image and `example["image"]["class"]["label"]` the label (a
-Sequence of ClassLabel for a multi-label dataset). A dataset grown by appends has one TFDS split per
-generation (TFDS allows one filepathTemplate per split): `train`, `train-g001`, ...; `split_expression(m,
-"train")` gives `"train+train-g001"`, the whole split, for `builder.as_dataset(split=...)`. TFDS's JSON
-parsers are strict: nothing else is written. With a `label_offset`, the first `label_offset` class names
-are placeholders (`unused-0`, ...), as the stored ids are shifted by that much.
+so `example["image/encoded"]` is a uint8 image and `example["image/class/label"]` the label (a Sequence of
+ClassLabel for a multi-label dataset), and `as_supervised=True` gives (image, label) pairs: TFDS looks the
+supervised keys up at the top level only. TFDS's JSON parsers are strict: nothing else is written. With a
+`label_offset`, the first `label_offset` class names are placeholders (`unused-0`, ...), as the stored ids are
+shifted by that much.
+
+A split grown by appends cannot be one TFDS split: TFDS allows one filepathTemplate per split, and old shards
+(`-of-00008`) are never renamed. Each generation is then its own TFDS split, generation 0 included
+(`train-g000`, `train-g001`, ...), so `split="train"` is refused by TFDS ("Unknown split 'train'. Should be one
+of ['train-g000', 'train-g001', ...]") instead of silently reading generation 0 alone; `split_expression(m,
+"train")` gives `"train-g000+train-g001"`, the whole split, which the dataset's description also lists.
 """
 from __future__ import annotations
 
@@ -21,12 +26,14 @@ import re
 from typing import Any
 
 from . import plan
+from . import schema
 from .generations import generation_split
 from .manifest import Manifest, Shard
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
-LABELS = "image-class-label.labels.txt"  # TFDS names a nested ClassLabel's file after its path
+LABELS = "image.class.label.labels.txt"  # TFDS names a ClassLabel's file after its key, '/' made '.'
+GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000
 _SPLIT = re.compile(r"^[A-Za-z0-9_-]+$")  # TFDS split names: word characters and '-'
 _FEATURES = "tensorflow_datasets.core.features."
 
@@ -38,9 +45,10 @@ def tfds_files(m: Manifest, *, name: str = "tpu_shards", version: str = "1.0.0")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise ValueError(f"TFDS needs a snake_case dataset name and an x.y.z version, got {name!r}, {version!r}")
     names = class_names(m)
-    info = {"name": name, "version": version, "fileFormat": "tfrecord",
-            "description": f"Image classification records written by tpu-shards {m.tool_version}".strip(),
-            "splits": [info for split in m.splits for info in _split_infos(split, m)]}
+    info = {"name": name, "version": version, "fileFormat": "tfrecord", "description": _description(m),
+            "splits": [info for split in m.splits for info in _split_infos(split, m)],
+            "supervisedKeys": {"tuple": {"items": [{"featureKey": schema.IMAGE_ENCODED},
+                                                   {"featureKey": schema.LABEL}]}}}
     return {
         DATASET_INFO: _json(info),
         FEATURES: _json(_features(m, len(names))),
@@ -62,8 +70,24 @@ def class_names(m: Manifest) -> list[str]:
 
 
 def split_expression(m: Manifest, split: str) -> str:
-    """The TFDS split expression reading every generation of `split`: `train`, or `train+train-g001+...`."""
-    return "+".join(generation_split(split, g) for g in _by_generation(m.split(split).shards))
+    """The TFDS split expression reading every generation of `split`: `train`, or `train-g000+train-g001+...`."""
+    generations = _by_generation(m.split(split).shards)
+    return "+".join(tfds_split_name(split, g, len(generations)) for g in generations)
+
+
+def tfds_split_name(split: str, generation: int, generations: int) -> str:
+    """The TFDS split of one generation: the split's own name while it has one generation, else `train-g000`..."""
+    if generation == 0 and generations > 1:
+        return f"{split}-{GENERATION_0}"
+    return generation_split(split, generation)
+
+
+def _description(m: Manifest) -> str:
+    grown = [f"{name}: {split_expression(m, name)!r}" for name, split in m.splits.items()
+             if len({s.generation for s in split.shards}) > 1]
+    whole = f". Splits grown by appends are one TFDS split per generation; read them whole with split= " \
+            f"{'; '.join(grown)}" if grown else ""
+    return f"Image classification records written by tpu-shards {m.tool_version}".strip() + whole
 
 
 def _by_generation(shards: list[Shard]) -> dict[int, list[Shard]]:
@@ -78,21 +102,25 @@ def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:
     if not _SPLIT.match(split):
         raise ValueError(f"split {split!r} is not a TFDS split name (letters, digits, '_' and '-' only)")
     out = []
-    for generation, shards in _by_generation(m.split(split).shards).items():
-        name = generation_split(split, generation)
-        if generation and name in m.splits:
+    generations = _by_generation(m.split(split).shards)
+    for generation, shards in generations.items():
+        name = tfds_split_name(split, generation, len(generations))
+        if name != split and name in m.splits:
             raise ValueError(f"split {name!r} is both a split and generation {generation} of split {split!r}")
         out.append({"name": name, "numBytes": str(sum(s.num_bytes for s in shards)),
                     "shardLengths": [str(s.num_records) for s in shards],
-                    "filepathTemplate": _template(name, [s.path for s in shards])})
+                    "filepathTemplate": _template(name, generation_split(split, generation),
+                                                  [s.path for s in shards])})
     return out
 
 
-def _template(split: str, paths: list[str]) -> str:
-    """TFDS's filepathTemplate for our shard names; refuses names it would not reproduce exactly."""
+def _template(split: str, stored_as: str, paths: list[str]) -> str:
+    """TFDS's filepathTemplate for our shard names (stored under `stored_as`, read as TFDS split `split`);
+    refuses names it would not reproduce exactly."""
     first = re.match(plan.SHARD_PATTERN, posixpath.basename(paths[0]))
     folder = posixpath.dirname(paths[0])
-    template = posixpath.join(folder, "{SPLIT}-{SHARD_X_OF_Y}." + first["extension"]) if first else ""
+    prefix = "{SPLIT}" if stored_as == split else stored_as
+    template = posixpath.join(folder, prefix + "-{SHARD_X_OF_Y}." + first["extension"]) if first else ""
     digits = max(len(str(len(paths))), 5)  # TFDS pads index and count to this width
     for i, path in enumerate(paths):
         expected = template.format(SPLIT=split, SHARD_X_OF_Y=f"{i:0{digits}d}-of-{len(paths):0{digits}d}")
@@ -117,7 +145,7 @@ def _features(m: Manifest, num_classes: int) -> dict[str, Any]:
     if m.multi_label:
         label = _feature("sequence", "sequence_feature.Sequence", {"feature": label, "length": "-1"})
     text = _feature("text", "text_feature.Text", {})
-    return _dict({"image": _dict({"encoded": image, "class": _dict({"label": label}), "source_id": text})})
+    return _dict({schema.IMAGE_ENCODED: image, schema.LABEL: label, schema.SOURCE_ID: text})
 
 
 def _json(obj: Any) -> bytes:

@@ -5,10 +5,11 @@ and so that a reader can report exactly which record of which file is broken.
 """
 from __future__ import annotations
 
+import functools
 import struct
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
-import google_crc32c
+from .extras import require
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = 12  # 8 length bytes + 4 CRC bytes
@@ -19,9 +20,16 @@ class FramingError(ValueError):
     """A TFRecord file is truncated or fails a length or data checksum."""
 
 
+@functools.cache
+def _crc32c() -> Callable[[bytes], int]:
+    """google_crc32c's CRC32C, imported on first use: modules that only name shards (tfds_meta) import this one
+    without it, as after a --no-deps install in a notebook."""
+    return require("google_crc32c", None, "checking TFRecord checksums").value
+
+
 def masked_crc(data: bytes) -> int:
     """TFRecord's masked CRC32C."""
-    crc = google_crc32c.value(data)
+    crc = _crc32c()(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 

@@ -42,7 +42,7 @@ def rejected(out: Path) -> dict[str, str]:
     return {json.loads(l)["source"]: json.loads(l)["reason"] for l in lines}
 
 
-TFDS_FILES = ["dataset_info.json", "features.json", "image-class-label.labels.txt"]
+TFDS_FILES = ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
 
 
 def dataset_files(splits=("train",), rejected=True, skipped=False) -> list[str]:

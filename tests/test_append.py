@@ -125,10 +125,14 @@ def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
     from shard_utils.tfds_meta import split_expression
 
     builder = tfds.builder_from_directory(str(out))
-    assert split_expression(grown, "train") == "train+train-g001"
+    assert split_expression(grown, "train") == "train-g000+train-g001"
     for name in grown.splits:
-        labels = [int(e["image"]["class"]["label"]) for e in builder.as_dataset(split=split_expression(grown, name))]
+        labels = [int(e["image/class/label"]) for e in builder.as_dataset(split=split_expression(grown, name))]
         assert len(labels) == grown.splits[name].num_records and max(labels) <= 2
+    # The split's bare name would read generation 0 alone: TFDS refuses it, naming the generations.
+    with pytest.raises(ValueError, match=r"Unknown split 'train'. Should be one of \['train-g000', 'train-g001'"):
+        builder.as_dataset(split="train")
+    assert "read them whole with split= train: 'train-g000+train-g001'" in builder.info.description
 
 
 def test_nothing_new_is_one_message_and_exit_0(appended):

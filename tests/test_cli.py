@@ -116,3 +116,63 @@ def test_console_entry_point_and_help(tmp_path):
     exe = Path(sys.executable).parent / "tpu-shards"  # the console script pip installed beside this Python
     done = subprocess.run([str(exe), "verify", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1 and "no readable manifest" in done.stderr
+
+
+def test_an_unknown_command_is_one_line_naming_the_closest(in_process):
+    done = in_process("biuld", "--input", "x")
+    assert done.returncode == 2 and done.stderr == "tpu-shards: error: unknown command biuld; did you mean build?\n"
+    done = in_process("frobnicate")
+    assert done.returncode == 2 and done.stderr == (
+        "tpu-shards: error: unknown command frobnicate (commands: build, verify, inspect, extract, reshard)\n")
+
+
+def test_help_lists_every_command_with_a_line_saying_what_it_does(in_process):
+    done = in_process("--help")
+    assert done.returncode == 0 and done.stderr == ""
+    lines = done.stdout.splitlines()
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in lines[lines.index("commands:") + 1:]}
+    assert list(listed) == ["build", "verify", "inspect", "extract", "reshard"]
+    assert listed["verify"].startswith("check a dataset against its manifest") and all(map(len, listed.values()))
+
+
+@pytest.mark.parametrize("argv,typo,hint", [
+    (["verify", "ds", "--depp"], "--depp", "--deep"),
+    (["inspect", "ds", "--reprot", "r"], "--reprot", "--report"),
+    (["extract", "ds", "dir", "--splt", "train"], "--splt", "--split"),
+    (["reshard", "a", "b", "--num-core", "2"], "--num-core", "--num-cores"),
+    (["build", "--input", "a", "--output", "b", "--overwirte"], "--overwirte", "--overwrite"),
+])
+def test_every_command_names_the_closest_option_to_an_unknown_one(in_process, tmp_path, argv, typo, hint):
+    done = in_process(*argv)
+    assert done.returncode == 2
+    assert done.stderr == f"tpu-shards: error: unknown option {typo}; did you mean {hint}?\n"
+
+
+def test_build_help_says_workers_are_refused_on_dataflow(in_process):
+    done = in_process("build", "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "Refused above 1 on Dataflow" in text and "Ignored" not in text
+
+
+def test_progress_forced_without_tqdm_is_one_line_and_exit_2(images, tmp_path):
+    """An install made with --no-deps may lack tqdm: asking for bars is then a user's error, not a bug."""
+    from base_install import environment
+
+    done = run_cli("build", "--input", images, "--output", tmp_path / "out", "--progress",
+                   env=environment(tmp_path / "site", {"tqdm"}))
+    assert_one_line_error(done, "--progress needs tqdm, which is not installed: pip install -e")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
+def test_a_listing_of_ids_is_refused_before_any_work_saying_what_path_template_does(in_process, tmp_path):
+    """Kaggle's train.csv holds ids (`id,label`): without --path-template every file would be missing."""
+    write_images(tmp_path / "in", {"x": 3})
+    (tmp_path / "train.csv").write_text("id,label\n" + "".join(f"x/img{i:04d},x\n" for i in range(3)))
+    args = ["build", "--listing", tmp_path / "train.csv", "--input", tmp_path / "in", "--output", tmp_path / "out",
+            "--num-cores", "1"]
+    done = in_process(*args)
+    assert_one_line_error(done, f"listing train.csv line 2: {tmp_path / 'in'}/x/img0000 does not exist, nor does any "
+                                "file its first 3 rows name", "if column 'id' holds ids, --path-template maps them "
+                                f"to files, e.g. --path-template '{{}}.jpg' ({tmp_path / 'in'}/x/img0000.jpg exists)")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert in_process(*args, "--path-template", "{}.jpg").returncode == 0

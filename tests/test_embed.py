@@ -308,7 +308,7 @@ def test_without_tensorflow_the_error_names_the_extra(small):
                           env={"PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 7, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'tpu-shards[embed]'" in lines[0] and "--embed-model" in lines[0]
+    assert len(lines) == 1 and 'pip install -e ".[embed]"' in lines[0] and "--embed-model" in lines[0]
 
 
 def test_batches_come_from_the_keys_not_the_bundles(tmp_path):

@@ -39,7 +39,8 @@ def test_defaults_and_kaggle_options():
     (["--path-column", "id"], "--path-column needs --listing"),
     (["--extra-columns", "a"], "--extra-columns needs --listing"),
     (["--label-from-name", "(unclosed"], "--label-from-name '(unclosed' is not a valid regular expression"),
-    (["--label-from-name", r"^(.+)_\d+"], "has no named group (?P<label>...)"),
+    (["--label-from-name", r"^(.+)_\d+"], r"--label-from-name '^(.+)_\d+' has no named group (?P<label>...)"),
+    (["--label-from-name", r"(?P<label>\w+"], r"--label-from-name '(?P<label>\w+' is not a valid regular"),
     (["--listing", "a.csv", "--label-from-name", PETS, "--label-column", "y"], "not both"),
     (["--listing", "a.csv", "--path-template", "img/x.jpg"], "must contain '{}' exactly once"),
     (["--listing", "a.csv", "--path-template", "{}/{}.jpg"], "must contain '{}' exactly once"),
@@ -205,7 +206,7 @@ def test_label_from_name_for_listings_and_walks():
     for out in (item_from_row(row({"path": "images/readme.jpg"}), o, "/pets"),
                 item_from_walk("x/readme.jpg", 1, "/pets", False, options("--label-from-name", PETS))):
         assert isinstance(out, Rejection) and out.reason == "no_label"
-        assert "'readme.jpg' does not match --label-from-name" in out.message
+        assert f"'readme.jpg' does not match --label-from-name '{PETS}'" in out.message
     assert label_from_name("a_1.jpg", r"(?P<label>x)?_1") is None  # an empty label group is no label
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import pty
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, photo, run_cli, run_job, write_images
 from readers import by_source, rejected, shard_bytes
+from terminal import run_in_terminal
 
 from shard_utils import schema
 from shard_utils.verify import verify
@@ -137,34 +137,40 @@ def test_embeddings_of_clip_frames_and_from_a_bucket(model, clips, gcs, tmp_path
     assert m.splits["train"].num_records == 5 and verify(out, deep=True) == []
 
 
+def run_as_a_user(*args) -> subprocess.CompletedProcess:
+    """`tpu-shards ARGS` in a user's environment: no TF_CPP_MIN_LOG_LEVEL, and TensorFlow's oneDNN kernels on
+    (TF_ENABLE_ONEDNN_OPTS=1), as on CPUs where TensorFlow turns them on itself and says so on stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run([sys.executable, "-m", "beam_jobs.cli", *map(str, args)], capture_output=True, text=True,
+                          env={**env, "TF_ENABLE_ONEDNN_OPTS": "1"}, timeout=300, cwd=REPO)
+
+
 def test_a_model_that_does_not_load_is_one_line_before_any_work(tmp_path):
     write_images(tmp_path / "in", {"a": 8})
     (tmp_path / "bad.keras").write_bytes(b"not a model")
-    done = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "out", "--embed-model",
-                   tmp_path / "bad.keras", "--embed-preprocess", "none")
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = run_as_a_user("build", "--input", tmp_path / "in", "--output", tmp_path / "out", "--embed-model",
+                         tmp_path / "bad.keras", "--embed-preprocess", "none")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"tpu-shards: error: cannot load the Keras model {tmp_path / 'bad.keras'}: ")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_an_embedding_build_writes_only_its_own_lines(model, tmp_path):
+    """TensorFlow's start-up lines and Beam's RunInference notices stay off the build's stderr."""
+    write_images(tmp_path / "in", {"a": 4, "b": 4})
+    done = run_as_a_user("build", "--input", tmp_path / "in", "--output", tmp_path / "out", "--embed-model", model,
+                         "--embed-preprocess", "scale01", "--num-cores", "2")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"tpu-shards: wrote {tmp_path / 'out'} in ") and "oneDNN" not in done.stdout
 
 
 def test_progress_shows_on_a_terminal_and_not_in_a_pipe(tmp_path):
     write_images(tmp_path / "in", {"a": 20, "b": 20})
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "COLUMNS": "100"}
     cmd = [sys.executable, "-m", "beam_jobs.cli", "build", "--input", str(tmp_path / "in"), "--num-cores", "2"]
-    main, child = pty.openpty()
-    proc = subprocess.Popen([*cmd, "--output", str(tmp_path / "tty")], stdin=child, stdout=child, stderr=child,
-                            cwd=REPO, env=env)
-    os.close(child)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    assert proc.wait(timeout=300) == 0
-    text = seen.decode("utf-8", "replace")
+    code, text = run_in_terminal([*cmd, "--output", str(tmp_path / "tty")], cwd=REPO, env=env)
+    assert code == 0, text
     assert "encoding : 100%" in text and "writing  : 100%" in text and "40/40" in text
     piped = run_cli("build", "--input", tmp_path / "in", "--output", tmp_path / "pipe", "--num-cores", "2")
     assert piped.returncode == 0 and "encoding" not in piped.stderr and "images/s" not in piped.stderr

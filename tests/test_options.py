@@ -64,7 +64,7 @@ def test_a_missing_required_option_is_one_line(capsys, images):
 
 def test_verify_and_inspect_arguments_are_one_line_too(capsys):
     one_line_error(capsys, ["verify"], "the following arguments are required: dataset")
-    one_line_error(capsys, ["inspect", "a", "--bogus"], "unrecognized arguments: --bogus")
+    one_line_error(capsys, ["inspect", "a", "--bogus"], "unknown option --bogus (see tpu-shards inspect --help)")
 
 
 def test_underscore_spellings_of_our_options_are_aliases(images, tmp_path):

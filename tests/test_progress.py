@@ -151,3 +151,21 @@ def test_dataflow_counter_lines_from_a_real_pipeline_result():
 def test_console_url():
     assert progress.console_url("2026-01-02_03_04_05-123", "europe-west4", "my-proj") == (
         "https://console.cloud.google.com/dataflow/jobs/europe-west4/2026-01-02_03_04_05-123?project=my-proj")
+
+
+def test_bars_show_on_a_terminal_with_the_base_install_alone(tmp_path):
+    """Progress is a default feature: a build on a terminal shows its bars with only the packages that
+    `pip install tpu-shards` (no extras) brings."""
+    from base_install import base_install_environment
+    from conftest import write_images
+    from terminal import run_in_terminal
+
+    env = {**base_install_environment(tmp_path / "site"), "COLUMNS": "100"}
+    probe = subprocess.run([sys.executable, "-c", "import matplotlib"], env=env, cwd=REPO, capture_output=True,
+                           text=True)
+    assert "No module named 'matplotlib'" in probe.stderr  # the extras' packages are out of reach
+    write_images(tmp_path / "in", {"a": 6, "b": 6})
+    code, text = run_in_terminal([sys.executable, "-m", "beam_jobs.cli", "build", "--input", str(tmp_path / "in"),
+                                  "--output", str(tmp_path / "out"), "--num-cores", "2"], cwd=REPO, env=env)
+    assert code == 0, text
+    assert "encoding : 100%" in text and "writing  : 100%" in text and "12/12" in text

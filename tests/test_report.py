@@ -120,8 +120,7 @@ def test_report_without_matplotlib_is_one_line_naming_the_extra(built, tmp_path)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "tpu-shards: error: the dataset report needs matplotlib, which is not installed: "
-        "pip install 'tpu-shards[report]'"]
+        'tpu-shards: error: the dataset report needs matplotlib, which is not installed: pip install -e ".[report]"']
     assert not (tmp_path / "r").exists()
 
 

@@ -26,7 +26,7 @@ def shard_order(out, split):
 
 
 def source_ids(builder, split):
-    return [ex["image"]["source_id"].decode() for ex in tfds.as_numpy(builder.as_dataset(split=split))]
+    return [ex["image/source_id"].decode() for ex in tfds.as_numpy(builder.as_dataset(split=split))]
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_only_the_files_tfds_reads(small_dataset):
     files = tfds_files(manifest_mod.load(str(small_dataset)))
     assert set(files) == {DATASET_INFO, FEATURES, LABELS}
     info = json.loads(files[DATASET_INFO])
-    assert set(info) == {"name", "version", "fileFormat", "description", "splits"}
+    assert set(info) == {"name", "version", "fileFormat", "description", "splits", "supervisedKeys"}
     assert info["splits"][0]["filepathTemplate"] == "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"
     assert files[LABELS].decode().splitlines() == ["cat", "dog", "fish"]
 
@@ -53,16 +53,16 @@ def test_builder_loads_every_split_with_counts_shards_and_features(copy):
         assert info.num_examples == split.num_records and info.num_bytes == split.num_bytes
         assert info.shard_lengths == [s.num_records for s in split.shards]
         assert [p.split("/")[-1] for p in map(str, info.filenames)] == [s.path for s in split.shards]
-    label = builder.info.features["image"]["class"]["label"]
+    label = builder.info.features["image/class/label"]
     assert label.names == m.labels
     records = shard_order(copy, "validation")
     got = list(tfds.as_numpy(builder.as_dataset(split="validation")))
-    assert [ex["image"]["source_id"].decode() for ex in got] == [r[schema.SOURCE_ID].decode() for r in records]
+    assert [ex["image/source_id"].decode() for ex in got] == [r[schema.SOURCE_ID].decode() for r in records]
     for ex, record in zip(got, records):
-        assert ex["image"]["class"]["label"] == record[schema.LABEL]
-        assert label.int2str(ex["image"]["class"]["label"]) == record[schema.LABEL_TEXT].decode()
-        assert ex["image"]["encoded"].shape == (32, 32, 3)
-        assert (ex["image"]["encoded"] == tf.io.decode_jpeg(record[schema.IMAGE_ENCODED]).numpy()).all()
+        assert ex["image/class/label"] == record[schema.LABEL]
+        assert label.int2str(ex["image/class/label"]) == record[schema.LABEL_TEXT].decode()
+        assert ex["image/encoded"].shape == (32, 32, 3)
+        assert (ex["image/encoded"] == tf.io.decode_jpeg(record[schema.IMAGE_ENCODED]).numpy()).all()
 
 
 def test_slices_even_splits_and_jax_processes(copy):
@@ -95,15 +95,18 @@ def test_label_offset_and_multi_label(tmp_path):
     single = write_dataset(tmp_path / "single", {"train": [[image_record(i, [i % 3], labels, label_offset=1)
                                                            for i in range(4)]]}, labels, label_offset=1)
     builder = publish(tmp_path / "single")
-    label = builder.info.features["image"]["class"]["label"]
+    label = builder.info.features["image/class/label"]
     assert label.names == ["unused-0", "a", "b", "c"] and single.label_offset == 1
-    got = [label.int2str(ex["image"]["class"]["label"]) for ex in tfds.as_numpy(builder.as_dataset(split="train"))]
+    got = [label.int2str(ex["image/class/label"]) for ex in tfds.as_numpy(builder.as_dataset(split="train"))]
     assert got == ["a", "b", "c", "a"]
     write_dataset(tmp_path / "multi", {"train": [[image_record(i, list(range(i % 3 + 1)), labels, multi_label=True)
                                                   for i in range(3)]]}, labels, multi_label=True)
     builder = publish(tmp_path / "multi")
-    got = [ex["image"]["class"]["label"].tolist() for ex in tfds.as_numpy(builder.as_dataset(split="train"))]
+    got = [ex["image/class/label"].tolist() for ex in tfds.as_numpy(builder.as_dataset(split="train"))]
     assert got == [[0], [0, 1], [0, 1, 2]]
+    pairs = tfds.as_numpy(builder.as_dataset(split="train", as_supervised=True))
+    assert [(image.shape, label.tolist()) for image, label in pairs] == [((16, 24, 3), [0]), ((16, 24, 3), [0, 1]),
+                                                                         ((16, 24, 3), [0, 1, 2])]
 
 
 def test_what_tfds_cannot_read_is_refused(small_dataset):
@@ -121,3 +124,14 @@ def test_what_tfds_cannot_read_is_refused(small_dataset):
                                 + split.shards[1:])
     with pytest.raises(ValueError, match="not named as TFDS expects"):
         tfds_files(dataclasses.replace(m, splits={**m.splits, "train": moved}))
+
+
+def test_as_supervised_gives_image_and_label_pairs(copy):
+    builder = publish(copy)
+    assert builder.info.supervised_keys == ("image/encoded", "image/class/label")
+    records = shard_order(copy, "validation")
+    pairs = list(tfds.as_numpy(builder.as_dataset(split="validation", as_supervised=True)))
+    assert len(pairs) == len(records)
+    for (image, label), record in zip(pairs, records):
+        assert label == record[schema.LABEL]
+        assert (image == tf.io.decode_jpeg(record[schema.IMAGE_ENCODED]).numpy()).all()

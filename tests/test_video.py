@@ -251,4 +251,4 @@ def test_without_pyav_the_error_names_the_extra(clips, tmp_path):
                           env={"PYTHONPATH": str(REPO)}, timeout=60)
     assert done.returncode == 7, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'tpu-shards[video]'" in lines[0] and "needs av" in lines[0]
+    assert len(lines) == 1 and 'pip install -e ".[video]"' in lines[0] and "needs av" in lines[0]
