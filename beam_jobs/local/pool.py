@@ -68,6 +68,7 @@ class _Task:
 class _Worker:
     proc: subprocess.Popen
     outstanding: collections.deque
+    inbox: queue.Queue  # messages for the worker, written to its pipe by its sender thread
     answered: bool = False
 
 
@@ -185,8 +186,10 @@ class LocalPool:
                                 start_new_session=True)
         wid = self._next_worker
         self._next_worker += 1
-        self._workers[wid] = _Worker(proc, collections.deque())
+        inbox: queue.Queue = queue.Queue()
+        self._workers[wid] = _Worker(proc, collections.deque(), inbox)
         threading.Thread(target=self._read, args=(wid, proc), daemon=True, name=f"local-pool-{wid}").start()
+        threading.Thread(target=_send_all, args=(proc, inbox), daemon=True, name=f"local-pool-send-{wid}").start()
 
     def _read(self, wid: int, proc: subprocess.Popen) -> None:
         try:
@@ -200,14 +203,12 @@ class LocalPool:
             self._events.put(("unreadable", wid, f"{type(exc).__name__}: {exc}"))
 
     def _dispatch(self) -> None:
+        """Hand pending tasks to the least busy workers; their sender threads write them, so a task larger
+        than a pipe's buffer never blocks this thread while its worker is busy."""
         for w in sorted(self._workers.values(), key=lambda w: len(w.outstanding)):
             while self._pending and len(w.outstanding) < DEPTH:
                 task = self._pending.popleft()
-                try:
-                    send(w.proc.stdin, (task.ticket, task.fn, task.args, task.kwargs))
-                except (BrokenPipeError, OSError):
-                    self._pending.appendleft(task)  # its reader reports the death
-                    break
+                w.inbox.put((task.ticket, task.fn, task.args, task.kwargs))
                 w.outstanding.append(task)
 
     def _handle(self, event) -> tuple[int, Outcome] | None:
@@ -243,6 +244,17 @@ class LocalPool:
         self._spawn()
         self._dispatch()
         return out
+
+
+def _send_all(proc: subprocess.Popen, inbox: queue.Queue) -> None:
+    """Write a worker's messages to its pipe in order; a broken pipe stops it (its reader reports the death)."""
+    while True:
+        message = inbox.get()
+        try:
+            send(proc.stdin, message)
+        except (BrokenPipeError, OSError, ValueError):
+            return
+        del message
 
 
 def describe_exit(code: int | None) -> str:
