@@ -25,17 +25,17 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from shard_utils import index, inputs, manifest, runlock, storage
 from shard_utils.generations import generation_split, next_generation
 
-from . import options, progress, publish
-from .append_publish import append_naming, plan_append
-from .build_shards import _inside, counter_totals, pipeline_options, prepare_inputs
-from .config import BuildConfig
-from .errors import UsageError
-from .running import execute, guard_interrupts
-from .pipeline.common import count
-from .pipeline.dataset import ShardMedia
-from .pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
-from .pipeline.publish import Publish
-from .pipeline.start import StartRun, new_run_id
+from beam_jobs import options, progress, publish
+from beam_jobs.append_publish import append_naming, plan_append
+from beam_jobs.build_shards import _inside, counter_totals, pipeline_options, prepare_inputs
+from beam_jobs.config import BuildConfig
+from beam_jobs.errors import UsageError
+from beam_jobs.running import execute, guard_interrupts
+from beam_jobs.pipeline.common import count
+from beam_jobs.pipeline.dataset import ShardMedia
+from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
+from beam_jobs.pipeline.publish import Publish
+from beam_jobs.pipeline.start import StartRun, new_run_id
 
 # Options that shape records or where they go: an append must use the first build's values.
 SAME_OPTIONS = ("splits", "image_size", "resize", "jpeg_quality", "background", "seed", "label_offset",

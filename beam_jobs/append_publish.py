@@ -17,9 +17,9 @@ from shard_utils.manifest import FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Ge
 from shard_utils.plan import InternalError, PlanError
 from shard_utils.sharding.naming import ShardNaming
 
-from .config import BuildConfig, RunInfo
-from .publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message, remove_run_folder,
-                      write_reports)
+from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message,
+                               remove_run_folder, write_reports)
 
 
 def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:

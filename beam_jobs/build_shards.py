@@ -20,14 +20,14 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from shard_utils import inputs, manifest, runlock, storage
 from shard_utils.sharding.naming import ShardNaming
 
-from . import options, publish, running
-from .config import BuildConfig
-from .errors import UsageError
-from .listing_io import prepare_listings
-from .pipeline.dataset import ShardMedia
-from .pipeline.listing import ListListedMedia, ListMedia
-from .pipeline.publish import Publish
-from .pipeline.start import KeepLease, StartRun, new_run_id
+from beam_jobs import options, publish, running
+from beam_jobs.config import BuildConfig
+from beam_jobs.errors import UsageError
+from beam_jobs.listing_io import prepare_listings
+from beam_jobs.pipeline.dataset import ShardMedia
+from beam_jobs.pipeline.listing import ListListedMedia, ListMedia
+from beam_jobs.pipeline.publish import Publish
+from beam_jobs.pipeline.start import KeepLease, StartRun, new_run_id
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
@@ -175,7 +175,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     """Run the job; returns the manifest written (None when only a Dataflow template was created)."""
     args, beam_args = options.parse(list(sys.argv[1:] if argv is None else argv))
     if args.append:
-        from .append import run_append
+        from beam_jobs.append import run_append
 
         return run_append(args, beam_args)
     opts = pipeline_options(beam_args)
@@ -218,7 +218,7 @@ def counter_totals(result) -> dict[str, int]:
     """The job's Beam counters (namespace tpu_shards), summed over steps; empty if the runner has none."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from .pipeline.common import NAMESPACE
+    from beam_jobs.pipeline.common import NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
@@ -267,12 +267,12 @@ def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .cli import guarded
+    from beam_jobs.cli import guarded
 
     return guarded(run, argv)
 
 
 if __name__ == "__main__":
-    from .cli import exit_now
+    from beam_jobs.cli import exit_now
 
     exit_now(main())

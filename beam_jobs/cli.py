@@ -16,7 +16,7 @@ from shard_utils.media.reads import TransientReadError
 from shard_utils.plan import PlanError
 from shard_utils.storage import StorageError
 
-from .errors import OneLineParser, UsageError
+from beam_jobs.errors import OneLineParser, UsageError
 
 
 KNOWN = (UsageError, MissingExtra, PlanError, ManifestError, StorageError, TransientReadError)
@@ -137,14 +137,14 @@ def extract_command(argv: Sequence[str] | None) -> None:
 
 def build_command(argv: Sequence[str] | None) -> None:
     try:
-        from .build_shards import run
+        from beam_jobs.build_shards import run
     except KeyboardInterrupt:
         raise KeyboardInterrupt("nothing was written") from None
     run(argv)
 
 
 def reshard_command(argv: Sequence[str] | None) -> None:
-    from .reshard import run
+    from beam_jobs.reshard import run
 
     run(argv)
 

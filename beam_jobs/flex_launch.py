@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import NoReturn, Sequence
 
-from .errors import UsageError
-from .flex_metadata import is_flag, job_options, job_parser, long_option
+from beam_jobs.errors import UsageError
+from beam_jobs.flex_metadata import is_flag, job_options, job_parser, long_option
 
 TRUE, FALSE = ("true",), ("false",)
 # Options that give Dataflow workers this package: the image built from dataflow/Dockerfile, or a staged sdist.
@@ -96,7 +96,7 @@ def launch_argv(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of dataflow/main.py: rewrite the launcher's arguments, then run build_shards.main."""
-    from .build_shards import main as build_main
+    from beam_jobs.build_shards import main as build_main
 
     try:
         args = launch_argv(sys.argv[1:] if argv is None else argv)

@@ -35,7 +35,7 @@ FORMATS = {
 
 def job_parser() -> argparse.ArgumentParser:
     """The build job's option parser; the one place that says where it lives."""
-    from .options import parser
+    from beam_jobs.options import parser
 
     return parser()
 

@@ -14,8 +14,8 @@ import threading
 
 from shard_utils import manifest, storage
 
-from .config import BuildConfig
-from .local.pool import LocalPool
+from beam_jobs.config import BuildConfig
+from beam_jobs.local.pool import LocalPool
 
 CLEANUP_SECONDS = 10.0
 EXIT_CODE = 130
@@ -60,7 +60,7 @@ class LocalInterrupts:
         state = []
 
         def clean() -> None:
-            from .running import abandon
+            from beam_jobs.running import abandon
 
             state.append(describe_output(self.config, self.had_dataset))
             abandon(self.config, self.config.run_id)

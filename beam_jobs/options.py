@@ -17,9 +17,9 @@ from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 
-from . import listing_io, progress
-from .config import BuildConfig, RejectLimit
-from .errors import OneLineParser, UsageError, unknown_option
+from beam_jobs import listing_io, progress
+from beam_jobs.config import BuildConfig, RejectLimit
+from beam_jobs.errors import OneLineParser, UsageError, unknown_option
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)

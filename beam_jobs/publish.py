@@ -30,8 +30,8 @@ from shard_utils.media.reads import prefetched
 from shard_utils.plan import InternalError, PlanError
 from shard_utils.sharding.writer import ShardResult
 
-from .config import BuildConfig, RunInfo
-from .errors import UsageError
+from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.errors import UsageError
 
 TEMP_ROOT = ".tpu-shards-tmp"
 OWN_NAMES = (TEMP_ROOT + "/", runlock.LOCK_NAME)  # what the job itself keeps in an output between builds

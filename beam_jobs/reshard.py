@@ -36,15 +36,15 @@ from shard_utils.index import IndexFormatError, IndexRow
 from shard_utils.listings import ListingOptions
 from shard_utils.manifest import Manifest, Shard
 
-from . import options, publish
-from .build_shards import counter_totals, pipeline_options, prepare_output, summary
-from .config import BuildConfig, RejectLimit, RunInfo
-from .errors import OneLineParser, UsageError
-from .running import execute, guard_interrupts
-from .pipeline.common import count
-from .pipeline.fragments import PlanFragmentShards, WriteFragmentShards
-from .pipeline.publish import Publish
-from .pipeline.start import StartRun, new_run_id
+from beam_jobs import options, publish
+from beam_jobs.build_shards import counter_totals, pipeline_options, prepare_output, summary
+from beam_jobs.config import BuildConfig, RejectLimit, RunInfo
+from beam_jobs.errors import OneLineParser, UsageError
+from beam_jobs.running import execute, guard_interrupts
+from beam_jobs.pipeline.common import count
+from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
+from beam_jobs.pipeline.publish import Publish
+from beam_jobs.pipeline.start import StartRun, new_run_id
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -362,7 +362,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .cli import guarded
+    from beam_jobs.cli import guarded
 
     return guarded(run, argv)
 

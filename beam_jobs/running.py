@@ -15,17 +15,17 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from shard_utils import manifest, runlock, storage
 from shard_utils.plan import PlanError
 
-from . import options, progress, publish
-from .config import BuildConfig
-from .errors import UsageError
-from .local.pool import LocalPool
+from beam_jobs import options, progress, publish
+from beam_jobs.config import BuildConfig
+from beam_jobs.errors import UsageError
+from beam_jobs.local.pool import LocalPool
 
 
 def guard_interrupts(config: BuildConfig, local: bool):
     """Within the block, Ctrl-C ends a local run in one line saying what state the output is in."""
     if config.run_id is None or not local:
         return contextlib.nullcontext()
-    from .interrupt import LocalInterrupts
+    from beam_jobs.interrupt import LocalInterrupts
 
     had_dataset = storage.exists(storage.join(config.output, manifest.MANIFEST_NAME))
     return LocalInterrupts(config, had_dataset=had_dataset)
@@ -129,7 +129,7 @@ def raise_job_failure(result) -> None:
     """Raise, as its own type, the one-line failure a local job reported through its `failure` metric."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from .pipeline.common import FAILURE_METRIC, NAMESPACE
+    from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(FAILURE_METRIC))

@@ -15,7 +15,7 @@ from google.cloud.storage.fileio import BlobWriter
 from google.cloud.storage.retry import DEFAULT_RETRY as _LIBRARY_RETRY
 from google.cloud.storage.retry import DEFAULT_RETRY_IF_GENERATION_SPECIFIED as _LIBRARY_CONDITIONAL
 
-from . import storage
+from shard_utils import storage
 
 # The library's retry waits up to 60 s between tries and gives up after 120 s; under a burst of 503s that
 # stalls a worker for minutes per request. Tries here wait at most 4 s (full jitter) and stop after 60 s:

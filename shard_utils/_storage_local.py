@@ -16,7 +16,7 @@ import tempfile
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from . import storage
+from shard_utils import storage
 
 _BLOCK = 4 * 1024 * 1024
 

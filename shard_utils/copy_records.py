@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from . import plan, schema, storage
-from .encode import RecordMeta
-from .generations import DigestingReader
-from .index import IndexRow, field_name
-from .manifest import Shard
-from .tfrecord import FramingError, frame, iter_records
+from shard_utils import plan, schema, storage
+from shard_utils.encode import RecordMeta
+from shard_utils.generations import DigestingReader
+from shard_utils.index import IndexRow, field_name
+from shard_utils.manifest import Shard
+from shard_utils.tfrecord import FramingError, frame, iter_records
 
 
 class DamagedShard(ValueError):

@@ -22,9 +22,9 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 from PIL import Image
 
-from . import storage
-from .extras import require
-from .images import resize
+from shard_utils import storage
+from shard_utils.extras import require
+from shard_utils.images import resize
 
 PREPROCESS_MODES = ("scale01", "minus1to1", "imagenet", "none")
 # torchvision's ImageNet statistics, on the [0, 1] scale (RGB): (x / 255 - mean) / std.
@@ -409,7 +409,7 @@ class EmbedRecords:
         self.spec, self.key = spec, key
 
     def __call__(self, prepared: Sequence) -> list:
-        from .encode import framed
+        from shard_utils.encode import framed
 
         if not prepared:
             return []

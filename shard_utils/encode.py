@@ -10,12 +10,12 @@ import operator
 from dataclasses import dataclass, field, replace
 from typing import Union
 
-from . import plan, schema
-from .images import ImageOptions, Rejected, prepare_image
-from .inputs import MediaItem
-from .media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
-from .tfrecord import frame
-from .video import VideoOptions, prepare_video
+from shard_utils import plan, schema
+from shard_utils.images import ImageOptions, Rejected, prepare_image
+from shard_utils.inputs import MediaItem
+from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
+from shard_utils.tfrecord import frame
+from shard_utils.video import VideoOptions, prepare_video
 
 
 @dataclass(frozen=True)

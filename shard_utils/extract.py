@@ -13,9 +13,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterator
 
-from . import inputs, storage
-from .manifest import Manifest, ManifestError, load
-from .stored import StoredRecord, iter_split, label_texts
+from shard_utils import inputs, storage
+from shard_utils.manifest import Manifest, ManifestError, load
+from shard_utils.stored import StoredRecord, iter_split, label_texts
 
 MAP_NAME = "extract_map.csv"
 NAME_MAX = 255  # bytes in one file name on ext4, XFS, APFS, NTFS (UTF-16 units there), ...

@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Container, Iterable, Iterator, Mapping
 
-from . import storage
-from .encode import Encoded, RecordMeta
-from .plan import InternalError, SplitPlan
+from shard_utils import storage
+from shard_utils.encode import Encoded, RecordMeta
+from shard_utils.plan import InternalError, SplitPlan
 
 META_CHUNK = 1024  # records per pickled chunk of a metadata file: a slice reads only the chunks it needs
 READ_BUDGET = 16 * 2**20  # bytes a shard writer holds of its slices at once, shared by all of them
@@ -222,7 +222,7 @@ class FragmentShardTask:
 def write_fragment_shard(task: FragmentShardTask, folder: str, extras=()):
     """Read the shard's slices (in windows), merge them in key order, and write the shard and its index part
     under `folder` (the run's temporary folder)."""
-    from .sharding.writer import ShardResult, describe, shard_paths
+    from shard_utils.sharding.writer import ShardResult, describe, shard_paths
 
     pieces = sorted(task.pieces, key=lambda s: (s.fragment, s.start))
     window = window_for(len(pieces))
@@ -238,7 +238,7 @@ def write_fragment_shard(task: FragmentShardTask, folder: str, extras=()):
     expected = task.split_plan.sizes[task.shard]
     if len(metas) != expected:
         raise InternalError(f"shard {task.shard} of split {task.split!r} got {len(metas)} records, planned {expected}")
-    from . import index
+    from shard_utils import index
 
     rows, classes, longest = describe(task.shard, metas, extras)
     storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))

@@ -22,8 +22,8 @@ import dataclasses
 import re
 from typing import IO, Iterable, Iterator, Mapping, Sequence
 
-from . import index, plan, storage
-from .manifest import Generation, IndexFile, Manifest
+from shard_utils import index, plan, storage
+from shard_utils.manifest import Generation, IndexFile, Manifest
 
 TAG = "g{:03d}"
 REPORT_FILE = re.compile(r"^(rejected|skipped)\.g\d{3,}\.jsonl$")  # cumulative reports of a generation

@@ -29,13 +29,13 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
-from . import storage
-from .manifest import IndexFile
-from .schema import ExtraSpec, ImageRecord
-from .tfrecord import FOOTER, HEADER, FramingError, masked_crc
+from shard_utils import storage
+from shard_utils.manifest import IndexFile
+from shard_utils.schema import ExtraSpec, ImageRecord
+from shard_utils.tfrecord import FOOTER, HEADER, FramingError, masked_crc
 
 if TYPE_CHECKING:
-    from .encode import RecordMeta
+    from shard_utils.encode import RecordMeta
 
 INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 MIN_FRAMED = HEADER + FOOTER  # an empty record

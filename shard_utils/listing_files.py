@@ -10,8 +10,8 @@ import csv
 import json
 from typing import Iterator
 
-from . import listings
-from .listings import ListingRow
+from shard_utils import listings
+from shard_utils.listings import ListingRow
 
 BOM = b"\xef\xbb\xbf"
 SYNC_SIZE = 16  # bytes of an Avro sync marker

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import inputs, schema, storage
-from .inputs import MediaItem
+from shard_utils import inputs, schema, storage
+from shard_utils.inputs import MediaItem
 
 FORMATS = ("csv", "tsv", "jsonl", "avro")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",

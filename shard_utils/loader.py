@@ -27,10 +27,10 @@ from typing import Any, Union
 
 import tensorflow as tf
 
-from . import schema
-from .loader_decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
-from .manifest import Manifest, ManifestError
-from .manifest import load as _load_manifest
+from shard_utils import schema
+from shard_utils.loader_decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
+from shard_utils.manifest import Manifest, ManifestError
+from shard_utils.manifest import load as _load_manifest
 
 __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",
            "parse_spec", "steps_per_epoch"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from . import schema
-from .manifest import Manifest, ManifestError
+from shard_utils import schema
+from shard_utils.manifest import Manifest, ManifestError
 
 FEATURE_MODES = ("media", "embedding")  # what `features=` selects as the model input
 LENGTH_SUFFIX = "/length"  # an extra list's length: extra/<name>/length

@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from . import schema, storage
-from .plan import SHARD_PATTERN, InternalError
+from shard_utils import schema, storage
+from shard_utils.plan import SHARD_PATTERN, InternalError
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates

@@ -20,11 +20,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import schema, storage
-from .extras import require_all
-from .index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
-from .manifest import Manifest, load
-from .tfrecord import FramingError
+from shard_utils import schema, storage
+from shard_utils.extras import require_all
+from shard_utils.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
+from shard_utils.manifest import Manifest, load
+from shard_utils.tfrecord import FramingError
 
 # Every read checks both framing CRC32Cs and the index is Avro: after a --no-deps install, say what is missing.
 require_all(("google_crc32c", "fastavro"), "shard_utils.random_access")

@@ -18,10 +18,10 @@ from typing import Any, Iterable, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
-from . import storage
-from .extras import require
-from .manifest import Manifest, load
-from .stored import StoredRecord, iter_shard, label_texts, printable
+from shard_utils import storage
+from shard_utils.extras import require
+from shard_utils.manifest import Manifest, load
+from shard_utils.stored import StoredRecord, iter_shard, label_texts, printable
 
 PER_CLASS = 8  # tiles per class on a contact sheet
 MAX_CLASSES = 24  # classes on a contact sheet; more are chosen by seed

@@ -13,7 +13,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 
-from . import storage
+from shard_utils import storage
 
 LOCK_NAME = ".tpu-shards-lock.json"
 LEASE_SECONDS = 15 * 60

@@ -95,7 +95,7 @@ def problem(exc: BaseException, uri: str = "") -> str:
     if isinstance(exc, StorageError):
         return exc.reason
     if is_gcs(uri) or type(exc).__module__.startswith(("google.", "requests.", "urllib3.")):
-        from . import _storage_gcs
+        from shard_utils import _storage_gcs
 
         found = _storage_gcs.describe(exc, uri)
         if found:
@@ -146,10 +146,10 @@ def _failing(verb: str, uri: str, dst: str | None = None) -> Iterator[None]:
 def _backend(uri: str):
     """The module implementing the verbs for this kind of path (imported on first use)."""
     if is_gcs(uri):
-        from . import _storage_gcs
+        from shard_utils import _storage_gcs
 
         return _storage_gcs
-    from . import _storage_local
+    from shard_utils import _storage_local
 
     return _storage_local
 

@@ -9,9 +9,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from . import schema, storage
-from .manifest import Manifest, Shard
-from .tfrecord import FramingError, iter_records
+from shard_utils import schema, storage
+from shard_utils.manifest import Manifest, Shard
+from shard_utils.tfrecord import FramingError, iter_records
 
 
 class ShardReadError(storage.StorageError):

@@ -25,10 +25,10 @@ import posixpath
 import re
 from typing import Any
 
-from . import plan
-from . import schema
-from .generations import generation_split
-from .manifest import Manifest, Shard
+from shard_utils import plan
+from shard_utils import schema
+from shard_utils.generations import generation_split
+from shard_utils.manifest import Manifest, Shard
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"

@@ -9,7 +9,7 @@ import functools
 import struct
 from typing import BinaryIO, Callable, Iterator
 
-from .extras import require
+from shard_utils.extras import require
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = 12  # 8 length bytes + 4 CRC bytes

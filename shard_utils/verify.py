@@ -8,10 +8,10 @@ import io
 import math
 from typing import Iterator
 
-from . import schema, storage
-from .index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
-from .manifest import Manifest, ManifestError, Shard, load
-from .tfrecord import FramingError, iter_records
+from shard_utils import schema, storage
+from shard_utils.index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
+from shard_utils.manifest import Manifest, ManifestError, Shard, load
+from shard_utils.tfrecord import FramingError, iter_records
 
 
 def verify(dataset: str, deep: bool = False) -> list[str]:

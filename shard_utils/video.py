@@ -16,9 +16,9 @@ from typing import Union
 
 from PIL import Image
 
-from .extras import require
-from .images import ImageOptions, Rejected, resize
-from .inputs import VIDEO_EXTENSIONS  # noqa: F401 - the clip extensions, listed once in inputs
+from shard_utils.extras import require
+from shard_utils.images import ImageOptions, Rejected, resize
+from shard_utils.inputs import VIDEO_EXTENSIONS
 
 MAX_FRAMES = 10_000  # per clip: more is a typo, not a dataset
 # The containers we read, told from their first bytes (never from the name, never by FFmpeg's own probing,

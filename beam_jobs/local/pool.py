@@ -23,7 +23,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .wire import receive, send
+from beam_jobs.local.wire import receive, send
 
 POOL_WORKER = "TPU_SHARDS_POOL_WORKER"  # set in a worker process's environment
 MAX_STARTUP_FAILURES = 3

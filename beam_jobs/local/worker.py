@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Callable
 
-from .wire import receive, send
+from beam_jobs.local.wire import receive, send
 
 
 def _die_with_parent() -> None:

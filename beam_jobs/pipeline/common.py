@@ -8,7 +8,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from ..local.pool import Crashed, Done, LocalPool, Outcome, Raised
+from beam_jobs.local.pool import Crashed, Done, LocalPool, Outcome, Raised
 
 NAMESPACE = "tpu_shards"
 FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see Publish)

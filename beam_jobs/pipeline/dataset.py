@@ -8,12 +8,12 @@ import apache_beam as beam
 
 from shard_utils.sharding.naming import ShardNaming
 
-from ..config import BuildConfig
-from .dedup import FindDuplicates
-from .encode import EncodeRuns
-from .layout import PlanLayout
-from .shards import PlanShards
-from .write import WriteShards
+from beam_jobs.config import BuildConfig
+from beam_jobs.pipeline.dedup import FindDuplicates
+from beam_jobs.pipeline.encode import EncodeRuns
+from beam_jobs.pipeline.layout import PlanLayout
+from beam_jobs.pipeline.shards import PlanShards
+from beam_jobs.pipeline.write import WriteShards
 
 __all__ = ["ShardMedia"]
 

@@ -13,7 +13,7 @@ import apache_beam as beam
 
 from shard_utils.sharding.encode_run import EncodedRun
 
-from .common import rejected
+from beam_jobs.pipeline.common import rejected
 
 __all__ = ["FindDuplicates", "run_hashes", "decide_duplicates"]
 

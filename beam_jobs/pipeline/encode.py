@@ -17,10 +17,10 @@ from shard_utils.generations import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
 
-from .. import progress
-from ..config import BuildConfig, RunInfo
-from .common import PooledDoFn, count, rejected
-from .layout import Keyed, encode_settings
+from beam_jobs import progress
+from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.pipeline.common import PooledDoFn, count, rejected
+from beam_jobs.pipeline.layout import Keyed, encode_settings
 
 __all__ = ["EncodeRuns"]
 

@@ -16,9 +16,9 @@ from shard_utils import fragments, plan
 from shard_utils.fragments import FragmentShardTask, write_fragment_shard
 from shard_utils.sharding.writer import ShardResult
 
-from .. import progress
-from ..config import BuildConfig, RunInfo
-from .common import PooledDoFn, collected, count
+from beam_jobs import progress
+from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.pipeline.common import PooledDoFn, collected, count
 
 __all__ = ["PlanFragmentShards", "WriteFragmentShards"]
 

@@ -21,8 +21,8 @@ from shard_utils.sharding import layout as lay
 from shard_utils.sharding.encode_run import item_order, read_items
 from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
-from ..config import BuildConfig
-from .common import collected, count
+from beam_jobs.config import BuildConfig
+from beam_jobs.pipeline.common import collected, count
 
 __all__ = ["PlanLayout", "key_chunk"]
 

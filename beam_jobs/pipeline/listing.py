@@ -16,11 +16,11 @@ import apache_beam as beam
 from shard_utils import storage
 from shard_utils.inputs import MediaItem
 
-from .. import media_listing, progress
-from ..config import BuildConfig
-from ..listing_io import DropDuplicateRows, ListingItems
-from ..publish import Tally
-from .common import count, rejected
+from beam_jobs import media_listing, progress
+from beam_jobs.config import BuildConfig
+from beam_jobs.listing_io import DropDuplicateRows, ListingItems
+from beam_jobs.publish import Tally
+from beam_jobs.pipeline.common import count, rejected
 
 __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
 

@@ -17,10 +17,10 @@ from apache_beam.metrics import Metrics
 
 from shard_utils.plan import PlanError
 
-from .. import publish
-from ..config import BuildConfig
-from ..errors import UsageError
-from .common import FAILURE_METRIC, NAMESPACE, PooledDoFn, collected, count
+from beam_jobs import publish
+from beam_jobs.config import BuildConfig
+from beam_jobs.errors import UsageError
+from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, PooledDoFn, collected, count
 
 __all__ = ["Publish"]
 

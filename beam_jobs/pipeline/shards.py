@@ -17,9 +17,9 @@ from shard_utils.sharding.runs import RunFile
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
 
-from .. import progress
-from ..config import BuildConfig
-from .common import collected
+from beam_jobs import progress
+from beam_jobs.config import BuildConfig
+from beam_jobs.pipeline.common import collected
 
 __all__ = ["PlanShards", "RunSummary", "plan_shards"]
 

@@ -21,8 +21,8 @@ import apache_beam as beam
 
 from shard_utils import manifest, runlock, storage
 
-from ..config import BuildConfig, RunInfo
-from ..errors import UsageError
+from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.errors import UsageError
 
 __all__ = ["StartRun", "KeepLease", "new_run_id", "decide_run", "take_lock", "keep_lease_until_done"]
 
@@ -59,7 +59,7 @@ def decide_run(config: BuildConfig, now: datetime.datetime | None = None) -> Run
 def take_lock(run: RunInfo, config: BuildConfig) -> RunInfo:
     """Take the output's lock for this run and apply the --overwrite rule; running it again for the same run
     gives the same answer. Temporary folders of dead earlier runs are removed once the lock is ours."""
-    from ..publish import clean_stale_runs, output_content
+    from beam_jobs.publish import clean_stale_runs, output_content
 
     try:
         runlock.acquire(config.output, run.run_id, run.created)

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from .. import storage
+from shard_utils import storage
 
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
 READS_IN_FLIGHT = 16  # gs:// reads a worker keeps going while it decodes
@@ -90,7 +90,7 @@ def _read_up_to(fd: int, limit: int) -> bytes:
 def _read_gcs(uri: str, max_bytes: int, size_hint: int) -> bytes | Unusable:
     from google.api_core import exceptions as api
 
-    from .._storage_gcs import READ_RETRY, READ_TIMEOUT, _blob
+    from shard_utils._storage_gcs import READ_RETRY, READ_TIMEOUT, _blob
 
     if size_hint > max_bytes:
         return _too_large(size_hint, max_bytes)

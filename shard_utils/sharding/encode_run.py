@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from .. import plan
-from ..encode import EncodeSettings, Encoded, Prepared, encode_data, reject
-from ..inputs import MediaItem
-from ..media.reads import needs_prefetch, prefetched, read_source
-from .runs import CHUNK_BYTES, RunFile, RunWriter
+from shard_utils import plan
+from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_data, reject
+from shard_utils.inputs import MediaItem
+from shard_utils.media.reads import needs_prefetch, prefetched, read_source
+from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given

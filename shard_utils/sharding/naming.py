@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .. import generations, plan
+from shard_utils import generations, plan
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from .. import plan
-from .layout import SplitLayout
+from shard_utils import plan
+from shard_utils.sharding.layout import SplitLayout
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-from .. import index, schema, storage
-from ..plan import InternalError
-from .runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
-from .shards import ShardPlan
+from shard_utils import index, schema, storage
+from shard_utils.plan import InternalError
+from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
+from shard_utils.sharding.shards import ShardPlan
 
 COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
 
