@@ -3,71 +3,14 @@ exit."""
 from __future__ import annotations
 
 import difflib
-import logging
-import os
-import re
 import sys
-import traceback
 from typing import Callable, NamedTuple, Sequence
 
-from shard_utils.extras import MissingExtra
-from shard_utils.manifest import ManifestError
-from shard_utils.media.reads import TransientReadError
-from shard_utils.plan import PlanError
-from shard_utils.storage import StorageError
-
-from beam_jobs.errors import OneLineParser, UsageError
-
-
-KNOWN = (UsageError, MissingExtra, PlanError, ManifestError, StorageError, TransientReadError)
-USAGE = (UsageError, MissingExtra)  # exit 2: the command cannot run as given, or not on this installation
-_WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|StorageError|NotFoundError|"
-                      r"TransientReadError): (.+)")
-
-
-def user_message(exc: BaseException) -> str | None:
-    """The one-line message of a known error, even when a Beam runner wrapped it."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, KNOWN):
-            return str(exc).split(" [while running")[0].strip().splitlines()[0]
-        match = _WRAPPED.search(str(exc))
-        if match:
-            return match.group(1).split(" [while running")[0].strip()
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None) -> int:
-    """Run a command; known errors print one line and exit 1 (2 for usage), anything else exits 3."""
-    if not os.environ.get("TPU_SHARDS_DEBUG"):
-        # Beam's local runner logs a failing step's whole traceback; the one line printed below says it better.
-        for name in ("apache_beam.runners.common", "apache_beam.runners.worker", "apache_beam.runners.portability"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        fn(argv)
-        return 0
-    except KeyboardInterrupt as exc:  # a command may say what state it left (KeyboardInterrupt("..."))
-        print("tpu-shards: interrupted" + (f"; {exc.args[0]}" if exc.args else ""), file=sys.stderr)
-        return 130
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    except Exception as exc:  # noqa: BLE001 - the CLI's job is to turn errors into one line
-        message = user_message(exc)
-        if message is not None:
-            print(f"tpu-shards: error: {message}", file=sys.stderr)
-            return 2 if isinstance(exc, USAGE) else 1
-        if os.environ.get("TPU_SHARDS_DEBUG"):
-            traceback.print_exc()
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        print(f"tpu-shards: internal error: {type(exc).__name__}: {first} (set TPU_SHARDS_DEBUG=1 for details)",
-              file=sys.stderr)
-        return 3
+from beam_jobs.errors import OneLineParser, UsageError, exit_now, guarded
 
 
 def verify_command(argv: Sequence[str] | None) -> None:
-    from shard_utils.verify import verify
+    from shard_utils.read.verify import verify
 
     ap = OneLineParser(prog="tpu-shards verify",
                                  description="Check a dataset against its manifest; exit 0 when intact, 1 otherwise.")
@@ -84,7 +27,7 @@ def verify_command(argv: Sequence[str] | None) -> None:
 
 
 def inspect_command(argv: Sequence[str] | None) -> None:
-    from shard_utils.manifest import load
+    from shard_utils.format.manifest import load
 
     ap = OneLineParser(prog="tpu-shards inspect",
                        description="Summarise a dataset from its manifest; with --report, also write "
@@ -103,7 +46,7 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     print(f"  files seen {m.files_seen}, rejected {m.rejected['count']}, skipped {m.skipped['count']}")
     if args.report is None:
         return
-    from shard_utils import report
+    from shard_utils.read import report
 
     if args.max_records < 1:
         raise UsageError("--max-records must be at least 1")
@@ -112,7 +55,7 @@ def inspect_command(argv: Sequence[str] | None) -> None:
 
 
 def extract_command(argv: Sequence[str] | None) -> None:
-    from shard_utils.extract import ExtractError, extract
+    from shard_utils.read.extract import ExtractError, extract
 
     ap = OneLineParser(prog="tpu-shards extract",
                        description="Write records back as files, DIR/<split>/<label>/<source file name>, holding "
@@ -137,14 +80,14 @@ def extract_command(argv: Sequence[str] | None) -> None:
 
 def build_command(argv: Sequence[str] | None) -> None:
     try:
-        from beam_jobs.build_shards import run
+        from beam_jobs.jobs.build import run
     except KeyboardInterrupt:
         raise KeyboardInterrupt("nothing was written") from None
     run(argv)
 
 
 def reshard_command(argv: Sequence[str] | None) -> None:
-    from beam_jobs.reshard import run
+    from beam_jobs.jobs.reshard import run
 
     run(argv)
 
@@ -178,17 +121,6 @@ def unknown_command(name: str) -> str:
     hint = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
     return f"tpu-shards: error: unknown command {name}" + (f"; did you mean {hint[0]}?" if hint else
                                                           f" (commands: {', '.join(COMMANDS)})")
-
-
-def exit_now(code: int) -> None:
-    """End the process with `code` once the command is done: output flushed, no interpreter teardown.
-
-    Beam's runner leaves threads that the interpreter's shutdown can wait on (and a Ctrl-C landing during
-    that shutdown would kill the process without a word); everything the command wrote is complete here.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def console() -> None:

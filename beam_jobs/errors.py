@@ -1,9 +1,20 @@
-"""Errors the command line reports as one line."""
+"""Errors the command line reports as one line, and how a command's errors become that line and its exit code."""
 from __future__ import annotations
 
 import argparse
 import difflib
-from typing import Sequence
+import logging
+import os
+import re
+import sys
+import traceback
+from typing import Callable, Sequence
+
+from shard_utils.extras import MissingExtra
+from shard_utils.format.manifest import ManifestError
+from shard_utils.media.reads import TransientReadError
+from shard_utils.sharding.plan import PlanError
+from shard_utils.storage import StorageError
 
 
 class UsageError(ValueError):
@@ -37,3 +48,62 @@ class OneLineParser(argparse.ArgumentParser):
         if rest:
             self.error(f"unrecognized arguments: {' '.join(rest)}")
         return parsed
+
+
+KNOWN: tuple[type[BaseException], ...] = (UsageError, MissingExtra, PlanError, ManifestError, StorageError,
+                                          TransientReadError)
+USAGE = (UsageError, MissingExtra)  # exit 2: the command cannot run as given, or not on this installation
+_WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|StorageError|NotFoundError|"
+                      r"TransientReadError): (.+)")
+
+
+def user_message(exc: BaseException) -> str | None:
+    """The one-line message of a known error, even when a Beam runner wrapped it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KNOWN):
+            return str(exc).split(" [while running")[0].strip().splitlines()[0]
+        match = _WRAPPED.search(str(exc))
+        if match:
+            return match.group(1).split(" [while running")[0].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None) -> int:
+    """Run a command; known errors print one line and exit 1 (2 for usage), anything else exits 3."""
+    if not os.environ.get("TPU_SHARDS_DEBUG"):
+        # Beam's local runner logs a failing step's whole traceback; the one line printed below says it better.
+        for name in ("apache_beam.runners.common", "apache_beam.runners.worker", "apache_beam.runners.portability"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        fn(argv)
+        return 0
+    except KeyboardInterrupt as exc:  # a command may say what state it left (KeyboardInterrupt("..."))
+        print("tpu-shards: interrupted" + (f"; {exc.args[0]}" if exc.args else ""), file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    except Exception as exc:  # noqa: BLE001 - the CLI's job is to turn errors into one line
+        message = user_message(exc)
+        if message is not None:
+            print(f"tpu-shards: error: {message}", file=sys.stderr)
+            return 2 if isinstance(exc, USAGE) else 1
+        if os.environ.get("TPU_SHARDS_DEBUG"):
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"tpu-shards: internal error: {type(exc).__name__}: {first} (set TPU_SHARDS_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 3
+
+
+def exit_now(code: int) -> None:
+    """End the process with `code` once the command is done: output flushed, no interpreter teardown.
+
+    Beam's runner leaves threads that the interpreter's shutdown can wait on (and a Ctrl-C landing during
+    that shutdown would kill the process without a word); everything the command wrote is complete here.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -43,7 +43,7 @@ MAIN_PATHS = ("reencode", "decode", "structure")
 
 
 def available_cores() -> int:
-    from beam_jobs.options import available_cores as cores  # what the job's default --workers counts
+    from beam_jobs.jobs.options import available_cores as cores
 
     return cores()
 

@@ -50,7 +50,7 @@ def run_transform(spec, elements) -> tuple[float, float, float]:
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
 
-    from beam_jobs.embed import METRICS_NAMESPACE, EmbedImages
+    from beam_jobs.pipeline.embed import METRICS_NAMESPACE, EmbedImages
 
     start = time.perf_counter()
     pipeline = beam.Pipeline(runner="FnApiRunner")
@@ -79,7 +79,7 @@ def main(argv=None) -> None:
     import keras
     import tensorflow as tf
 
-    from shard_utils.embed import EmbedSpec, load_embedder, preprocess
+    from shard_utils.media.embed import EmbedSpec, load_embedder, preprocess
 
     work = Path(tempfile.mkdtemp(prefix="bench-embed-"))
     path = args.model
@@ -151,7 +151,7 @@ def write_jpegs(pixels: list[np.ndarray], folder: Path) -> Path:
 
 def run_job(folder: Path, work: Path, model: str, args) -> float:
     """Seconds for a whole build with embeddings (Beam already imported by the first run)."""
-    from beam_jobs.build_shards import run
+    from beam_jobs.jobs.build import run
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # the job's summary

@@ -40,8 +40,8 @@ def child(listing: str, out: str, control: bool = False) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    from beam_jobs.listing_io import ListingItems, prepare_listings
-    from shard_utils.listings import ListingOptions
+    from beam_jobs.pipeline.listing_sources import ListingItems, prepare_listings
+    from shard_utils.inputs.listings import ListingOptions
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     options, _ = prepare_listings(ListingOptions(listings=(listing,), label_column=None, label_from_name=NAME_LABEL))

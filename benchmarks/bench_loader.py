@@ -46,7 +46,7 @@ def build(data: Path, count: int, size: int) -> Path:
         path = folder / f"{i:05d}.jpg"
         if not path.exists():
             photo(size, i).save(path, "JPEG", quality=90)
-    from beam_jobs.build_shards import run
+    from beam_jobs.jobs.build import run
 
     run(["--input", str(images), "--output", str(out)])
     return out
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import tensorflow as tf
 
-    from shard_utils import loader
+    from shard_utils.read import loader
 
     m = loader.load_manifest(str(dataset))
     split = "train" if "train" in m.splits else sorted(m.splits)[0]

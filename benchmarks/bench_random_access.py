@@ -42,10 +42,10 @@ def build(data: Path, count: int, size: int, image_size: int) -> Path:
         path = folder / f"{i:05d}.jpg"
         if not path.exists():
             photo(size, i).save(path, "JPEG", quality=90)
-    from beam_jobs.build_shards import run
+    from beam_jobs.jobs.build import run
 
     run(["--input", str(images), "--output", str(out), "--image-size", str(image_size), "--resize", "fill"])
-    from shard_utils import manifest
+    from shard_utils.format import manifest
 
     if any(s.index is None for s in manifest.load(str(out)).splits.values()):
         from index_helpers import add_index  # TODO(lead): drop once the job writes the index itself
@@ -104,7 +104,7 @@ def grain_random(src, batch: int, threads: int):
     """Grain in random order: index lookups, ranged reads, Pillow decode, batch, `threads` reader threads."""
     import grain
 
-    from shard_utils.random_access import Decoder
+    from shard_utils.read.random_access import Decoder
 
     ds = grain.MapDataset.source(src).seed(0).shuffle().repeat().map(Decoder.for_source(src)).batch(batch)
     return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=threads)))
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     data.mkdir(parents=True, exist_ok=True)
     dataset = build(data, args.images, args.source_size, args.image_size)
 
-    from shard_utils.manifest import load
-    from shard_utils.random_access import RandomAccessSource
+    from shard_utils.format.manifest import load
+    from shard_utils.read.random_access import RandomAccessSource
 
     m = load(str(dataset))
     split = "train" if "train" in m.splits else sorted(m.splits)[0]

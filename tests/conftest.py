@@ -40,7 +40,7 @@ def write_images(root: Path, counts: dict[str, int], size=(64, 48), fmt="JPEG", 
 
 def run_job(input_dir, output_dir, *extra: str):
     """Run the build in this process on Beam's in-process runner; returns the manifest."""
-    from beam_jobs.build_shards import run
+    from beam_jobs.jobs.build import run
 
     given = ["--input", str(input_dir)] if input_dir is not None else []  # a listing of absolute paths needs none
     return run([*given, "--output", str(output_dir), *map(str, extra)])

@@ -54,9 +54,9 @@ def _wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float
 
 def reset_clients() -> None:
     """Forget cached storage clients so the next call reads STORAGE_EMULATOR_HOST again."""
-    from shard_utils import storage
+    from shard_utils.storage import base as storage_base
 
-    storage._client = None
+    storage_base._client = None
 
 
 @contextmanager

@@ -10,8 +10,9 @@ from typing import Sequence
 
 from PIL import Image
 
-from shard_utils import schema, storage, tfrecord
-from shard_utils.manifest import Manifest, Shard, Split
+from shard_utils.format import schema, tfrecord
+from shard_utils import storage
+from shard_utils.format.manifest import Manifest, Shard, Split
 
 
 def jpeg(seed: int, size: tuple[int, int] = (40, 30)) -> bytes:

@@ -16,11 +16,12 @@ from typing import Sequence
 
 from conftest import photo
 
-from shard_utils import index, manifest as manifest_mod, schema, storage
-from shard_utils.encode import RecordMeta
-from shard_utils.manifest import Manifest, Shard, Split
-from shard_utils.plan import shard_name
-from shard_utils.tfrecord import frame, iter_records
+from shard_utils.format import index, manifest as manifest_mod, schema
+from shard_utils import storage
+from shard_utils.media.encode import RecordMeta
+from shard_utils.format.manifest import Manifest, Shard, Split
+from shard_utils.sharding.plan import shard_name
+from shard_utils.format.tfrecord import frame, iter_records
 
 
 def framed_records(path: Path) -> list[tuple[int, int, bytes]]:

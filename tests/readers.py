@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from shard_utils import schema
-from shard_utils.tfrecord import iter_records
+from shard_utils.format import schema
+from shard_utils.format.tfrecord import iter_records
 
 
 def records(path: Path) -> list[dict]:

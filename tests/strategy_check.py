@@ -20,7 +20,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 
 import keras  # noqa: E402
 
-from shard_utils import loader  # noqa: E402
+from shard_utils.read import loader
 
 
 class WeightSum(keras.metrics.Metric):

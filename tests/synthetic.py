@@ -15,10 +15,11 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from shard_utils import manifest as manifest_lib
-from shard_utils import schema, storage
-from shard_utils.plan import shard_name
-from shard_utils.tfrecord import frame
+from shard_utils.format import manifest as manifest_lib
+from shard_utils.format import schema
+from shard_utils import storage
+from shard_utils.sharding.plan import shard_name
+from shard_utils.format.tfrecord import frame
 
 
 def jpeg(seed: int, size: tuple[int, int] = (16, 12), quality: int = 95) -> bytes:

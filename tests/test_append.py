@@ -12,9 +12,10 @@ import pytest
 from conftest import faults, photo, run_cli, run_job, write_images
 from readers import records
 
-from shard_utils import generations, manifest, plan, schema
-from shard_utils.manifest import ManifestError, load
-from shard_utils.verify import verify
+from shard_utils.format import generations, manifest, schema
+from shard_utils.sharding import plan
+from shard_utils.format.manifest import ManifestError, load
+from shard_utils.read.verify import verify
 
 OPTS = ("--num-cores", "2", "--splits", "train=0.75,validation=0.25", "--image-size", "24")
 
@@ -105,7 +106,7 @@ def test_hosts_stay_balanced_across_generations(appended):
 def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
     out, grown = appended.out, appended.grown
     assert verify(str(out), deep=True) == []
-    from shard_utils.random_access import RandomAccessSource
+    from shard_utils.read.random_access import RandomAccessSource
 
     ids = set()
     for name in grown.splits:
@@ -114,7 +115,7 @@ def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
         ids |= {schema.decode_example(src[i])[schema.SOURCE_ID].decode() for i in range(len(src))}
     assert len(ids) == 38 and "bird/more000.jpg" in ids
 
-    from shard_utils.loader import make_dataset
+    from shard_utils.read.loader import make_dataset
 
     for name in grown.splits:
         ds = make_dataset(str(out), name, batch_size=1, training=False, repeat=False)
@@ -122,7 +123,7 @@ def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
 
     import tensorflow_datasets as tfds
 
-    from shard_utils.tfds_meta import split_expression
+    from shard_utils.read.tfds_meta import split_expression
 
     builder = tfds.builder_from_directory(str(out))
     assert split_expression(grown, "train") == "train-g000+train-g001"

@@ -7,8 +7,9 @@ import pytest
 from conftest import install_faults, run_cli, run_job, write_images
 from readers import all_records, by_source, dataset_files, records, rejected, shard_bytes
 
-from shard_utils import plan, schema
-from shard_utils.manifest import load
+from shard_utils.sharding import plan
+from shard_utils.format import schema
+from shard_utils.format.manifest import load
 
 
 def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
@@ -209,7 +210,7 @@ def test_tfrec_extension_for_kaggle_notebooks(images, tmp_path):
     m = run_job(images, tmp_path / "out", "--shard-extension", "tfrec")
     assert [s.path for s in m.splits["train"].shards] == [plan.shard_name("train", i, 8, "tfrec") for i in range(8)]
     assert len(list((tmp_path / "out").glob("*.tfrec"))) == 8
-    from shard_utils.verify import verify
+    from shard_utils.read.verify import verify
 
     assert verify(str(tmp_path / "out"), deep=True) == []
 

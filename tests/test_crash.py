@@ -7,7 +7,7 @@ import pytest
 from conftest import faults, run_cli, write_images
 from readers import shard_bytes
 
-from shard_utils.verify import verify
+from shard_utils.read.verify import verify
 
 DATASET_FILES = ["manifest.json", "rejected.jsonl", "train.index.avro", "dataset_info.json", "features.json",
                  "image.class.label.labels.txt"]

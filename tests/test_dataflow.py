@@ -15,7 +15,7 @@ import tarfile
 
 from conftest import REPO, write_images
 
-from beam_jobs.build_shards import run
+from beam_jobs.jobs.build import run
 from shard_utils import storage
 
 STEPS = {"StartRun", "KeepLease", "ListMedia", "ShardMedia", "Publish"}
@@ -72,8 +72,8 @@ def test_dataflow_template_lists_the_steps_and_stages_the_package(gcs, tmp_path)
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
         requires = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("requires.txt"))).read()
-    assert {"setup.py", "beam_jobs/build_shards.py", "beam_jobs/pipeline/encode.py", "shard_utils/storage.py",
-            "shard_utils/tfrecord.py"} <= members
+    assert {"setup.py", "beam_jobs/build_shards.py", "beam_jobs/pipeline/encode.py", "shard_utils/storage/__init__.py",
+            "shard_utils/format/tfrecord.py"} <= members
     assert not any(m.startswith("tests/") for m in members)
     assert b"apache-beam[gcp]" in requires and b"tensorflow" not in requires.split(b"[")[0]
     assert sdist.stat().st_size < 500_000  # the code and three copies of the README (README, PKG-INFO x2)
@@ -101,7 +101,7 @@ def test_template_can_be_written_to_a_bucket_and_run_returns_none(gcs, tmp_path)
 def test_interrupted_wait_does_not_delete_a_running_jobs_temporary_objects():
     from apache_beam.runners.runner import PipelineResult, PipelineState
 
-    from beam_jobs.running import still_running
+    from beam_jobs.jobs.running import still_running
 
     assert still_running(PipelineResult(PipelineState.RUNNING))  # Ctrl-C while Dataflow works on
     assert not still_running(PipelineResult(PipelineState.FAILED))
@@ -118,10 +118,10 @@ def test_each_template_launch_decides_its_own_run_and_a_retry_of_its_lock_step_r
     import pytest
 
     from beam_jobs import publish
-    from beam_jobs.config import BuildConfig
+    from beam_jobs.jobs.config import BuildConfig
     from beam_jobs.errors import UsageError
     from beam_jobs.pipeline.start import decide_run, take_lock
-    from shard_utils import runlock
+    from shard_utils.storage import lock as runlock
 
     out = tmp_path / "out"
     config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
@@ -146,9 +146,9 @@ def test_each_template_launch_decides_its_own_run_and_a_retry_of_its_lock_step_r
 def test_the_lease_of_a_template_launch_is_renewed_by_one_step_until_the_run_lets_go(tmp_path):
     """KeepLease: renews while the run holds the lock, stops once it is given back (published or lost)."""
     from beam_jobs import publish
-    from beam_jobs.config import BuildConfig
+    from beam_jobs.jobs.config import BuildConfig
     from beam_jobs.pipeline.start import decide_run, keep_lease_until_done, take_lock
-    from shard_utils import runlock
+    from shard_utils.storage import lock as runlock
 
     out = tmp_path / "out"
     config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))

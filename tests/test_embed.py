@@ -1,4 +1,4 @@
-"""Embeddings: models built here (no downloads), loaded by shard_utils.embed, run through EmbedImages on
+"""Embeddings: models built here (no downloads), loaded by shard_utils.media.embed, run through EmbedImages on
 Beam's in-process runner and compared with a plain `model.predict` on the same preprocessed inputs.
 
 Tolerance against `predict`: rtol 1e-5, atol 1e-6. The transform always calls the model on batches of
@@ -23,10 +23,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from PIL import Image
 
 from conftest import REPO
-from beam_jobs.embed import METRICS_NAMESPACE, EmbedImages, KeyedBatches
-from shard_utils.embed import (EMBEDDING_NAN, EmbedError, EmbedSpec, check_model, load_embedder, model_sha256,
-                               parse_input_size, preprocess, record_pixels)
-from shard_utils.images import resize
+from beam_jobs.pipeline.embed import METRICS_NAMESPACE, EmbedImages, KeyedBatches
+from shard_utils.media.embed import (EMBEDDING_NAN, EmbedError, EmbedSpec, check_model, load_embedder, model_sha256,
+                                     parse_input_size, preprocess, record_pixels)
+from shard_utils.media.images import resize
 
 tf = pytest.importorskip("tensorflow")  # the [test] extra installs it; the module says so if it is missing
 keras = tf.keras
@@ -295,10 +295,10 @@ def test_without_tensorflow_the_error_names_the_extra(small):
     _, paths = small
     code = (
         "import sys\n"
-        "import beam_jobs.embed, shard_utils.embed, shard_utils.video\n"
+        "import beam_jobs.pipeline.embed, shard_utils.media.embed, shard_utils.media.video\n"
         "assert 'tensorflow' not in sys.modules and 'av' not in sys.modules, 'imported too early'\n"
         "sys.modules['tensorflow'] = None\n"  # what an environment without TensorFlow looks like to `import`
-        "from shard_utils.embed import EmbedSpec, check_model\n"
+        "from shard_utils.media.embed import EmbedSpec, check_model\n"
         "from shard_utils.extras import MissingExtra\n"
         "try:\n"
         f"    check_model(EmbedSpec({str(paths['keras'])!r}, 'scale01'))\n"

@@ -17,7 +17,7 @@ from synthetic import record, write_dataset
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("tensorflow")
 
-from shard_utils import schema  # noqa: E402
+from shard_utils.format import schema
 
 NOTEBOOK = REPO / "examples" / "tpu_training.ipynb"
 # Prepended to the notebook's code: logical devices must exist before TensorFlow initializes.

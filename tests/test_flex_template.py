@@ -18,10 +18,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import apache_beam
-from beam_jobs import flex_launch
-from beam_jobs.options import make_config
+from beam_jobs.jobs import flex_launch
+from beam_jobs.jobs.options import make_config
 from beam_jobs.errors import UsageError
-from beam_jobs.flex_metadata import job_options, job_parser, render
+from beam_jobs.jobs.flex_metadata import job_options, job_parser, render
 
 DOCKERFILE = REPO / "dataflow" / "Dockerfile"
 METADATA = REPO / "dataflow" / "metadata.json"
@@ -181,9 +181,9 @@ def test_cloud_build_config_builds_this_dockerfile():
 
 def test_committed_metadata_is_what_the_parser_generates():
     """dataflow/metadata.json can never drift from the job's options: regenerate it when they change
-    (python -m beam_jobs.flex_metadata > dataflow/metadata.json)."""
+    (python -m beam_jobs.jobs.flex_metadata > dataflow/metadata.json)."""
     assert METADATA.read_text() == render()
-    done = subprocess.run([sys.executable, "-m", "beam_jobs.flex_metadata"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "beam_jobs.jobs.flex_metadata"], capture_output=True, text=True,
                           cwd=REPO, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert done.stdout == METADATA.read_text()

@@ -6,8 +6,8 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from shard_utils import fragments, plan
-from shard_utils.encode import Encoded, RecordMeta
+from shard_utils.sharding import fragments, plan
+from shard_utils.media.encode import Encoded, RecordMeta
 
 
 def record(split: str, key: int, name: str, size: int) -> Encoded:

@@ -21,7 +21,8 @@ from readers import shard_bytes
 
 from beam_jobs.cli import main as cli_main
 from shard_utils import storage
-from shard_utils.manifest import load
+from shard_utils.storage import base as storage_base
+from shard_utils.format.manifest import load
 
 OPTS = ("--num-cores", "2", "--splits", "train=0.75,validation=0.25", "--image-size", "24")
 SHARD = re.compile(r"^(train|validation)-\d{5}-of-\d{5}\.tfrecord$")
@@ -78,7 +79,7 @@ def built(gcs, source):
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed), \
             FaultProxy(gcs.url, paginate=True) as proxy, storage_host(proxy.url):
-        mp.setattr(storage, "LIST_PAGE_SIZE", 4)
+        mp.setattr(storage_base, "LIST_PAGE_SIZE", 4)
         m = run_job(source.uri, out, *OPTS, "--workers", "1")
     return SimpleNamespace(uri=out, manifest=m, stdout=printed.getvalue(), pages=pages(proxy))
 
@@ -224,7 +225,7 @@ def test_listing_streams_page_by_page(gcs, monkeypatch):
         b.blob(n).upload_from_string(n.encode())
     b.blob("in/b/").upload_from_string(b"")  # a "folder" placeholder object, as the console makes
     b.blob("input-elsewhere/x.jpg").upload_from_string(b"not under the prefix")
-    monkeypatch.setattr(storage, "LIST_PAGE_SIZE", 5)
+    monkeypatch.setattr(storage_base, "LIST_PAGE_SIZE", 5)
     with FaultProxy(gcs.url, paginate=True) as proxy, storage_host(proxy.url):
         walk = storage.walk(f"gs://{bucket}/in")
         assert pages(proxy) == []  # nothing is listed before the first entry is asked for
@@ -355,7 +356,7 @@ def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishe
     """A read that still fails after the client's retries (503s past its deadline) is not a rejection: the
     build fails, naming the object, and nothing is published; with 10 % of requests failing at random the
     same build completes (test_transient_faults_are_retried_and_do_not_change_the_output)."""
-    from shard_utils import _storage_gcs
+    from shard_utils.storage import _gcs as _storage_gcs
 
     monkeypatch.setattr(_storage_gcs, "READ_RETRY", _storage_gcs.READ_RETRY.with_timeout(2.0))
     out = f"gs://{gcs.new_bucket('unavailable')}/ds"

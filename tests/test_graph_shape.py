@@ -5,8 +5,9 @@ import apache_beam as beam
 import pytest
 from conftest import write_images
 
-from beam_jobs import options
-from beam_jobs.build_shards import build_pipeline, prepare_inputs
+from beam_jobs.jobs import options
+from beam_jobs.jobs.build import build_pipeline
+from beam_jobs.jobs.checks import prepare_inputs
 
 
 def steps_of_graph(tmp_path, *, local: bool, workers: int, template: bool = False) -> set[str]:

@@ -11,8 +11,8 @@ from conftest import REPO, photo, run_job
 from PIL import Image, features
 from readers import by_source, decoded, rejected
 
-from shard_utils import schema
-from shard_utils.images import HEIF_EXTRA_HINT, ImageOptions, Rejected, prepare_image
+from shard_utils.format import schema
+from shard_utils.media.images import HEIF_EXTRA_HINT, ImageOptions, Rejected, prepare_image
 from shard_utils.inputs import skip_reason
 
 pillow_heif = pytest.importorskip("pillow_heif", reason="pillow-heif is in the [test] extra")
@@ -116,7 +116,7 @@ import sys
 if sys.argv[1] == "blocked":
     sys.modules["pillow_heif"] = None  # `import pillow_heif` now raises ImportError, as when it is missing
 from pathlib import Path
-from shard_utils.images import ImageOptions, Rejected, prepare_image
+from shard_utils.media.images import ImageOptions, Rejected, prepare_image
 print("imported at start:", "pillow_heif" in sys.modules and sys.modules["pillow_heif"] is not None)
 print("avif:", prepare_image(Path(sys.argv[3]).read_bytes(), ImageOptions()).width)
 print("after avif:", "pillow_heif" in sys.modules and sys.modules["pillow_heif"] is not None)

@@ -15,10 +15,10 @@ from handmade import image_record, rejected_line, video_record, write_dataset
 from pages import assert_png, assert_safe_page
 from PIL import Image
 
-from shard_utils import report
-from shard_utils.extract import MAP_NAME, NAME_MAX, extract
-from shard_utils.manifest import load
-from shard_utils.stored import iter_split
+from shard_utils.read import report
+from shard_utils.read.extract import MAP_NAME, NAME_MAX, extract
+from shard_utils.format.manifest import load
+from shard_utils.read.stored import iter_split
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '<img src=x onerror="document.title=\'pwned\'">'
@@ -120,7 +120,7 @@ def test_extract_filters_on_hostile_values_and_refuses_a_non_empty_dir(hostile, 
     assert done.count == sum(r.label_text == "../../escape" for r in hostile_records()) == 3
     written = [p for p in (tmp_path / "label").rglob("*") if p.is_file() and p.name != MAP_NAME]
     assert len(written) == 3 and {p.parent.name for p in written} == {"___.._escape"}  # "/" and leading dots gone
-    from shard_utils.extract import ExtractError
+    from shard_utils.read.extract import ExtractError
 
     with pytest.raises(ExtractError, match="not an empty folder"):
         extract(str(hostile / "ds"), str(tmp_path / "label"))

@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO, photo, run_job, write_images
 from readers import by_source, decoded, rejected
 
-from shard_utils import schema
-from shard_utils.manifest import load
+from shard_utils.format import schema
+from shard_utils.format.manifest import load
 
 
 def jpeg(image, **kw) -> bytes:
@@ -120,7 +120,7 @@ def test_hostile_folder_is_fully_accounted(tmp_path):
 
 def test_unreadable_file_is_rejected(tmp_path):
     """A file that is gone by the time it is read, or cannot be opened, becomes a reject, not a crash."""
-    from shard_utils.encode import EncodeSettings, encode_item
+    from shard_utils.media.encode import EncodeSettings, encode_item
     from shard_utils.inputs import MediaItem
 
     settings = EncodeSettings(label_ids={"a": 0})

@@ -8,8 +8,8 @@ import pytest
 from conftest import photo, run_job
 from readers import by_source, decoded, rejected
 
-from shard_utils import schema
-from shard_utils.images import ImageOptions, Rejected, prepare_image
+from shard_utils.format import schema
+from shard_utils.media.images import ImageOptions, Rejected, prepare_image
 
 
 def encode(image, fmt, **kw) -> bytes:

@@ -11,8 +11,8 @@ import numpy as np
 from conftest import photo, run_cli, run_job, write_images
 from readers import by_source, rejected
 
-from shard_utils import schema
-from shard_utils.verify import verify
+from shard_utils.format import schema
+from shard_utils.read.verify import verify
 
 
 def flat_kaggle(root, n=24):
@@ -53,14 +53,14 @@ def test_kaggle_train_csv_with_multi_labels_and_extra_columns(tmp_path):
 
     import tensorflow as tf
 
-    from shard_utils import loader
+    from shard_utils.read import loader
 
     batch = next(iter(loader.make_dataset(str(out), "train", 4, training=False, as_dict=True, image_size=32)))
     assert batch["label"].shape == (4, 4) and batch["label"].dtype == tf.float32
     assert batch["extra/tokens"].shape == (4, 5) and batch["extra/age"].shape == (4,)
     assert set(np.unique(batch["label"].numpy())) <= {0.0, 1.0}
 
-    from shard_utils import report  # the contact sheet counts records, not (record, label) pairs
+    from shard_utils.read import report
 
     sample = report.sample_split(m, "train", seed=0)
     assert sample.num_records == 24 < sum(sample.class_counts.values())

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import photo
 from PIL import ExifTags, Image
 
-from shard_utils.images import ImageOptions, Rejected, jpeg_primary_end, prepare_image
+from shard_utils.media.images import ImageOptions, Rejected, jpeg_primary_end, prepare_image
 
 
 def jpeg(image, **kw) -> bytes:

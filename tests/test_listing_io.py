@@ -14,11 +14,11 @@ from apache_beam.io import source_test_utils
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs.listing_io import (DropDuplicateRows, ListingItems, ListingSource, ReadListings, listing_columns,
-                                  match_listings, prepare_listings)
+from beam_jobs.pipeline.listing_sources import (DropDuplicateRows, ListingItems, ListingSource, ReadListings,
+                                                listing_columns, match_listings, prepare_listings)
 from shard_utils import storage
-from shard_utils.listings import ListingOptions, ListingRow, item_from_row
-from shard_utils.schema import ExtraSpec
+from shard_utils.inputs.listings import ListingOptions, ListingRow, item_from_row
+from shard_utils.format.schema import ExtraSpec
 
 
 def run(build, out: Path):

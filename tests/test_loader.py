@@ -17,8 +17,9 @@ from readers import all_records, records
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils import loader, schema  # noqa: E402
-from shard_utils.manifest import ManifestError  # noqa: E402
+from shard_utils.read import loader
+from shard_utils.format import schema
+from shard_utils.format.manifest import ManifestError
 
 
 def contexts(n: int, replicas: int | None = None) -> list:

@@ -14,8 +14,9 @@ from synthetic import jpeg, record, write_dataset
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils import loader, schema  # noqa: E402
-from shard_utils.manifest import ManifestError  # noqa: E402
+from shard_utils.read import loader
+from shard_utils.format import schema
+from shard_utils.format.manifest import ManifestError
 
 LABELS = ["cat", "dog", "fish"]
 TAGS = schema.ExtraSpec("tags", "string", is_list=True)

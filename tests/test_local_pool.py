@@ -11,7 +11,7 @@ import pytest
 from conftest import write_images
 
 from beam_jobs.local.pool import Crashed, Done, LocalPool, Raised, task_name
-from shard_utils.encode import EncodeSettings, encode_item
+from shard_utils.media.encode import EncodeSettings, encode_item
 from shard_utils.inputs import MediaItem
 
 TESTS = Path(__file__).resolve().parent
@@ -66,7 +66,7 @@ def test_an_exception_in_a_task_comes_back_with_its_message(helpers_on_path):
 
 
 def test_tasks_are_functions_a_worker_can_import():
-    assert task_name(encode_item) == "shard_utils.encode:encode_item"
+    assert task_name(encode_item) == "shard_utils.media.encode:encode_item"
     with pytest.raises(ValueError, match="module-level function"):
         task_name(lambda: 1)
 

@@ -12,8 +12,8 @@ from conftest import REPO, photo, run_cli, run_job, write_images
 from readers import by_source, rejected, shard_bytes
 from terminal import run_in_terminal
 
-from shard_utils import schema
-from shard_utils.verify import verify
+from shard_utils.format import schema
+from shard_utils.read.verify import verify
 
 av = pytest.importorskip("av")
 
@@ -117,9 +117,9 @@ def test_embeddings_are_stored_per_record_identically_on_one_and_two_workers(mod
     import keras
     import numpy as np
 
-    from shard_utils.embed import fit_to_input, preprocess, record_pixels
+    from shard_utils.media.embed import fit_to_input, preprocess, record_pixels
 
-    # The model saw the record's own JPEG, decoded and fitted to its input as shard_utils.embed documents.
+    # The model saw the record's own JPEG, decoded and fitted to its input as shard_utils.media.embed documents.
     pixels = fit_to_input(record_pixels(rec[schema.IMAGE_ENCODED]), (24, 24))[None]
     expected = keras.models.load_model(model).predict(preprocess(pixels, "scale01"), verbose=0)[0]
     np.testing.assert_allclose(rec[schema.EMBEDDING], expected, rtol=1e-4, atol=1e-5)

@@ -6,9 +6,9 @@ built need no runner.
 import pytest
 from conftest import run_job
 
-from beam_jobs import options
+from beam_jobs.jobs import options
 from beam_jobs.cli import main
-from beam_jobs.config import RejectLimit
+from beam_jobs.jobs.config import RejectLimit
 from beam_jobs.errors import UsageError
 
 
@@ -106,8 +106,8 @@ def test_workers_on_dataflow_is_refused():
 
 
 def test_internal_consistency_failures_are_not_reported_as_bad_input(capsys):
-    from beam_jobs.cli import guarded
-    from shard_utils.plan import InternalError
+    from beam_jobs.errors import guarded
+    from shard_utils.sharding.plan import InternalError
 
     def broken(argv):
         raise InternalError("shard 3 of split 'train' got 5 records, planned 6")

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from shard_utils import plan
+from shard_utils.sharding import plan
 
 
 @given(st.integers(1, 10**7), st.integers(1, 512))

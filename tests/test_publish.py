@@ -7,13 +7,16 @@ import threading
 import pytest
 
 from beam_jobs import publish
-from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
-from shard_utils import index, plan, runlock, storage
-from shard_utils.manifest import load
-from shard_utils.plan import InternalError
-from shard_utils.tfrecord import frame
-from shard_utils.verify import verify
+from shard_utils.format import index
+from shard_utils.sharding import plan
+from shard_utils.storage import lock as runlock
+from shard_utils import storage
+from shard_utils.format.manifest import load
+from shard_utils.sharding.plan import InternalError
+from shard_utils.format.tfrecord import frame
+from shard_utils.read.verify import verify
 
 
 def make_run(tmp_path, n_shards=2, records=(3, 2)):
@@ -97,7 +100,7 @@ def test_too_many_rejects_fail_with_reasons_and_reports(tmp_path):
     config, run, results, plans, tally, rejected = make_run(tmp_path)
     from dataclasses import replace
 
-    from beam_jobs.config import RejectLimit
+    from beam_jobs.jobs.config import RejectLimit
 
     strict = replace(config, max_rejected=RejectLimit(count=0))
     with pytest.raises(plan.PlanError) as err:

@@ -12,13 +12,13 @@ from conftest import run_job, write_images
 from index_helpers import add_index, framed_records, image_record, rewrite_index, write_dataset
 from PIL import Image
 
-from shard_utils import manifest as manifest_mod
-from shard_utils import schema
-from shard_utils.index import IndexFormatError
+from shard_utils.format import manifest as manifest_mod
+from shard_utils.format import schema
+from shard_utils.format.index import IndexFormatError
 from shard_utils import storage
-from shard_utils.random_access import (Decoder, RandomAccessSource, RecordReadError, host_slice, load_indexes,
-                                       sources)
-from shard_utils.schema import ExtraSpec
+from shard_utils.read.random_access import (Decoder, RandomAccessSource, RecordReadError, host_slice, load_indexes,
+                                            sources)
+from shard_utils.format.schema import ExtraSpec
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_multi_label_extras_and_label_offset(tmp_path):
     assert out["extra/box"].tolist() == [1.5, 1.0] and out["extra/score"] == 3 and out["extra/note"] == "n3"
     assert out["image"].shape == (16, 24, 3)
     assert Decoder.for_source(src)(src[4])["extra/score"].shape == (0,)  # no value: an empty array
-    from shard_utils.verify import check_indexes
+    from shard_utils.read.verify import check_indexes
 
     assert check_indexes(src.manifest, deep=True) == []  # every row's fields match its record
 

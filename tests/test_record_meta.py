@@ -7,7 +7,7 @@ import pickle
 
 from apache_beam.coders import coders
 
-from shard_utils.encode import RecordMeta
+from shard_utils.media.encode import RecordMeta
 
 
 def test_record_meta_survives_pickle_copy_and_beams_coder_with_every_field():

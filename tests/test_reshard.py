@@ -13,12 +13,12 @@ import pytest
 from conftest import REPO, photo, run_cli, run_job, write_images
 from test_dataflow import dataflow_args, read_gs
 
-from beam_jobs.reshard import run as reshard
+from beam_jobs.jobs.reshard import run as reshard
 from shard_utils import storage
-from shard_utils.manifest import load
-from shard_utils.random_access import RandomAccessSource
-from shard_utils.tfrecord import iter_records
-from shard_utils.verify import verify
+from shard_utils.format.manifest import load
+from shard_utils.read.random_access import RandomAccessSource
+from shard_utils.format.tfrecord import iter_records
+from shard_utils.read.verify import verify
 
 OPTS = ("--image-size", "24",)
 
@@ -175,7 +175,7 @@ def test_reshard_dataflow_template_is_built_offline(gcs, source, tmp_path):
     gcs.upload_tree(source.out, bucket, "src")
     template = tmp_path / "template.json"
     done = subprocess.run(
-        [sys.executable, "-m", "beam_jobs.reshard", f"gs://{bucket}/src", f"gs://{bucket}/dst", "--num-hosts", "4",
+        [sys.executable, "-m", "beam_jobs.jobs.reshard", f"gs://{bucket}/src", f"gs://{bucket}/dst", "--num-hosts", "4",
          *dataflow_args(tmp, str(template))], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"tpu-shards: Dataflow template written to {template}" in done.stdout

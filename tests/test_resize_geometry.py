@@ -11,8 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
-from shard_utils.images import (RESIZE_MODES, ImageOptions, _draft_size, fill_box, fit_size, prepare_image,
-                                resize)
+from shard_utils.media.images import RESIZE_MODES, ImageOptions, _draft_size, fill_box, fit_size, prepare_image, resize
 
 sides = st.integers(1, 5000)
 targets = st.integers(1, 65535)

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from shard_utils import runlock, storage
+from shard_utils.storage import lock as runlock
+from shard_utils import storage
 
 
 @pytest.fixture(params=["local", "gcs"])

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shard_utils import plan
+from shard_utils.sharding import plan
 from shard_utils.sharding import layout as lay
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 

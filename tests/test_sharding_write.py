@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import write_images
 
-from shard_utils import plan
-from shard_utils.encode import EncodeSettings
+from shard_utils.sharding import plan
+from shard_utils.media.encode import EncodeSettings
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding import layout as lay
 from shard_utils.sharding.encode_run import RunTask, encode_run, item_order

@@ -19,6 +19,7 @@ import pytest
 from gcs_fixtures import PreconditionProxy, DENIED, FaultProxy, storage_host
 
 from shard_utils import storage
+from shard_utils.storage import base as storage_base
 
 REPO = Path(__file__).resolve().parents[1]
 MESSAGE = re.compile(r"^cannot (\w+) (\S+)( to \S+)?: (.+)$")
@@ -151,7 +152,7 @@ def test_read_range_on_a_bucket_is_exactly_one_request(gcs):
 
 
 def test_open_read_streams_in_chunks_and_seeks(root, monkeypatch):
-    monkeypatch.setattr(storage, "READ_CHUNK_SIZE", 256 * 1024)
+    monkeypatch.setattr(storage_base, "READ_CHUNK_SIZE", 256 * 1024)
     uri = storage.join(root, "big.bin")
     data = os.urandom(1024 * 1024 + 7)
     storage.write_bytes(uri, data)
@@ -166,7 +167,7 @@ def test_open_read_streams_in_chunks_and_seeks(root, monkeypatch):
 
 
 def test_open_read_on_a_bucket_does_not_download_the_whole_object(gcs, monkeypatch):
-    monkeypatch.setattr(storage, "READ_CHUNK_SIZE", 256 * 1024)
+    monkeypatch.setattr(storage_base, "READ_CHUNK_SIZE", 256 * 1024)
     uri = f"gs://{gcs.new_bucket('stream')}/big.bin"
     data = os.urandom(1024 * 1024)
     storage.write_bytes(uri, data)
@@ -183,7 +184,7 @@ def test_open_read_on_a_bucket_does_not_download_the_whole_object(gcs, monkeypat
 
 
 def test_open_write_appears_whole_on_close_and_not_at_all_on_error(root, monkeypatch):
-    monkeypatch.setattr(storage, "WRITE_CHUNK_SIZE", 256 * 1024)  # chunks reach the server before close
+    monkeypatch.setattr(storage_base, "WRITE_CHUNK_SIZE", 256 * 1024)  # chunks reach the server before close
     folder = storage.join(root, "w")
     uri = storage.join(folder, "out.bin")
     part = os.urandom(300 * 1024)
@@ -355,7 +356,7 @@ def test_copy_rename_delete(root):
 
 
 def test_delete_prefix_removes_everything_under_a_folder_only(root, monkeypatch):
-    monkeypatch.setattr(storage, "LIST_PAGE_SIZE", 3)
+    monkeypatch.setattr(storage_base, "LIST_PAGE_SIZE", 3)
     for i in range(7):
         storage.write_bytes(storage.join(root, "tmp", f"part{i}"), b"x")
     storage.write_bytes(storage.join(root, "tmp", "deeper", "y"), b"y")
@@ -369,8 +370,8 @@ def test_delete_prefix_removes_everything_under_a_folder_only(root, monkeypatch)
 
 
 def test_copy_and_rename_between_local_and_a_bucket(gcs, tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "READ_CHUNK_SIZE", 256 * 1024)
-    monkeypatch.setattr(storage, "WRITE_CHUNK_SIZE", 256 * 1024)
+    monkeypatch.setattr(storage_base, "READ_CHUNK_SIZE", 256 * 1024)
+    monkeypatch.setattr(storage_base, "WRITE_CHUNK_SIZE", 256 * 1024)
     data = os.urandom(700 * 1024)
     local = str(tmp_path / "a.bin")
     Path(local).write_bytes(data)
@@ -468,7 +469,7 @@ def test_missing_credentials_are_named_not_printed(monkeypatch, tmp_path):
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-key.json"))
     monkeypatch.setenv("NO_GCE_CHECK", "True")
-    monkeypatch.setattr(storage, "_client", None)
+    monkeypatch.setattr(storage_base, "_client", None)
     reason = error_of(lambda: storage.read_bytes("gs://b/x"), "read", "gs://b/x")
     assert reason.startswith("no Application Default Credentials: run `gcloud auth application-default login`")
 
@@ -531,13 +532,13 @@ def test_create_exclusive_and_compare_and_swap(cas_root):
 
 
 def _create_one(uri: str, i: int, results, barrier) -> None:
-    storage._client = None  # a forked child makes its own connections
+    storage_base._client = None  # a forked child makes its own connections
     barrier.wait()
     results.put((i, storage.create_exclusive(uri, f"owner {i}".encode())))
 
 
 def _increment(uri: str, times: int, barrier) -> None:
-    storage._client = None
+    storage_base._client = None
     barrier.wait()
     done = 0
     while done < times:

@@ -8,9 +8,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from index_helpers import framed_records, image_record, write_dataset
 
-from shard_utils import manifest as manifest_mod
-from shard_utils import schema
-from shard_utils.tfds_meta import DATASET_INFO, FEATURES, LABELS, tfds_files
+from shard_utils.format import manifest as manifest_mod
+from shard_utils.format import schema
+from shard_utils.read.tfds_meta import DATASET_INFO, FEATURES, LABELS, tfds_files
 
 
 def publish(out):

@@ -6,10 +6,10 @@ import pytest
 from conftest import run_cli, run_job
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from shard_utils import manifest as manifest_mod
-from shard_utils.manifest import ManifestError, parse
-from shard_utils.tfrecord import FramingError, frame, iter_records
-from shard_utils.verify import verify
+from shard_utils.format import manifest as manifest_mod
+from shard_utils.format.manifest import ManifestError, parse
+from shard_utils.format.tfrecord import FramingError, frame, iter_records
+from shard_utils.read.verify import verify
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import pytest
 from conftest import run_cli, run_job, write_images
 from index_helpers import add_index, rewrite_index
 
-from shard_utils import manifest as manifest_mod
-from shard_utils.verify import MAX_INDEX_PROBLEMS, check_index, verify
+from shard_utils.format import manifest as manifest_mod
+from shard_utils.read.verify import MAX_INDEX_PROBLEMS, check_index, verify
 
 
 @pytest.fixture(scope="module")

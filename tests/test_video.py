@@ -1,4 +1,4 @@
-"""Video clips through `shard_utils.video.prepare_video`, on small clips PyAV encodes here (no downloads)."""
+"""Video clips through `shard_utils.media.video.prepare_video`, on small clips PyAV encodes here (no downloads)."""
 from __future__ import annotations
 
 import io
@@ -12,8 +12,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from conftest import REPO
-from shard_utils.images import ImageOptions, Rejected
-from shard_utils.video import VIDEO_EXTENSIONS, VideoOptions, container_format, prepare_video
+from shard_utils.media.images import ImageOptions, Rejected
+from shard_utils.media.video import VIDEO_EXTENSIONS, VideoOptions, container_format, prepare_video
 
 W, H = 64, 48
 CODECS = [("mpeg4", "mp4"), ("libx264", "mp4"), ("libvpx", "webm"), ("libvpx-vp9", "webm"), ("mjpeg", "avi")]
@@ -241,7 +241,7 @@ def test_without_pyav_the_error_names_the_extra(clips, tmp_path):
     path.write_bytes(clips["libx264", "mp4"])
     code = (
         "import sys; sys.modules['av'] = None\n"  # what an environment without PyAV looks like to `import av`
-        "from shard_utils.video import VideoOptions, prepare_video\n"
+        "from shard_utils.media.video import VideoOptions, prepare_video\n"
         "from shard_utils.extras import MissingExtra\n"
         "try:\n"
         f"    prepare_video({str(path)!r}, VideoOptions(frames=2))\n"

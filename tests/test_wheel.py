@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO
 from synthetic import record, write_dataset
 
-from shard_utils import __version__, schema
+from shard_utils import __version__
+from shard_utils.format import schema
 
 pytest.importorskip("tensorflow")
 
@@ -52,7 +53,7 @@ def test_wheel_built_by_the_documented_command_installs_a_working_loader(install
     wheel, target = installed
     assert wheel.name == f"tpu_shards-{__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
-    assert "shard_utils/loader.py" in names and "shard_utils/loader_decode.py" in names
+    assert "shard_utils/loader.py" in names and "shard_utils/read/decode.py" in names
     assert not any(n.startswith(("tests/", "benchmarks/", "examples/")) for n in names)
 
     items = {"train": [record(i, (i % 2,), ["a", "b"], offset=1) for i in range(4)]}

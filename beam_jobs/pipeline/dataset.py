@@ -8,7 +8,7 @@ import apache_beam as beam
 
 from shard_utils.sharding.naming import ShardNaming
 
-from beam_jobs.config import BuildConfig
+from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.dedup import FindDuplicates
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.layout import PlanLayout

@@ -12,13 +12,13 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from shard_utils.encode import EncodeSettings, encode_item, reject
-from shard_utils.generations import label_order
+from shard_utils.media.encode import EncodeSettings, encode_item, reject
+from shard_utils.format.generations import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
 
 from beam_jobs import progress
-from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
 
@@ -137,6 +137,6 @@ class _EncodeRunFn(PooledDoFn):
         yield from self._encode(rest, (*state["earlier"], *culprits))
 
     def _embedder(self):
-        from shard_utils.embed import EmbedRecords
+        from shard_utils.media.embed import EmbedRecords
 
         return EmbedRecords(self.config.embed, self.config.embed_key)

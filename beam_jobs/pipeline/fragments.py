@@ -3,7 +3,7 @@
 A reshard reads each source shard once, and its records' new order scatters them over every new shard;
 their bytes are known only as they are read. So the copying step writes them as sorted fragments, the
 plan counts them per split and hash bucket, and each shard writer reads exactly its slice of every
-fragment (`shard_utils.fragments`). A build, whose records' places are known from the listing before
+fragment (`shard_utils.sharding.fragments`). A build, whose records' places are known from the listing before
 anything is read, writes runs instead (`ShardMedia`).
 """
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from shard_utils import fragments, plan
-from shard_utils.fragments import FragmentShardTask, write_fragment_shard
+from shard_utils.sharding import fragments, plan
+from shard_utils.sharding.fragments import FragmentShardTask, write_fragment_shard
 from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs import progress
-from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, collected, count
 
 __all__ = ["PlanFragmentShards", "WriteFragmentShards"]

@@ -14,14 +14,14 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from shard_utils import plan
-from shard_utils.encode import EncodeSettings, Encoded, encode_data
+from shard_utils.sharding import plan
+from shard_utils.media.encode import EncodeSettings, Encoded, encode_data
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding import layout as lay
 from shard_utils.sharding.encode_run import item_order, read_items
 from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
-from beam_jobs.config import BuildConfig
+from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import collected, count
 
 __all__ = ["PlanLayout", "key_chunk"]

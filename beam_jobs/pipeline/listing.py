@@ -16,9 +16,10 @@ import apache_beam as beam
 from shard_utils import storage
 from shard_utils.inputs import MediaItem
 
-from beam_jobs import media_listing, progress
-from beam_jobs.config import BuildConfig
-from beam_jobs.listing_io import DropDuplicateRows, ListingItems
+from shard_utils.inputs import walk as media_listing
+from beam_jobs import progress
+from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
 from beam_jobs.publish import Tally
 from beam_jobs.pipeline.common import count, rejected
 

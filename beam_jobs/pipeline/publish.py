@@ -15,10 +15,10 @@ from typing import Callable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from shard_utils.plan import PlanError
+from shard_utils.sharding.plan import PlanError
 
 from beam_jobs import publish
-from beam_jobs.config import BuildConfig
+from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
 from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, PooledDoFn, collected, count
 

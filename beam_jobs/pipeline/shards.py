@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from shard_utils import plan
+from shard_utils.sharding import plan
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.runs import RunFile
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
 
 from beam_jobs import progress
-from beam_jobs.config import BuildConfig
+from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import collected
 
 __all__ = ["PlanShards", "RunSummary", "plan_shards"]

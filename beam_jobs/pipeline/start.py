@@ -19,9 +19,11 @@ from typing import Callable
 
 import apache_beam as beam
 
-from shard_utils import manifest, runlock, storage
+from shard_utils.format import manifest
+from shard_utils.storage import lock as runlock
+from shard_utils import storage
 
-from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
 
 __all__ = ["StartRun", "KeepLease", "new_run_id", "decide_run", "take_lock", "keep_lease_until_done"]

@@ -15,7 +15,7 @@ import apache_beam as beam
 from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 
 from beam_jobs import progress
-from beam_jobs.config import BuildConfig, RunInfo
+from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, count
 
 __all__ = ["WriteShards"]

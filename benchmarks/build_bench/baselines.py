@@ -23,8 +23,10 @@ from typing import Callable, Iterator
 
 from PIL import Image
 
-from shard_utils import plan, schema, storage
-from shard_utils.tfrecord import frame
+from shard_utils.sharding import plan
+from shard_utils.format import schema
+from shard_utils import storage
+from shard_utils.format.tfrecord import frame
 
 
 def files_in(root: Path) -> list[str]:
@@ -140,7 +142,7 @@ def time_balanced_floor(root: Path, processes: int, out_dir: Path, decode: bool 
 
 def job_items(root: Path) -> list:
     """The job's MediaItems for the files under root (label folders), as its listing step makes them."""
-    from shard_utils import listings
+    from shard_utils.inputs import listings
 
     out = []
     for path in files_in(root):
@@ -153,10 +155,10 @@ def job_items(root: Path) -> list:
 
 
 def job_encode(items: list, root: str, quality: int, validate: str) -> int:
-    """The job's own encode step (shard_utils.encode.encode_batch) over the items, results dropped: the
+    """The job's own encode step (shard_utils.media.encode.encode_batch) over the items, results dropped: the
     per-image work without Beam, the pool's pipes, runs, fragments or shards."""
-    from shard_utils.encode import EncodeSettings, encode_batch
-    from shard_utils.images import ImageOptions
+    from shard_utils.media.encode import EncodeSettings, encode_batch
+    from shard_utils.media.images import ImageOptions
 
     labels = sorted(os.listdir(root))
     settings = EncodeSettings(image=ImageOptions(quality=quality, validate=validate),

@@ -29,17 +29,21 @@ def _t(module: str, name: str) -> Fn:
     return Fn(f"beam_jobs/{module}.py", name)
 
 
+def _j(module: str, name: str) -> Fn:
+    return Fn(f"beam_jobs/jobs/{module}.py", name)
+
+
 def _s(module: str, name: str) -> Fn:
     return Fn(f"shard_utils/{module}.py", name)
 
 
-RUN = _t("build_shards", "run")
-GRAPH = _t("build_shards", "build_pipeline")
+RUN = _j("build", "run")
+GRAPH = _j("build", "build_pipeline")
 BEAM_RUN = Fn("apache_beam/pipeline.py", "run")
-CHECKS = (_t("options", "parse"), _t("build_shards", "check_input"), _t("build_shards", "prepare_output"),
-          _t("build_shards", "pipeline_options"))
-AFTER = (Fn("shard_utils/manifest.py", "load"), _t("build_shards", "summary"), _t("build_shards", "metrics_summary"),
-         _t("build_shards", "raise_job_failure"))
+CHECKS = (_j("options", "parse"), _j("checks", "check_input"), _j("checks", "prepare_output"),
+          _j("checks", "pipeline_options"))
+AFTER = (Fn("shard_utils/format/manifest.py", "load"), _j("summary", "summary"), _j("summary", "metrics_summary"),
+         _j("running", "raise_job_failure"))
 LIST = (_t("pipeline/listing", "list_task"), _t("pipeline/listing", "classify_chunk"),
         _t("pipeline/listing", "_listed_chunk"))
 ENCODE = (_t("pipeline/common", "process"), _t("pipeline/common", "finish_bundle"))
@@ -49,23 +53,23 @@ PLAN = (_t("pipeline/layout", "key_chunk"), _t("pipeline/layout", "add_input"), 
         _t("pipeline/layout", "pick_boundaries"), _t("pipeline/shards", "plan_shards"))
 SLICES = _t("pipeline/encode", "assign_runs")
 WRITE = (Fn("shard_utils/sharding/writer.py", "write_shard"),)
-READ_RANGE = _s("storage", "read_range")
+READ_RANGE = _s("storage/__init__", "read_range")
 PUBLISH = (_t("pipeline/publish", "plan_step"), _t("pipeline/publish", "clear_step"),
-           _t("pipeline/publish", "commit_step"), _t("publish", "merge_index"))
-ENCODE_ITEM = _s("encode", "encode_item")
+           _t("pipeline/publish", "commit_step"), Fn("beam_jobs/publish/__init__.py", "merge_index"))
+ENCODE_ITEM = _s("media/encode", "encode_item")
 ENCODE_BATCH = Fn("shard_utils/sharding/encode_run.py", "encode_run")
 RECEIVE, SEND = _t("local/wire", "receive"), _t("local/wire", "send")
 PER_IMAGE = (
     ("read the file", (Fn("shard_utils/media/reads.py", "read_source"),), None),
-    ("open + identify (header)", (_s("images", "_open"),), None),
-    ("EXIF orientation (PNG: decoded here, Pillow seeks eXIf)", (_s("images", "_orientation"),), None),
-    ("find JPEG end (marker walk)", (_s("images", "jpeg_primary_end"),), None),
-    ("decode (full, or 1/8 to validate)", (_s("images", "_load"),), None),
-    ("convert to RGB", (_s("images", "to_rgb"),), None),
-    ("JPEG encode (Pillow save)", (Fn("PIL/Image.py", "save"),), _s("images", "_reencode")),
+    ("open + identify (header)", (_s("media/images", "_open"),), None),
+    ("EXIF orientation (PNG: decoded here, Pillow seeks eXIf)", (_s("media/images", "_orientation"),), None),
+    ("find JPEG end (marker walk)", (_s("media/images", "jpeg_primary_end"),), None),
+    ("decode (full, or 1/8 to validate)", (_s("media/images", "_load"),), None),
+    ("convert to RGB", (_s("media/images", "to_rgb"),), None),
+    ("JPEG encode (Pillow save)", (Fn("PIL/Image.py", "save"),), _s("media/images", "_reencode")),
     ("sha256", (Fn("~", "<built-in method _hashlib.openssl_sha256>"),), ENCODE_ITEM),
-    ("build the Example (encode_example)", (_s("schema", "encode_example"),), None),
-    ("frame (CRC32C)", (_s("tfrecord", "frame"),), None),
+    ("build the Example (encode_example)", (_s("format/schema", "encode_example"),), None),
+    ("frame (CRC32C)", (_s("format/tfrecord", "frame"),), None),
     ("split + sort key", (_s("plan", "choose_split"), _s("plan", "sort_key")), ENCODE_ITEM),
 )
 # C-level work, wherever in the steps above it happens (own time of Pillow's codec calls).

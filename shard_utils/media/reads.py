@@ -90,7 +90,7 @@ def _read_up_to(fd: int, limit: int) -> bytes:
 def _read_gcs(uri: str, max_bytes: int, size_hint: int) -> bytes | Unusable:
     from google.api_core import exceptions as api
 
-    from shard_utils._storage_gcs import READ_RETRY, READ_TIMEOUT, _blob
+    from shard_utils.storage._gcs import READ_RETRY, READ_TIMEOUT, _blob
 
     if size_hint > max_bytes:
         return _too_large(size_hint, max_bytes)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from shard_utils import plan
-from shard_utils.encode import EncodeSettings, Encoded, Prepared, encode_data, reject
+from shard_utils.sharding import plan
+from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject
 from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter

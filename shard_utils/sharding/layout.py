@@ -22,8 +22,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from shard_utils import plan
-from shard_utils.plan import DEFAULT_BUCKET_BITS, bucket_of
+from shard_utils.sharding import plan
+from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS, bucket_of
 
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing), when nothing better is known

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from shard_utils import generations, plan
+from shard_utils.format import generations
+from shard_utils.sharding import plan
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from shard_utils import plan
+from shard_utils.sharding import plan
 from shard_utils.sharding.layout import SplitLayout
 
 

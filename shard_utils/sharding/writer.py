@@ -9,8 +9,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-from shard_utils import index, schema, storage
-from shard_utils.plan import InternalError
+from shard_utils.format import index, schema
+from shard_utils import storage
+from shard_utils.sharding.plan import InternalError
 from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
 from shard_utils.sharding.shards import ShardPlan
 

@@ -84,7 +84,7 @@ if os.environ.get("TPU_SHARDS_TEST_KILL"):
     module, function = _target(spec)
     _WRAPS.setdefault(module, []).append((function, _kill(int(nth))))
 if os.environ.get("TPU_SHARDS_TEST_SEGV"):
-    _WRAPS.setdefault("shard_utils.encode", []).append(("encode_data", _segv(os.environ["TPU_SHARDS_TEST_SEGV"])))
+    _WRAPS.setdefault("shard_utils.media.encode", []).append(("encode_data", _segv(os.environ["TPU_SHARDS_TEST_SEGV"])))
 if os.environ.get("TPU_SHARDS_TEST_HOLD"):
     where, _, path = os.environ["TPU_SHARDS_TEST_HOLD"].partition("=")
     module, function = _target(where)

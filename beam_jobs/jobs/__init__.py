@@ -1,0 +1,1 @@
+"""The jobs a user runs: build (and append), reshard, the Flex Template launch; options -> config -> graph -> run."""

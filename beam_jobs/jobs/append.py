@@ -1,0 +1,301 @@
+"""`tpu-shards build --append`: add the files that are new since the last build as a new generation of shards.
+
+    tpu-shards build --append --input DIR|gs://... --output DATASET [the first build's options]
+
+The graph is the build's, with one step more before encoding and a different finish:
+
+    list ──► keep new ──► encode ──► (dedup against the dataset) ──► plan ──► write ──► publish a generation
+             (anti-join on source id with the dataset's index and reports)
+
+A file is new when no record, rejection or listed skip of the dataset has its source id; with --dedup a
+new file whose bytes equal a record's (SHA-256, from the index) is rejected `duplicate`. Existing shards
+are never rewritten: see `append_publish` for how the new generation is published and
+`shard_utils.format.generations` for its names.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
+
+from shard_utils.format import index, manifest
+from shard_utils import inputs, storage
+from shard_utils.storage import lock as runlock
+from shard_utils.format.generations import generation_split, next_generation
+
+from beam_jobs.jobs import options
+from beam_jobs import progress, publish
+from beam_jobs.publish.append import append_naming, plan_append
+from beam_jobs.jobs.checks import inside, pipeline_options, prepare_inputs
+from beam_jobs.jobs.summary import counter_totals
+from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.errors import UsageError
+from beam_jobs.jobs.running import execute, guard_interrupts
+from beam_jobs.pipeline.common import count
+from beam_jobs.pipeline.dataset import ShardMedia
+from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
+from beam_jobs.pipeline.publish import Publish
+from beam_jobs.pipeline.start import StartRun, new_run_id
+
+# Options that shape records or where they go: an append must use the first build's values.
+SAME_OPTIONS = ("splits", "image_size", "resize", "jpeg_quality", "background", "seed", "label_offset",
+                "shard_extension", "extra_columns", "label_from_name", "path_column", "path_template", "label_column",
+                "label_separator", "split_column", "extra_separator")
+
+
+class AppendConfig(BuildConfig):
+    """A build's config for an append: a split that gets no new records is fine (it keeps its shards)."""
+
+    @property
+    def splits_from_data(self) -> bool:
+        return True
+
+
+# ---------------------------------------------------------------------------------------------- transforms
+
+
+class ReadDataset(beam.PTransform):
+    """The source ids the dataset already accounts for: ("id", kind) for its records (from each split's index),
+    rejected files and listed skipped files; with `hashes`, also tagged `hashes`: (sha256, (id, split)) of
+    every record."""
+
+    def __init__(self, dataset: manifest.Manifest, hashes: bool):
+        super().__init__()
+        self.parts = dataset_parts(dataset)
+        self.hashes = hashes
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Parts" >> beam.Create(self.parts)
+                | "Spread" >> beam.Reshuffle()
+                | "Read" >> beam.FlatMap(read_part, self.hashes).with_outputs("hashes", main="ids"))
+
+
+def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str]]:
+    """(kind, uri, split) of every file that names the dataset's source ids."""
+    parts = [("record", storage.join(m.location, s.index.path), name) for name, s in m.splits.items()]
+    for kind, part in (("rejected", m.rejected), ("skipped", m.skipped)):
+        if part.get("path") and part.get("count"):
+            parts.append((kind, storage.join(m.location, part["path"]), ""))
+    return parts
+
+
+def read_part(part: tuple[str, str, str], hashes: bool):
+    kind, uri, split = part
+    if kind == "record":
+        with storage.open_read(uri) as f:
+            for row in index.read_index(f):
+                yield row.source_id, kind
+                if hashes:
+                    yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, split)))
+        return
+    try:
+        data = storage.read_bytes(uri)
+    except storage.NotFoundError:  # a skipped list may be absent; the rejected one is checked when publishing
+        data = b""
+    for line in data.decode("utf-8").splitlines():
+        if line.strip():
+            yield json.loads(line)["source"], kind
+
+
+class KeepNew(beam.PTransform):
+    """The listed media, rejects and skipped files whose source id the dataset does not account for yet.
+
+    Input: a dict with `ids` (from ReadDataset) and the lister's `media`, `rejected`, `skipped_files`.
+    Outputs: `media` (chunks of new MediaItems), `rejected`, `skipped_files`, `tally` (this generation's
+    files seen: the new ones only) and `present` (counts of files already in the dataset).
+    """
+
+    def expand(self, listed):
+        keyed = {
+            "old": listed["ids"],
+            "item": listed["media"] | "Items" >> beam.FlatMap(lambda chunk: ((i.source_id, i) for i in chunk)),
+            "rejected": listed["rejected"] | "KeyRejects" >> beam.Map(lambda r: (r["source"], r)),
+            "skipped": listed["skipped_files"] | "KeySkips" >> beam.Map(lambda s: (s["source"], s)),
+        }
+        out = (keyed | "BySourceId" >> beam.CoGroupByKey()
+               | "New" >> beam.FlatMap(keep_new).with_outputs("rejected", "skipped_files", "tally", "present",
+                                                             main="media"))
+        media = out.media | "Chunk" >> beam.BatchElements(min_batch_size=LIST_CHUNK, max_batch_size=LIST_CHUNK)
+        return {"media": media, "rejected": out.rejected, "skipped_files": out.skipped_files, "tally": out.tally,
+                "present": out.present}
+
+
+def keep_new(grouped):
+    """Everything listed under one source id: passed on if the dataset does not know the id, else counted."""
+    _, found = grouped
+    items, rejects, skips = list(found["item"]), list(found["rejected"]), list(found["skipped"])
+    n = len(items) + len(rejects) + len(skips)
+    if not n:
+        return
+    if any(True for _ in found["old"]):
+        count("already_in_dataset", n)
+        progress.expect("encode", -len(items))  # the lister expected them to be encoded
+        yield beam.pvalue.TaggedOutput("present", n)
+        return
+    tally = publish.Tally(seen=n)
+    for s in skips:
+        tally.skip(s["reason"], inputs.extension_of(s["source"]))
+        yield beam.pvalue.TaggedOutput("skipped_files", s)
+    yield beam.pvalue.TaggedOutput("tally", tally)
+    for r in rejects:
+        yield beam.pvalue.TaggedOutput("rejected", r)
+    yield from items
+
+
+# ---------------------------------------------------------------------------------------------- the graph
+
+
+def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.Manifest) -> None:
+    """Add the append job to a pipeline: the build's steps, fed only the new files."""
+    run = p | "StartRun" >> StartRun(config)
+    lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
+    listed = p | "ListMedia" >> lister
+    dataset = p | "ReadDataset" >> ReadDataset(old, hashes=config.dedup)
+    fresh = {"ids": dataset.ids, "media": listed["media"], "rejected": listed["rejected"],
+             "skipped_files": listed["skipped_files"]} | "KeepNew" >> KeepNew()
+    labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
+    sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
+        config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
+        existing_hashes=dataset.hashes if config.dedup else None)
+    rejected = (fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
+    _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
+         "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
+         "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"]} \
+        | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
+
+
+# ---------------------------------------------------------------------------------------------- the driver
+
+
+def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
+    """Refuse, with one line, a dataset this append cannot grow, or options that differ from its first build's."""
+    where = f"cannot append to {config.output}"
+    if old.media != "image" or old.embedding is not None:
+        raise UsageError(f"{where}: appending supports image datasets without embeddings")
+    missing = [name for name, s in old.splits.items() if s.index is None]
+    if missing:
+        raise UsageError(f"{where}: split {missing[0]!r} has no record index (an older tpu-shards built it); reshard "
+                         "it into a new folder (tpu-shards reshard SRC DST writes one) and append there")
+    if (config.num_cores, config.num_hosts) != (old.num_cores, old.num_hosts):
+        raise UsageError(f"{where}: it is sharded for {old.num_cores} cores x {old.num_hosts} hosts, this append asks "
+                         f"for {config.num_cores} x {config.num_hosts}; give the same (tpu-shards reshard changes "
+                         "them)")
+    given = config.manifest_options()
+    for key in SAME_OPTIONS:
+        if key in old.options and _same(old.options[key]) != _same(given[key]):
+            raise UsageError(f"{where}: it was built with --{key.replace('_', '-')} {_show(old.options[key])}, this "
+                             f"append gives {_show(given[key])}; an append uses the first build's options "
+                             "(reshard or rebuild to change them)")
+    g = next_generation(old)
+    for name in old.splits:
+        if generation_split(name, g) in old.splits:
+            raise UsageError(f"{where}: split {generation_split(name, g)!r} is also the name of generation {g} of "
+                             f"split {name!r}")
+
+
+def _same(value) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _show(value) -> str:
+    if value is None:
+        return "(not given)"
+    if isinstance(value, str) and value and not value.strip():
+        return f"{value!r} (a space)" if value == " " else repr(value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def open_dataset(config: BuildConfig) -> manifest.Manifest:
+    """Take the output's lock and load the dataset to grow; UsageError (lock given back) when it cannot be grown."""
+    out = config.output
+    if config.input and inside(out, config.input):
+        raise UsageError(f"output {out} is inside the input {config.input}; choose another place")
+    try:
+        present = storage.exists(storage.join(out, manifest.MANIFEST_NAME))
+    except storage.StorageError as exc:
+        raise UsageError(f"cannot read output {out}: {exc.reason}") from None
+    if not present:
+        raise UsageError(f"--append: there is no dataset at {out} (no {manifest.MANIFEST_NAME}); build it first "
+                         "without --append")
+    try:
+        runlock.acquire(out, config.run_id, config.created or "")
+    except runlock.OutputBusy as exc:
+        raise UsageError(str(exc)) from None
+    except storage.StorageError as exc:
+        raise UsageError(f"output {out} is not writable: {exc.reason}") from None
+    try:
+        try:
+            old = manifest.load(out)
+        except manifest.ManifestError as exc:
+            raise UsageError(f"cannot append to {out}: {exc}") from None
+        check_appendable(old, config)
+        publish.clean_stale_runs(config.temp_root, config.run_id)
+    except BaseException:
+        runlock.release(out, config.run_id)
+        raise
+    return old
+
+
+def run_append(args, beam_args) -> manifest.Manifest:
+    """The driver of `build --append` (options already parsed by `build_shards.run`); returns the manifest after."""
+    opts = pipeline_options(beam_args)
+    runner = opts.view_as(StandardOptions).runner or ""
+    cloud = opts.view_as(GoogleCloudOptions)
+    if cloud.template_location:
+        raise UsageError("--append cannot be made into a classic Dataflow template (it reads the dataset when it "
+                         "starts); run it directly, or as a Flex Template")
+    if args.overwrite:
+        raise UsageError("--append adds to the dataset in --output and --overwrite replaces it; give one of them")
+    direct = opts.view_as(DirectOptions)
+    workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
+                                    direct.direct_running_mode or "", options.available_cores())
+    listing, split_dirs = prepare_inputs(args)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    local = runner in options.LOCAL_RUNNERS
+    base = options.make_config(
+        args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
+        run_id=new_run_id(now), created=now.isoformat(timespec="seconds"), listing=listing, local=local)
+    config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
+    with guard_interrupts(config, local):
+        old = open_dataset(config)
+        started = time.monotonic()
+        result = execute(config, opts, lambda p: build_append_pipeline(p, config, old), show_progress=args.progress)
+        after = manifest.load(args.output)
+    seconds = time.monotonic() - started
+    totals = counter_totals(result)
+    if after.created == old.created:
+        dups = totals.get("rejected_duplicate", 0)
+        also = f", {dups} more have the bytes of a record in it" if dups else ""
+        print(f"tpu-shards: nothing to append: no media file is new to {args.output} "
+              f"({totals.get('already_in_dataset', 0)} already in it{also}); the dataset is unchanged")
+        return after
+    print(append_summary(after, seconds))
+    return after
+
+
+def append_summary(m: manifest.Manifest, seconds: float) -> str:
+    """A few lines on the generation just added."""
+    g = m.generations[-1]
+    lines = [f"tpu-shards: appended generation {g.generation} to {m.location} in {seconds:.1f}s"]
+    for name, n in g.num_records.items():
+        mine = [s for s in m.splits[name].shards if s.generation == g.generation]
+        sizes = "/".join(map(str, sorted({s.num_records for s in mine})))
+        lines.append(f"  {name}: {n} new records in {len(mine)} shards of {sizes} records; the split now has "
+                     f"{m.splits[name].num_records} records in {len(m.splits[name].shards)} shards")
+    lines.append(f"  new files {g.files_seen}: rejected {g.rejected}, skipped {g.skipped}; {g.already_in_dataset} "
+                 "files were already in the dataset")
+    if g.labels_added:
+        first = len(m.labels) - len(g.labels_added)
+        lines.append("  new labels: " + ", ".join(f"{name} (id {first + i})" for i, name in enumerate(g.labels_added)))
+    if g.rejected:
+        lines.append(f"  see {storage.join(m.location, m.rejected['path'])} for why each file was rejected")
+    return "\n".join(lines)

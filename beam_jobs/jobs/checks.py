@@ -1,0 +1,144 @@
+"""What a job checks before any work: its inputs, its output (taking the output's lock), its models and codecs,
+and the Beam options it runs with. Shared by build, append and reshard."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shard_utils import inputs, storage
+from shard_utils.storage import lock as runlock
+
+from beam_jobs import publish
+from beam_jobs.errors import UsageError
+from beam_jobs.jobs import options, running
+from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.pipeline.listing_sources import prepare_listings
+
+LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
+
+
+def prepare_inputs(args):
+    """The listing options (listings checked and expanded) and whether the input holds split folders;
+    prints the listing's notes."""
+    listing = options.listing_options(args)
+    if not listing.listings:
+        return listing, check_input(args.input)
+    check_listing_root(args.input)
+    try:
+        listing, notes = prepare_listings(listing)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for note in notes:
+        print(f"tpu-shards: {note}")
+    return listing, False
+
+
+def check_listing_root(path: str | None) -> None:
+    """With a listing, --input is only the folder relative paths are under: it must exist, it is not walked."""
+    if path is None or storage.is_gcs(path):
+        return
+    if not os.path.isdir(path):
+        raise UsageError(f"input folder {path} does not exist" if not os.path.exists(path) else
+                         f"input {path} is not a folder")
+
+
+def check_input(path: str) -> bool:
+    """Refuse a missing or empty input; return whether it is laid out in split folders."""
+    try:
+        storage.split_gcs(path) if storage.is_gcs(path) else None
+    except storage.StorageError as exc:
+        raise UsageError(f"input: {exc}") from None
+    if not storage.is_gcs(path):
+        if not os.path.exists(path):
+            raise UsageError(f"input folder {path} does not exist")
+        if not os.path.isdir(path):
+            raise UsageError(f"input {path} is not a folder")
+    try:
+        first = next(iter(storage.walk(path)), None)  # one page of the listing, not the whole bucket
+        if first is None:
+            raise UsageError(f"input {path} is empty" if not storage.is_gcs(path) else f"input {path} holds no objects")
+        return inputs.has_split_dirs(storage.top_level_dirs(path))
+    except storage.StorageError as exc:
+        raise UsageError(f"cannot list input {path}: {exc.reason}") from None
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether path is folder or lies under it (gs:// URIs, or real local paths)."""
+    if storage.is_gcs(path) != storage.is_gcs(folder):
+        return False
+    if storage.is_gcs(path):
+        return (path.rstrip("/") + "/").startswith(folder.rstrip("/") + "/")
+    real_in, real_out = os.path.realpath(folder), os.path.realpath(path)
+    return os.path.commonpath([real_in, real_out]) == real_in
+
+
+def prepare_output(config: BuildConfig) -> bool:
+    """Refuse an unusable or busy output before any work, and take its lock; returns whether the folder was
+    made by this run. Temporary folders of dead earlier runs are removed once the lock is ours."""
+    path = config.output
+    if storage.is_gcs(path):
+        try:
+            storage.split_gcs(path)
+        except storage.StorageError as exc:
+            raise UsageError(f"output: {exc}") from None
+    if config.input is not None and inside(path, config.input):
+        raise UsageError(f"output {path} is inside the input {config.input}; choose another place")
+    if not storage.is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"output {path} exists and is not a folder")
+    created = not storage.is_gcs(path) and not os.path.exists(path)
+    try:
+        storage.make_folder(path)
+    except storage.StorageError as exc:
+        raise UsageError(f"cannot create output folder {path}: {exc.reason}") from None
+    try:
+        content = publish.output_content(path)
+    except storage.StorageError as exc:
+        raise UsageError(f"cannot list output {path}: {exc.reason}") from None
+    if content and not config.overwrite:
+        raise UsageError(f"output {path} is not empty; pass --overwrite to replace the dataset there")
+    if config.run_id is None:
+        return created  # a template: the lock is taken when a launch runs
+    try:
+        runlock.acquire(path, config.run_id, config.created or "")
+    except runlock.OutputBusy as exc:
+        raise UsageError(str(exc)) from None
+    except storage.StorageError as exc:
+        if created:
+            running.remove_if_empty(path)
+        raise UsageError(f"output {path} is not writable: {exc.reason}") from None
+    publish.clean_stale_runs(config.temp_root, config.run_id)
+    return created
+
+
+def check_models_and_codecs(config: BuildConfig) -> BuildConfig:
+    """Before any work: video needs PyAV; an embedding model must load and answer a probe (its identity goes
+    into the manifest). One line when not."""
+    from shard_utils.extras import MissingExtra, require
+
+    try:
+        if config.video is not None:
+            require("av", "video", "video clips (--video-frames)")
+        if config.embed is None:
+            return config
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter is not for users
+        require("tensorflow", "embed", "--embed-model")
+        from shard_utils.media.embed import EmbedError, check_model
+
+        try:
+            info = check_model(config.embed)
+        except EmbedError as exc:
+            raise UsageError(str(exc)) from None
+    except MissingExtra as exc:
+        raise UsageError(str(exc)) from None
+    return replace(config, embed_info=tuple(info.to_json().items()))
+
+
+def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
+    """Beam options with the in-process runner as the local default."""
+    args = list(beam_args)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+        args.append(f"--runner={LOCAL_RUNNER}")
+    return PipelineOptions(args)

@@ -1,0 +1,305 @@
+"""The build's command-line options: the parser, their checks, and the BuildConfig they make.
+
+Every option is checked: a value out of range, an unknown option (ours or Beam's) or a misspelling
+is one line naming it, with the closest option when there is one. Underscore spellings of our own
+options (what Beam users type: --image_size) are accepted as aliases.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Sequence
+
+import shard_utils
+from shard_utils import inputs
+from shard_utils.inputs import listings
+from shard_utils.sharding import plan
+from shard_utils.format import schema
+from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
+from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
+from shard_utils.sharding.runs import CHUNK_BYTES
+from shard_utils.media.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
+
+from beam_jobs.pipeline import listing_sources as listing_io
+from beam_jobs import progress
+from beam_jobs.jobs.config import BuildConfig, RejectLimit
+from beam_jobs.errors import OneLineParser, UsageError, unknown_option
+
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
+
+
+def parser() -> OneLineParser:
+    """The build's own options (Beam's are passed through and checked separately)."""
+    ap = OneLineParser(
+        prog="tpu-shards build", allow_abbrev=False,
+        description="Build balanced, JPEG-encoded TFRecord shards for TPUs from a folder or gs:// bucket of images. "
+                    "Beam's own options (--runner, --direct_num_workers, Dataflow options) are passed to Beam.")
+    ap.add_argument("--input", help="folder or gs://bucket/prefix holding <label>/<image> files (with --listing: "
+                                    "the folder its relative paths are under)")
+    ap.add_argument("--output", required=True, help="folder or gs://bucket/prefix for shards and manifest.json")
+    ap.add_argument("--splits", help="e.g. train=0.9,validation=0.1 (default: all in train, or the input's "
+                                     "train/validation/test folders)")
+    ap.add_argument("--image-size", help="H or H,W: resize every image (default: keep sizes)")
+    ap.add_argument("--resize", choices=RESIZE_MODES, default="fill",
+                    help="fill: cover then centre-crop to exactly HxW (default); stretch: exactly HxW; "
+                         "fit: inside HxW keeping aspect")
+    ap.add_argument("--jpeg-quality", type=int, default=95, help="JPEG quality 1-100 for re-encoded images")
+    ap.add_argument("--num-cores", type=int, default=8, help="TPU cores per host (default 8)")
+    ap.add_argument("--num-hosts", type=int, default=1, help="TPU hosts reading the data (default 1)")
+    ap.add_argument("--target-shard-mb", type=float, default=128.0, help="aim for shards of this size (MB, 10^6)")
+    ap.add_argument("--num-shards", type=int, help="force this many shards per split (a multiple of cores x hosts)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the split assignment and record order")
+    ap.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+                    help=f"reject images with more pixels, without decoding them (default {DEFAULT_MAX_PIXELS})")
+    ap.add_argument("--validate", choices=VALIDATE_MODES, default="decode",
+                    help="how JPEGs kept byte for byte are checked: decode (every byte decoded at 1/8 scale, default) "
+                         "or structure (the marker structure only: faster, misses damage inside the data)")
+    ap.add_argument("--background", default="255,255,255", help="R,G,B behind transparent pixels (default white)")
+    ap.add_argument("--max-rejected", default=DEFAULT_MAX_REJECTED,
+                    help="fail the build (nothing published) when more files than this are rejected: a count "
+                         f"(e.g. 0) or a percentage of the files seen (e.g. 5%%); default {DEFAULT_MAX_REJECTED}%")
+    ap.add_argument("--label-offset", type=int, default=0,
+                    help="store label id + N (e.g. 1 for readers with 1-based labels, such as the tensorflow/tpu "
+                         "ResNet parser); recorded in the manifest, and the loader subtracts it back")
+    ap.add_argument("--shard-extension", choices=plan.SHARD_EXTENSIONS, default="tfrecord",
+                    help="shard file extension: tfrecord (default) or tfrec (what Kaggle's TPU notebooks glob)")
+    ap.add_argument("--workers", type=int,
+                    help="local builds: processes that encode images (default: every core this process may use). "
+                         "Refused above 1 on Dataflow, where each vCPU already runs its own worker process")
+    ap.add_argument("--dedup", action="store_true",
+                    help="keep files with identical bytes once (the smallest source id); the others are rejected "
+                         "'duplicate', and duplicates across splits are counted in the manifest (off by default: it "
+                         "shuffles every record's hash, and identical files may be meant, e.g. under two labels)")
+    ap.add_argument("--follow-symlinks", action="store_true",
+                    help="follow symbolic links to files wherever they point (default: links are rejected); links "
+                         "that dangle, loop or point at folders are still rejected")
+    ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in --output")
+    ap.add_argument("--append", action="store_true",
+                    help="add the files not yet in the dataset at --output as a new generation of shards; existing "
+                         "shards are kept byte for byte (give the first build's options again)")
+    progress.add_argument(ap)
+    listings.add_arguments(ap)
+    clips = ap.add_argument_group("video clips")
+    clips.add_argument("--video-frames", type=int, help="build a dataset of video clips (.mp4 .mov .webm .mkv .avi): "
+                                                       "N frames sampled evenly over each clip, one record per clip")
+    clips.add_argument("--video-fps", type=float, help="with --video-frames N: the first N frames at this rate instead")
+    model = ap.add_argument_group("embeddings")
+    model.add_argument("--embed-model", help="a Keras .keras file or a TensorFlow SavedModel folder (local or gs://) "
+                                             "run on every image (every frame of a clip); needs TensorFlow: "
+                                             "pip install -e '.[embed]' in a checkout")
+    model.add_argument("--embed-preprocess", choices=PREPROCESS_MODES,
+                       help="how pixels 0..255 are scaled for the model: scale01, minus1to1, imagenet (torchvision "
+                            "mean/std) or none; required with --embed-model")
+    model.add_argument("--embed-input-size", help="H,W the model takes (default: from its input signature)")
+    model.add_argument("--embed-batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                       help=f"images per model call (default {DEFAULT_BATCH_SIZE})")
+    model.add_argument("--embed-key", default=schema.EMBEDDING,
+                       help=f"the feature holding the embedding (default {schema.EMBEDDING})")
+    model.add_argument("--embed-output", help="the model output to use, for a model with several")
+    ap.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / 2**20,
+                    help=f"reject source files larger than this (MiB, default {DEFAULT_MAX_FILE_BYTES // 2**20}) as "
+                         "too_large, without reading them")
+    # Internal sizes, for tests and benchmarks that exercise many buckets or many run parts on small data.
+    ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
+    ap.add_argument("--run-part-mb", type=float, default=CHUNK_BYTES / 2**20, help=argparse.SUPPRESS)
+    return ap
+
+
+def normalise(argv: Sequence[str], ours: Sequence[str]) -> list[str]:
+    """Rewrite underscore spellings of our own options (--image_size) to the dashed form (--image-size)."""
+    dashed = {"--" + o[2:].replace("-", "_"): o for o in ours if "-" in o[2:]}
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        out.append(dashed[name] + eq + value if name in dashed else arg)
+    return out
+
+
+def beam_option_strings() -> set[str]:
+    """Every option string Beam's PipelineOptions classes define (what Beam would not drop as unparseable)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    beam_parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(beam_parser)  # pylint: disable=protected-access
+    return {s for action in beam_parser._actions for s in action.option_strings}
+
+
+def check_beam_args(beam_args: Sequence[str], ours: Sequence[str], prog: str = "tpu-shards build") -> None:
+    """Refuse an option neither the job nor Beam defines, naming the closest one."""
+    known = beam_option_strings()
+    for arg in beam_args:
+        if not arg.startswith("-") or arg in ("-", "--"):
+            continue
+        name = arg.split("=", 1)[0]
+        if name not in known:
+            raise unknown_option(name, list(ours) + sorted(known), prog)
+
+
+def parse(argv: Sequence[str], ap: OneLineParser | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """(our options, Beam's options), both checked for unknown names; `ap`: a command's parser (the build's)."""
+    ap = ap if ap is not None else parser()
+    ours = ap.option_names()
+    args, beam_args = ap.parse_known_args(normalise(argv, ours))
+    check_beam_args(beam_args, ours, ap.prog)
+    return args, list(beam_args)
+
+
+def _int_list(text: str, what: str, count: tuple[int, ...], low: int, high: int) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) not in count or not all(low <= v <= high for v in values):
+        raise UsageError(f"{what} {text!r} must be {' or '.join(map(str, count))} integers in {low}..{high}")
+    return values
+
+
+def reject_limit(text: str) -> RejectLimit:
+    """--max-rejected: a count of files (e.g. 0, 25) or a percentage of the files seen (e.g. 5%, 0.5%)."""
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            percent = float(value[:-1])
+            if not 0 <= percent <= 100:
+                raise ValueError
+            return RejectLimit(fraction=percent / 100)
+        count = int(value)
+        if count < 0:
+            raise ValueError
+        return RejectLimit(count=count)
+    except ValueError:
+        raise UsageError(f"--max-rejected {text!r} must be a count (e.g. 0 or 25) or a percentage from 0% to 100% "
+                         "(e.g. 5%)") from None
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and taskset limit)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_workers(requested: int | None, runner: str, direct_num_workers: int, running_mode: str,
+                  cores: int) -> int:
+    """How many encode processes a build uses: all cores locally, exactly one per SDK process elsewhere.
+
+    On Dataflow (and any runner that is not Beam's local one) every vCPU already runs its own SDK
+    worker process, so a pool would oversubscribe: the encode step runs inline. Locally, Beam's
+    multi-processing mode splits the cores among its worker processes.
+    """
+    if requested is not None and requested < 1:
+        raise UsageError("--workers must be at least 1")
+    if runner not in LOCAL_RUNNERS:
+        if requested not in (None, 1):
+            raise UsageError(f"--workers is for local builds; on {runner or 'this runner'} each vCPU runs its own "
+                             "worker process (use the runner's own options, e.g. --max_num_workers)")
+        return 1
+    share = max(1, direct_num_workers) if running_mode in ("multi_processing", "multi_threading") else 1
+    return requested if requested is not None else max(1, cores // share)
+
+
+def listing_options(args: argparse.Namespace) -> listings.ListingOptions:
+    """The listing and label options, checked (without reading any listing); UsageError naming the option."""
+    try:
+        found = listings.listing_options_from(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not found.listings and not args.input:
+        raise UsageError("the following arguments are required: --input (or --listing)")
+    if found.split_column and args.splits:
+        raise UsageError("--split-column gives each row's split; drop --splits")
+    return found
+
+
+def video_options(args: argparse.Namespace, image: ImageOptions):
+    """--video-frames/--video-fps as VideoOptions (None: an image dataset); UsageError naming the option."""
+    if args.video_frames is None:
+        if args.video_fps is not None:
+            raise UsageError("--video-fps needs --video-frames N (the number of frames every record holds)")
+        return None
+    from shard_utils.media.video import VideoOptions
+
+    try:
+        return VideoOptions(frames=args.video_frames, fps=args.video_fps, image=image)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def embed_spec(args: argparse.Namespace):
+    """--embed-* as an EmbedSpec (None without --embed-model); UsageError naming the option."""
+    from shard_utils.media.embed import EmbedError, EmbedSpec, parse_input_size
+
+    named = [o for o in ("embed_preprocess", "embed_input_size", "embed_output") if getattr(args, o) is not None]
+    if args.embed_model is None:
+        if named:
+            raise UsageError(f"--{named[0].replace('_', '-')} needs --embed-model")
+        return None
+    if args.embed_preprocess is None:
+        raise UsageError("--embed-model needs --embed-preprocess (scale01, minus1to1, imagenet or none): how the "
+                         "model expects its pixels")
+    if not args.embed_key or args.embed_key in schema.FEATURES or args.embed_key.startswith(schema.EXTRA_PREFIX):
+        raise UsageError(f"--embed-key {args.embed_key!r} must be a new feature name, not one the records already use")
+    try:
+        size = parse_input_size(args.embed_input_size) if args.embed_input_size else None
+        return EmbedSpec(args.embed_model, args.embed_preprocess, size, args.embed_batch_size, args.embed_output)
+    except (EmbedError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, temp_root: str,
+                run_id: str | None, created: str | None,
+                listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
+    """Check the options and turn them into a BuildConfig; raises UsageError with the option named."""
+    listing = listing if listing is not None else listing_options(args)
+    ids = listing_io.ids_without_template(listing, args.input)
+    if ids:
+        raise UsageError(ids)
+    if args.splits and split_dirs:
+        raise UsageError("the input already has train/validation/test folders; drop --splits")
+    try:
+        splits = inputs.parse_splits(args.splits) if args.splits else [("train", 1.0)]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    size = None
+    if args.image_size:
+        hw = _int_list(args.image_size, "--image-size", (1, 2), 1, 65535)
+        size = (hw[0], hw[-1])
+    if not 1 <= args.jpeg_quality <= 100:
+        raise UsageError(f"--jpeg-quality {args.jpeg_quality} must be in 1..100")
+    for name in ("num_cores", "num_hosts"):
+        if not 1 <= getattr(args, name) <= 65536:
+            raise UsageError(f"--{name.replace('_', '-')} must be in 1..65536")
+    unit = args.num_cores * args.num_hosts
+    if args.num_shards is not None and (args.num_shards < 1 or args.num_shards % unit):
+        raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of num_cores x num_hosts = {unit}")
+    if not 0 < args.target_shard_mb <= 100_000:
+        raise UsageError("--target-shard-mb must be more than 0 and at most 100000")
+    if args.max_pixels < 1:
+        raise UsageError("--max-pixels must be positive")
+    if not 0 <= args.label_offset <= 1_000_000:
+        raise UsageError("--label-offset must be in 0..1000000")
+    if not 0 <= args.hash_bucket_bits <= 20:
+        raise UsageError("--hash-bucket-bits must be in 0..20")
+    if not 0 < args.run_part_mb <= 4096:
+        raise UsageError("--run-part-mb must be more than 0 and at most 4096")
+    if not 0 < args.max_file_mb <= 65536:
+        raise UsageError("--max-file-mb must be more than 0 and at most 65536")
+    background = _int_list(args.background, "--background", (3,), 0, 255)
+    image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
+                         background=background, validate=args.validate)
+    video = video_options(args, image)
+    embed = embed_spec(args)
+    return BuildConfig(
+        input=args.input, output=args.output, temp_root=temp_root, run_id=run_id, created=created,
+        splits=tuple(splits), split_dirs=split_dirs,
+        image=image, video=video, embed=embed, embed_key=args.embed_key,
+        num_cores=args.num_cores, num_hosts=args.num_hosts, target_shard_mb=args.target_shard_mb,
+        num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
+        workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,
+        max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
+        run_part_bytes=int(args.run_part_mb * 2**20), max_file_bytes=int(args.max_file_mb * 2**20),
+        overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,
+        local=local)

@@ -1,0 +1,376 @@
+"""`tpu-shards reshard SRC DST`: a dataset balanced for another TPU topology, from an existing one, never from
+the raw media.
+
+    tpu-shards reshard gs://b/ds-8x1 gs://b/ds-8x4 --num-cores 8 --num-hosts 4 [--target-shard-mb M] [--seed S]
+
+The build's write path with another first step: instead of listing and encoding media, each source shard
+is streamed and its framed records are copied byte for byte into fragments, with their metadata from the
+split's index (`shard_utils.sharding.copy_records`); the same PlanShards / WriteShards / FinalizeDataset then
+balance, write and publish them. Labels (and their ids), features and the accounting (files seen,
+rejected, skipped, with the reports) are carried over from the source. A damaged source shard or index
+fails the job with one line naming it, and nothing is written.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import posixpath
+import re
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+from apache_beam.transforms.window import GlobalWindows
+
+import shard_utils
+from shard_utils.sharding import fragments, plan
+from shard_utils.format import generations, index, manifest, schema
+from shard_utils.inputs import listings
+from shard_utils import storage
+from shard_utils.sharding.copy_records import DamagedShard, shard_records
+from shard_utils.media.encode import Encoded
+from shard_utils.format.index import IndexFormatError, IndexRow
+from shard_utils.inputs.listings import ListingOptions
+from shard_utils.format.manifest import Manifest, Shard
+
+from beam_jobs.jobs import options
+from beam_jobs import publish
+from beam_jobs.jobs.checks import pipeline_options, prepare_output
+from beam_jobs.jobs.summary import counter_totals, summary
+from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo
+from beam_jobs.errors import OneLineParser, UsageError
+from beam_jobs.jobs.running import execute, guard_interrupts
+from beam_jobs.pipeline.common import count
+from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
+from beam_jobs.pipeline.publish import Publish
+from beam_jobs.pipeline.start import StartRun, new_run_id
+
+NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One source shard to copy: its split, place, manifest entry, and its index rows (None: no index)."""
+
+    split: str
+    position: int
+    shard: Shard
+    rows: tuple[IndexRow, ...] | None
+
+
+# ---------------------------------------------------------------------------------------------- transforms
+
+
+class ListSourceShards(beam.PTransform):
+    """A ShardTask per source shard, each with its rows of the split's index; tagged `damaged`: why an index
+    cannot be used (or the source changed since the job was made)."""
+
+    def __init__(self, source: Manifest):
+        super().__init__()
+        self.source = source
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Splits" >> beam.Create(sorted(self.source.splits))
+                | "Tasks" >> beam.FlatMap(split_tasks, self.source).with_outputs("damaged", main="tasks"))
+
+
+def split_tasks(split: str, source: Manifest):
+    """The split's ShardTasks, the index read once, streaming, its rows grouped by shard."""
+    try:
+        now = manifest.load(source.location)
+    except manifest.ManifestError as exc:
+        yield beam.pvalue.TaggedOutput("damaged", f"the source's manifest cannot be read: {exc}")
+        return
+    entry = source.split(split)
+    if now.created != source.created or now.splits.get(split) != entry:
+        yield beam.pvalue.TaggedOutput("damaged", "the source dataset changed after this job was made")
+        return
+    if entry.index is None:
+        for i, shard in enumerate(entry.shards):
+            yield ShardTask(split, i, shard, None)
+        return
+    try:
+        yield from _indexed_tasks(source, split)
+    except (IndexFormatError, storage.StorageError, DamagedShard) as exc:
+        yield beam.pvalue.TaggedOutput("damaged", f"{entry.index.path}: {storage.problem(exc)}")
+
+
+def _indexed_tasks(source: Manifest, split: str):
+    entry = source.split(split)
+    uri = storage.join(source.location, entry.index.path)
+    digest = storage.Digest()
+    rows: list[IndexRow] = []
+    shard = 0
+    with storage.open_read(uri) as raw:
+        for row in index.read_index(generations.DigestingReader(raw, digest)):
+            if row.shard != shard:
+                if row.shard != shard + 1 or not rows or shard + 1 >= len(entry.shards):
+                    raise DamagedShard(f"a row of shard {row.shard} follows shard {shard}; rows are not in shard order")
+                yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
+                shard, rows = row.shard, []
+            rows.append(row)
+    if shard != len(entry.shards) - 1 or not rows:
+        raise DamagedShard(f"rows end at shard {shard}, the split has {len(entry.shards)} shards")
+    if (digest.size, digest.crc32c) != (entry.index.num_bytes, entry.index.crc32c):
+        raise DamagedShard(f"size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
+                           f"{entry.index.num_bytes} / {entry.index.crc32c}")
+    yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
+
+
+class CopyRecords(beam.PTransform):
+    """Copies every record of each source shard into sorted fragments (the encoder's output, without encoding).
+
+    Main output: FragmentInfo; tagged `damaged`: a line naming a shard that does not match its manifest or index.
+    """
+
+    def __init__(self, config: BuildConfig, source: Manifest, run):
+        super().__init__()
+        self.config, self.source, self.run = config, source, run
+
+    def expand(self, tasks):
+        return (tasks
+                | "Spread" >> beam.Reshuffle()
+                | "Copy" >> beam.ParDo(_CopyFn(self.config, self.source.location),
+                                       beam.pvalue.AsSingleton(self.run)).with_outputs("damaged", main="fragments"))
+
+
+class _CopyFn(beam.DoFn):
+    def __init__(self, config: BuildConfig, location: str):
+        self.config, self.location = config, location
+
+    def start_bundle(self):
+        self._buffer = fragments.FragmentBuffer(self.config.fragment_bytes)
+        self._run: RunInfo | None = None
+
+    def process(self, task: ShardTask, run: RunInfo):
+        self._run = run
+        cfg = self.config
+        try:
+            for meta, framed in shard_records(storage.join(self.location, task.shard.path), task.shard, task.rows,
+                                              seed=cfg.seed, label_offset=cfg.label_offset, extras=cfg.listing.extras):
+                if self._buffer.add(Encoded(task.split, meta, framed, passed_through=True)):
+                    yield from self._flush()
+        except DamagedShard as exc:
+            yield beam.pvalue.TaggedOutput("damaged", str(exc))
+        count("shards_read")
+
+    def finish_bundle(self):
+        if self._run is not None:
+            for info in self._flush():
+                yield GlobalWindows.windowed_value(info)
+
+    def _flush(self):
+        copied = len(self._buffer.records)
+        for info in self._buffer.flush(self._run.temp_dir):
+            count("records_copied", copied)
+            yield info
+
+
+class CarryOver(beam.PTransform):
+    """The source's accounting, as the build's finish takes it: `rejected` and `skipped_files` (its reports' lines)
+    and one `tally`; tagged `damaged` when a report does not match the manifest."""
+
+    def __init__(self, source: Manifest):
+        super().__init__()
+        self.source = source
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Once" >> beam.Create([None])
+                | "Read" >> beam.FlatMap(carried, self.source).with_outputs("rejected", "skipped_files", "damaged",
+                                                                           main="tally"))
+
+
+def carried(_, source: Manifest):
+    skipped = source.skipped
+    yield publish.Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
+                        extensions=Counter(skipped.get("by_extension", {})))
+    for tag, part in (("rejected", source.rejected), ("skipped_files", skipped)):
+        lines = _report_lines(source, part.get("path"))
+        if tag == "rejected" and len(lines) != part.get("count", 0):
+            yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {len(lines)} rejected files listed, the "
+                                                      f"manifest says {part.get('count', 0)}")
+        for line in lines:
+            yield beam.pvalue.TaggedOutput(tag, line)
+
+
+def _report_lines(source: Manifest, path: str | None) -> list[dict]:
+    if not path:
+        return []
+    try:
+        data = storage.read_bytes(storage.join(source.location, path))
+    except storage.NotFoundError:
+        return []
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- finish
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Turns the manifest the build's finish made into the reshard's: the source's labels, features and
+    dataset fields, the new topology in its options."""
+
+    source: Manifest
+    new_options: tuple[tuple[str, object], ...]
+
+    def __call__(self, m: Manifest) -> Manifest:
+        src = self.source
+        made = {**src.options, **dict(self.new_options),
+                "resharded_from": {"location": src.location, "created": src.created,
+                                   "generations": len(generations.generations_of(src))}}
+        return replace(m, labels=list(src.labels), features={k: dict(v) for k, v in src.features.items()},
+                       image_size=src.image_size, media=src.media, label_offset=src.label_offset,
+                       multi_label=src.multi_label, embedding=src.embedding, duplicates=src.duplicates,
+                       input=src.input, options=made)
+
+
+def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], damaged: Sequence[str] = (),
+                 source: Manifest, **side) -> publish.Publication:
+    """What the reshard publishes, or PlanError in one line: a damaged source, or a plan that cannot be made."""
+    if damaged:
+        problems = sorted(set(damaged))
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise plan.PlanError(f"source {source.location} is damaged: {problems[0]}{more}; nothing was written "
+                             f"(tpu-shards verify {source.location} --deep lists every problem)")
+    if failure:
+        raise plan.PlanError(f"{failure[0]}; nothing was written")
+    new_options = (("num_cores", config.num_cores), ("num_hosts", config.num_hosts),
+                   ("target_shard_mb", config.target_shard_mb), ("num_shards", config.num_shards),
+                   ("seed", config.seed))
+    return publish.plan_publication(results, config, failure=[], known_labels=source.labels,
+                                    adjust=Carried(source, new_options), **side)
+
+
+# ---------------------------------------------------------------------------------------------- the graph
+
+
+def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manifest) -> None:
+    """Add the reshard job to a pipeline."""
+    run = p | "StartRun" >> StartRun(config)
+    tasks = p | "ListShards" >> ListSourceShards(source)
+    copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, source, run)
+    carry = p | "CarryOver" >> CarryOver(source)
+    planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
+    nothing_dropped = p | "NoDuplicates" >> beam.Create([])
+    shards = copied.fragments | "WriteShards" >> WriteFragmentShards(config, planned["plans"], run)
+    damaged = (tasks.damaged, copied.damaged, carry.damaged) | "AllDamage" >> beam.Flatten()
+    _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": carry.rejected,
+         "skipped_files": carry.skipped_files, "tally": carry.tally,
+         "labels": p | "Labels" >> beam.Create(list(source.labels)), "run": run, "cross_split": nothing_dropped,
+         "damaged": damaged} | "Publish" >> Publish(config, planner=functools.partial(plan_reshard, source=source))
+
+
+# ---------------------------------------------------------------------------------------------- the driver
+
+
+def parser() -> OneLineParser:
+    ap = OneLineParser(
+        prog="tpu-shards reshard", allow_abbrev=False,
+        description="A new dataset balanced for another TPU topology from an existing one: records are copied byte "
+                    "for byte (never re-decoded), reordered by --seed and cut into shards for --num-cores x "
+                    "--num-hosts. Beam's own options (--runner, Dataflow options) are passed to Beam.")
+    ap.add_argument("src", help="the dataset to reshard (folder or gs://, or its manifest.json)")
+    ap.add_argument("dst", help="folder or gs://bucket/prefix for the new dataset")
+    ap.add_argument("--num-cores", type=int, help="TPU cores per host (default: the source's)")
+    ap.add_argument("--num-hosts", type=int, help="TPU hosts reading the data (default: the source's)")
+    ap.add_argument("--target-shard-mb", type=float, help="aim for shards of this size (MB, 10^6; default: the "
+                                                          "source's, else 128)")
+    ap.add_argument("--num-shards", type=int, help="force this many shards per split (a multiple of cores x hosts)")
+    ap.add_argument("--seed", type=int, help="seed of the record order (default: the source's)")
+    ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in DST")
+    ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
+    ap.add_argument("--fragment-mb", type=float, default=64.0, help=argparse.SUPPRESS)
+    return ap
+
+
+def parse(argv: Sequence[str]):
+    return options.parse(argv, parser())
+
+
+def source_extras(source: Manifest) -> tuple[schema.ExtraSpec, ...]:
+    """The source's extra columns, in the order its build gave them (else from its feature table)."""
+    given = source.options.get("extra_columns") or []
+    if given:
+        try:
+            return listings.parse_extra_columns(",".join(given))
+        except (ValueError, TypeError):
+            pass
+    return tuple(schema.ExtraSpec(k[len(schema.EXTRA_PREFIX):], v["dtype"], v.get("shape") == [schema.VARIABLE])
+                 for k, v in source.features.items() if k.startswith(schema.EXTRA_PREFIX))
+
+
+def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, created: str | None,
+                local: bool) -> BuildConfig:
+    """The reshard's settings, checked; UsageError naming the option."""
+    cores = args.num_cores if args.num_cores is not None else source.num_cores
+    hosts = args.num_hosts if args.num_hosts is not None else source.num_hosts
+    for name, value in (("--num-cores", cores), ("--num-hosts", hosts)):
+        if not 1 <= value <= 65536:
+            raise UsageError(f"{name} must be in 1..65536")
+    unit = cores * hosts
+    if args.num_shards is not None and (args.num_shards < 1 or args.num_shards % unit):
+        raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of num_cores x num_hosts = "
+                         f"{unit}")
+    target = args.target_shard_mb if args.target_shard_mb is not None else float(
+        source.options.get("target_shard_mb") or 128.0)
+    if not 0 < target <= 100_000:
+        raise UsageError("--target-shard-mb must be more than 0 and at most 100000")
+    if not 0 <= args.hash_bucket_bits <= 20 or not 0 < args.fragment_mb <= 4096:
+        raise UsageError("--hash-bucket-bits must be in 0..20 and --fragment-mb in (0, 4096]")
+    first = re.match(plan.SHARD_PATTERN, posixpath.basename(next(iter(source.splits.values())).shards[0].path))
+    return BuildConfig(
+        input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
+        splits=tuple((name, 1.0) for name in source.splits), num_cores=cores, num_hosts=hosts,
+        target_shard_mb=target, num_shards=args.num_shards,
+        seed=args.seed if args.seed is not None else int(source.options.get("seed") or 0),
+        tool_version=shard_utils.__version__, label_offset=source.label_offset,
+        shard_extension=first["extension"] if first else "tfrecord", max_rejected=NO_REJECT_LIMIT,
+        bucket_bits=args.hash_bucket_bits, fragment_bytes=int(args.fragment_mb * 2**20), overwrite=args.overwrite,
+        listing=ListingOptions(extras=source_extras(source)), local=local)
+
+
+def run(argv: Sequence[str] | None = None) -> Manifest | None:
+    """Run the reshard; returns the new manifest (None when only a Dataflow template was written)."""
+    args, beam_args = parse(list(sys.argv[1:] if argv is None else argv))
+    opts = pipeline_options(beam_args)
+    runner = opts.view_as(StandardOptions).runner or ""
+    cloud = opts.view_as(GoogleCloudOptions)
+    source = manifest.load(args.src)
+    template = cloud.template_location
+    now = datetime.datetime.now(datetime.timezone.utc)
+    run_id = None if template else new_run_id(now)
+    local = runner in options.LOCAL_RUNNERS and not template
+    config = make_config(args, source, temp_root=publish.temp_root_for(args.dst, cloud.temp_location),
+                         run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), local=local)
+    with guard_interrupts(config, local):
+        created = prepare_output(config)
+        started = time.monotonic()
+        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source), created_output=created)
+        if result is None:
+            return None
+        built = manifest.load(args.dst)
+        print(summary(built, time.monotonic() - started, runner).replace(" wrote ", " resharded " + source.location
+                                                                          + " into ", 1))
+        totals = counter_totals(result)
+        if totals.get("records_copied"):
+            print(f"  counters: shards_read {totals.get('shards_read', 0)}, records_copied {totals['records_copied']}")
+    return built
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from beam_jobs.errors import guarded
+
+    return guarded(run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

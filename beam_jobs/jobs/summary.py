@@ -1,0 +1,62 @@
+"""What a finished job prints: its summary lines and its Beam counters."""
+from __future__ import annotations
+
+from shard_utils import storage
+from shard_utils.format import manifest
+
+
+COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
+                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped", "fragment_bytes_read",
+                 "shard_bytes_copied")
+
+
+def counter_totals(result) -> dict[str, int]:
+    """The job's Beam counters (namespace tpu_shards), summed over steps; empty if the runner has none."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from beam_jobs.pipeline.common import NAMESPACE
+
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - a runner without metrics support must not fail a finished build
+        return {}
+    totals: dict[str, int] = {}
+    for c in found:
+        value = c.committed if c.committed is not None else c.attempted
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
+    return totals
+
+
+def metrics_summary(result) -> str:
+    """One line of the job's Beam counters: files matched, images and bytes written, rejects by reason."""
+    totals = counter_totals(result)
+    names = [n for n in COUNTER_ORDER if n in totals] + sorted(n for n in totals if n not in COUNTER_ORDER)
+    return ("  counters: " + ", ".join(f"{n} {totals[n]}" for n in names)) if names else ""
+
+
+def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:
+    """A few lines a person reads at the end of a local run."""
+    how = f"{runner}, {workers} encode processes" if workers > 1 else runner
+    lines = [f"tpu-shards: wrote {m.location} in {seconds:.1f}s ({how})"]
+    for name, split in m.splits.items():
+        sizes = sorted({s.num_records for s in split.shards})
+        lines.append(f"  {name}: {split.num_records} records in {len(split.shards)} shards "
+                     f"of {'/'.join(map(str, sizes))} records, {split.num_bytes / 1e6:.1f} MB")
+
+    def reasons(part: dict) -> str:
+        return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""
+
+    extensions = m.skipped.get("by_extension") or {}
+    not_media = f"; not media: {', '.join(f'{k} {v}' for k, v in extensions.items())}" if extensions else ""
+    lines.append(f"  files seen {m.files_seen}: rejected {m.rejected['count']}{reasons(m.rejected)}, "
+                 f"skipped {m.skipped['count']}{reasons(m.skipped)}{not_media}")
+    if m.rejected["count"]:
+        lines.append(f"  see {storage.join(m.location, m.rejected['path'])} for why each file was rejected")
+    if m.skipped.get("path"):
+        lines.append(f"  skipped files are listed in {storage.join(m.location, m.skipped['path'])}")
+    cross = (m.duplicates or {}).get("cross_split") or {}
+    if cross:
+        pairs = ", ".join(f"{pair.replace('|', '/')} {n}" for pair, n in cross.items())
+        lines.append(f"  warning: {sum(cross.values())} duplicate files were in two splits ({pairs}): the same image "
+                     "in training and evaluation data; each was kept once")
+    return "\n".join(lines)

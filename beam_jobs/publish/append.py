@@ -1,0 +1,187 @@
+"""Finishing an append without Beam: check the new generation and plan its publication, which grows the
+manifest without touching anything the current manifest names.
+
+Until the new manifest replaces the old one (an atomic write), the old manifest and every file it names
+stay exactly as they are, so a reader, or a crash at any moment, sees the previous complete dataset. New
+shards, the new index and the new reports get names no earlier generation used; files only the old
+manifest names are deleted after the new manifest is in place (`publish.commit`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Sequence
+
+from shard_utils.format import generations, schema
+from shard_utils.storage import lock as runlock
+from shard_utils import storage
+from shard_utils.format.manifest import FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation, Manifest, Shard, Split
+from shard_utils.sharding.plan import InternalError, PlanError
+from shard_utils.sharding.naming import ShardNaming
+
+from beam_jobs.jobs.config import BuildConfig, RunInfo
+from beam_jobs.publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message,
+                               remove_run_folder, write_reports)
+
+
+def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
+    """Names and places of the new generation's shards: after each split's shards, rotated so hosts stay balanced."""
+    unit = config.num_cores * config.num_hosts
+    base = {name: (len(split.shards), generations.host_offset([s.num_records for s in split.shards], unit))
+            for name, split in old.splits.items()}
+    return ShardNaming(config.shard_extension, generations.next_generation(old), base)
+
+
+def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
+                rejected: list[dict], skipped_files: list[dict], tally: Tally, labels: list[str], run: RunInfo,
+                cross_split: Sequence[str] = (), present: Sequence[int] = (), encoded: Sequence[int] = (),
+                old: Manifest) -> Publication | None:
+    """The new generation's publication; None when nothing is new (the run then lets go of the output); or
+    PlanError saying why nothing can be appended."""
+    report = storage.join(run.temp_dir, "report")
+    counts = Counter()
+    for r in results:
+        counts[r.split] += r.num_records
+    unknown = sorted(set(counts) - set(old.splits))
+    if unknown:
+        raise PlanError(f"split {unknown[0]!r} is not in the dataset (it has {', '.join(old.splits)}); an append adds "
+                        "records to the dataset's splits; nothing was written")
+    nothing_new = all(r["reason"] == "duplicate" for r in rejected) and len(rejected) + sum(
+        tally.skipped.values()) == tally.seen  # every new file was a copy of a record (or there were none)
+    if not sum(counts.values()) and nothing_new:
+        _give_up(config, run)  # the dataset stays as it is
+        return None
+    if not sum(encoded):
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message("nothing to append: none of the new files could be used; nothing was written",
+                                        rejected, tally, report))
+    if failure:
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message(f"{failure[0]}; nothing was written", rejected, tally, report))
+    if config.max_rejected.exceeded(len(rejected), tally.seen):
+        write_reports(report, rejected, skipped_files)
+        raise PlanError(failure_message(
+            f"{len(rejected)} of {tally.seen} new files were rejected, more than --max-rejected {config.max_rejected} "
+            "allows; nothing was published", rejected, tally, report))
+    return grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present))
+
+
+def _give_up(config: BuildConfig, run: RunInfo) -> None:
+    remove_run_folder(config.temp_root, run.temp_dir)
+    runlock.release(config.output, run.run_id)
+
+
+# ---------------------------------------------------------------------------------------------- the new manifest
+
+
+def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[ShardResult], plans: dict,
+         rejected: Sequence[dict], skipped_files: Sequence[dict], tally: Tally, labels: Sequence[str],
+         cross_split: Sequence[str], present: int) -> Publication:
+    """The publication of the manifest with the new generation added: its shards' moves, each grown split's
+    index (the old one, then the new shards' rows) and the cumulative reports."""
+    g = generations.next_generation(old)
+    names = generations.label_order(labels, old.labels)
+    splits, moves, indexes, gen_records, gen_shards = {}, [], [], {}, {}
+    for split_name, split in old.splits.items():
+        mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.place)
+        if not mine:
+            splits[split_name] = split
+            continue
+        count = plans[split_name].num_shards
+        if sorted(r.index for r in mine) != list(range(count)):
+            raise InternalError(f"split {split_name!r}: expected {count} new shards, got {len(mine)}")
+        if split.index is None:
+            raise InternalError(f"split {split_name!r} has no index to grow")
+        splits[split_name] = _grown_split(g, split, mine, names)
+        moves += [Move(r.temp_path, r.name, r.num_bytes) for r in mine]
+        indexes.append(IndexJob(split_name, generations.index_name(split_name, g), tuple(r.index_part for r in mine),
+                                sum(r.num_records for r in mine), tuple(config.listing.extras), split.index))
+        gen_records[split_name], gen_shards[split_name] = sum(r.num_records for r in mine), count
+    skipped_count = sum(tally.skipped.values())
+    if tally.seen != sum(gen_records.values()) + len(rejected) + skipped_count:
+        raise InternalError(f"accounting does not close: {tally.seen} new files seen, {sum(gen_records.values())} "
+                            f"written, {len(rejected)} rejected, {skipped_count} skipped")
+    generation = Generation(
+        generation=g, created=run.created, input=config.input or "", files_seen=tally.seen, num_records=gen_records,
+        num_shards=gen_shards, rejected=len(rejected), skipped=skipped_count, already_in_dataset=present,
+        labels_added=names[len(old.labels):], tool_version=config.tool_version)
+    reports = {}
+    rejected_part = _grown_part(old.rejected, Counter(r["reason"] for r in rejected), len(rejected))
+    if rejected:
+        rejected_part["path"] = generations.report_name(REJECTED_NAME, g)
+        reports[rejected_part["path"]] = _cumulative(old, old.rejected.get("path"), rejected, g)
+    skipped_part = _grown_part(old.skipped, tally.skipped, skipped_count)
+    if tally.extensions:
+        skipped_part["by_extension"] = _added(old.skipped.get("by_extension", {}), tally.extensions)
+    if skipped_files:
+        skipped_part["path"] = generations.report_name(SKIPPED_NAME, g)
+        reports[skipped_part["path"]] = _cumulative(old, old.skipped.get("path"), skipped_files, g)
+    new = dataclasses.replace(
+        old, splits=splits, labels=names, features=_features(old, results, config), created=run.created,
+        tool_version=config.tool_version, files_seen=old.files_seen + tally.seen, rejected=rejected_part,
+        skipped=skipped_part, duplicates=_duplicates(old, config, rejected, cross_split),
+        generations=generations.generations_of(old) + [generation], format_version=FORMAT_VERSION,
+        location=config.output)
+    return Publication(run, new, tuple(moves), tuple(indexes), tuple(sorted(reports.items())), grows=old)
+
+
+def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequence[str]) -> Split:
+    """The split with generation g's shards after its own (in their places); its index is written when publishing."""
+    shards = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
+    classes: Counter = Counter()
+    for r in mine:
+        classes.update(dict(r.class_counts))
+    new_counts = {labels[i]: n for i, n in classes.items()}
+    return Split(num_records=split.num_records + sum(r.num_records for r in mine),
+                 num_bytes=split.num_bytes + sum(r.num_bytes for r in mine),
+                 class_counts=generations.merged_counts(split.class_counts, new_counts, labels),
+                 shards=list(split.shards) + shards, index=None)
+
+
+def _grown_part(part: dict, new_reasons: Counter, new_count: int) -> dict:
+    grown = dict(part)
+    grown["count"] = int(part.get("count", 0)) + new_count
+    grown["by_reason"] = _added(part.get("by_reason", {}), new_reasons)
+    return grown
+
+
+def _added(old: dict, new: Counter) -> dict:
+    total = Counter(old)
+    total.update(new)
+    return dict(sorted((k, v) for k, v in total.items() if v))
+
+
+def _cumulative(old: Manifest, old_path: str | None, entries: Sequence[dict], g: int) -> bytes:
+    """The old report's bytes as they are, then this generation's entries (sorted, each with its generation)."""
+    before = b""
+    if old_path:
+        try:
+            before = storage.read_bytes(storage.join(old.location, old_path))
+        except storage.NotFoundError:
+            before = b""
+    if before and not before.endswith(b"\n"):
+        before += b"\n"
+    return before + _jsonl([{**e, "generation": g} for e in entries])
+
+
+def _features(old: Manifest, results: Sequence[ShardResult], config: BuildConfig) -> dict:
+    longest: Counter = Counter()
+    for r in results:
+        for key, n in r.max_lengths:
+            longest[key] = max(longest[key], n)
+    if not old.multi_label and longest[schema.LABEL] > 1:
+        raise PlanError("the new files carry several labels each, but the dataset is single-label; nothing was "
+                        "written (rebuild it as a multi-label dataset)")
+    new = schema.feature_table(multi_label=old.multi_label, extras=config.listing.extras, max_lengths=longest)
+    try:
+        return generations.merged_features(old.features, new)
+    except ValueError as exc:
+        raise PlanError(f"{exc}; an append must use the options of the first build; nothing was written") from None
+
+
+def _duplicates(old: Manifest, config: BuildConfig, rejected: Sequence[dict], cross_split: Sequence[str]):
+    if not config.dedup and old.duplicates is None:
+        return None
+    before = old.duplicates or {}
+    return {"count": int(before.get("count", 0)) + sum(r["reason"] == "duplicate" for r in rejected),
+            "cross_split": _added(before.get("cross_split", {}), Counter(cross_split))}

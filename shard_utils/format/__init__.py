@@ -1,0 +1,2 @@
+"""A dataset as it lies on disk: TFRecord framing, the record schema, the manifest, the per-record index,
+generations of an append, and the seeded order records are kept in. What writers produce and readers trust."""

@@ -1,0 +1,423 @@
+"""The manifest: the dataset's contract with the loader, `verify` and `inspect`.
+
+Loading validates every field and refuses shard paths that leave the dataset folder.
+Nothing in a manifest is ever evaluated, unpickled or imported: it is plain JSON.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from shard_utils.format import schema
+from shard_utils import storage
+from shard_utils.sharding.plan import SHARD_PATTERN, InternalError
+
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
+# Version 2 also carries, once a dataset has been appended to, `generations` and each later shard's `generation`;
+# both are optional, so a manifest without them (a dataset built once) is unchanged.
+MANIFEST_NAME = "manifest.json"
+REJECTED_NAME = "rejected.jsonl"
+SKIPPED_NAME = "skipped.jsonl"
+MEDIA = ("image", "video")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
+
+
+class ManifestError(ValueError):
+    """A manifest is missing, malformed or unsafe; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard file, relative to the manifest's folder."""
+
+    path: str
+    num_records: int
+    num_bytes: int
+    crc32c: str
+    sha256: str
+    generation: int = 0  # which build (0) or append (1, 2, ...) wrote it
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One build (generation 0) or append of a dataset, with its own accounting:
+    files_seen = its records + rejected + skipped. `already_in_dataset` counts the files it found already there
+    (not counted in files_seen)."""
+
+    generation: int
+    created: str
+    input: str
+    files_seen: int
+    num_records: dict[str, int]  # per split (splits it added nothing to are absent)
+    num_shards: dict[str, int]
+    rejected: int
+    skipped: int
+    already_in_dataset: int = 0
+    labels_added: list[str] = field(default_factory=list)
+    tool_version: str = ""
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """A split's per-record index (Avro), relative to the manifest's folder."""
+
+    path: str
+    num_rows: int
+    num_bytes: int
+    crc32c: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split's totals and shards."""
+
+    num_records: int
+    num_bytes: int
+    class_counts: dict[str, int]
+    shards: list[Shard]
+    index: IndexFile | None = None
+
+
+@dataclass
+class Manifest:
+    """A loaded, validated manifest. `location` is the folder (local or gs://) it was read from."""
+
+    tool_version: str
+    created: str
+    input: str
+    options: dict[str, Any]
+    features: dict[str, dict[str, Any]]
+    labels: list[str]
+    splits: dict[str, Split]
+    rejected: dict[str, Any]
+    skipped: dict[str, Any]
+    files_seen: int
+    image_size: list[int] | None = None
+    num_cores: int = 8
+    num_hosts: int = 1
+    media: str = "image"
+    label_offset: int = 0  # stored label = label id + label_offset (e.g. 1 for readers that subtract 1)
+    multi_label: bool = False
+    embedding: dict[str, Any] | None = None  # key, dim, shape, model, model_sha256, preprocess, input_size
+    duplicates: dict[str, Any] | None = None  # with --dedup: count, cross_split {"train|test": n}
+    generations: list[Generation] | None = None  # None: built once (every shard is generation 0)
+    format_version: int = FORMAT_VERSION
+    location: str = field(default="", compare=False)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    def split(self, name: str) -> Split:
+        """A split by name, or a ManifestError listing the splits there are."""
+        if name not in self.splits:
+            raise ManifestError(f"split {name!r} is not in this dataset; it has {', '.join(sorted(self.splits))}")
+        return self.splits[name]
+
+    def num_records(self, split: str) -> int:
+        return self.split(split).num_records
+
+    def shard_paths(self, split: str) -> list[str]:
+        """Full paths (local or gs://) of a split's shards, in shard order."""
+        return [storage.join(self.location, s.path) for s in self.split(split).shards]
+
+    @property
+    def media_key(self) -> str:
+        """The feature holding the encoded media (image/encoded or video/encoded)."""
+        return schema.media_key(self.features)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("location")
+        for split in out["splits"].values():
+            if split["index"] is None:
+                split.pop("index")
+            for shard in split["shards"]:
+                if not shard["generation"]:
+                    shard.pop("generation")
+        order = ["format_version", "tool_version", "created", "input", "options", "media", "features", "labels",
+                 "label_offset", "multi_label", "image_size", "embedding", "num_cores", "num_hosts", "files_seen",
+                 "splits", "rejected", "skipped", "duplicates", "generations"]
+        if out["generations"] is None:
+            order.remove("generations")
+        return {k: out[k] for k in order}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def safe_relative_path(path: Any, what: str = "shard path") -> str:
+    """Accept only plain relative paths that stay inside the dataset folder."""
+    if not isinstance(path, str) or not path:
+        raise ManifestError(f"{what} must be a non-empty string, got {path!r}")
+    if "\\" in path or "\x00" in path or ":" in path or path.startswith("/") or path.startswith("~"):
+        raise ManifestError(f"{what} {path!r} is not a plain relative path inside the dataset folder; refused")
+    if ".." in path.split("/") or posixpath.normpath(path) != path:
+        raise ManifestError(f"{what} {path!r} leaves or is not normal within the dataset folder; refused")
+    return path
+
+
+def _get(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
+    if key not in obj:
+        raise ManifestError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = "/".join(k.__name__ for k in kinds)
+        raise ManifestError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    value = _get(obj, key, int, where)
+    if value < minimum:
+        raise ManifestError(f"{where}: field {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _shard(obj: Any, where: str) -> Shard:
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    path = safe_relative_path(_get(obj, "path", str, where))
+    if not re.match(SHARD_PATTERN, posixpath.basename(path)):
+        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.tfrecord (or .tfrec)")
+    crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
+    if not _CRC32C.match(crc):
+        raise ManifestError(f"{where}: crc32c {crc!r} is not a base64 CRC32C")
+    if not _SHA256.match(sha):
+        raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
+    generation = _count(obj, "generation", where) if "generation" in obj else 0
+    return Shard(path, _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1), crc, sha, generation)
+
+
+def _split(name: str, obj: Any) -> Split:
+    where = f"split {name!r}"
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    shards_raw = _get(obj, "shards", list, where)
+    if not shards_raw:
+        raise ManifestError(f"{where}: has no shards")
+    shards = [_shard(s, f"{where} shard {i}") for i, s in enumerate(shards_raw)]
+    num_records, num_bytes = _count(obj, "num_records", where), _count(obj, "num_bytes", where)
+    if sum(s.num_records for s in shards) != num_records:
+        raise ManifestError(f"{where}: num_records {num_records} is not the sum of its shards' records")
+    if sum(s.num_bytes for s in shards) != num_bytes:
+        raise ManifestError(f"{where}: num_bytes {num_bytes} is not the sum of its shards' bytes")
+    counts = _get(obj, "class_counts", dict, where)
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counts.items()):
+        raise ManifestError(f"{where}: class_counts must map label names to integers")
+    index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
+    return Split(num_records, num_bytes, dict(counts), shards, index)
+
+
+def _index(obj: Any, where: str, num_records: int) -> IndexFile:
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    path = safe_relative_path(_get(obj, "path", str, where), "index path")
+    crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
+    if not _CRC32C.match(crc) or not _SHA256.match(sha):
+        raise ManifestError(f"{where}: crc32c/sha256 are not a base64 CRC32C and 64 lowercase hex digits")
+    rows = _count(obj, "num_rows", where)
+    if rows != num_records:
+        raise ManifestError(f"{where}: {rows} rows for {num_records} records")
+    return IndexFile(path, rows, _count(obj, "num_bytes", where, 1), crc, sha)
+
+
+def from_dict(obj: Any, location: str = "") -> Manifest:
+    """Validate a parsed manifest and build the Manifest; raises ManifestError naming the first problem."""
+    if not isinstance(obj, Mapping):
+        raise ManifestError("manifest must be a JSON object")
+    version = _get(obj, "format_version", int, "manifest")
+    if version not in READABLE_VERSIONS:
+        raise ManifestError(f"manifest format_version {version} is not supported; this tpu-shards reads "
+                            f"{', '.join(map(str, READABLE_VERSIONS))} (a newer tpu-shards wrote it?)")
+    try:
+        schema.check_features(_get(obj, "features", dict, "manifest"))
+    except ValueError as exc:
+        raise ManifestError(f"manifest features: {exc}") from None
+    labels = _get(obj, "labels", list, "manifest")
+    if not all(isinstance(x, str) for x in labels) or len(set(labels)) != len(labels):
+        raise ManifestError("manifest: labels must be distinct strings")
+    splits_raw = _get(obj, "splits", dict, "manifest")
+    if not splits_raw:
+        raise ManifestError("manifest: has no splits")
+    splits = {name: _split(name, s) for name, s in splits_raw.items()}
+    image_size = obj.get("image_size")
+    if image_size is not None and not (isinstance(image_size, list) and len(image_size) == 2 and all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in image_size)):
+        raise ManifestError(f"manifest: image_size must be null or [height, width], got {image_size!r}")
+    rejected, skipped = _get(obj, "rejected", dict, "manifest"), _get(obj, "skipped", dict, "manifest")
+    n_rejected, n_skipped = _count(rejected, "count", "rejected"), _count(skipped, "count", "skipped")
+    for part, name in ((rejected, "rejected"), (skipped, "skipped")):
+        if "path" in part:
+            safe_relative_path(part["path"], f"{name} path")
+    media = obj.get("media", "image")
+    if media not in MEDIA:
+        raise ManifestError(f"manifest: media must be one of {', '.join(MEDIA)}, got {media!r}")
+    label_offset = _count(obj, "label_offset", "manifest") if "label_offset" in obj else 0
+    multi_label = obj.get("multi_label", False)
+    if not isinstance(multi_label, bool):
+        raise ManifestError("manifest: multi_label must be true or false")
+    embedding = obj.get("embedding")
+    if embedding is not None and not (isinstance(embedding, Mapping) and isinstance(embedding.get("key"), str)
+                                      and embedding["key"] in obj["features"]):
+        raise ManifestError("manifest: embedding must be null or an object whose 'key' is a declared feature")
+    duplicates = obj.get("duplicates")
+    if duplicates is not None and not isinstance(duplicates, Mapping):
+        raise ManifestError("manifest: duplicates must be null or an object")
+    seen = _count(obj, "files_seen", "manifest")
+    written = sum(s.num_records for s in splits.values())
+    if seen != written + n_rejected + n_skipped:
+        raise ManifestError(f"manifest accounting does not close: files_seen {seen} != records {written} "
+                            f"+ rejected {n_rejected} + skipped {n_skipped}")
+    generations = None
+    if obj.get("generations") is not None:
+        generations = _generations(obj["generations"])
+        check_generations(generations, splits, seen, n_rejected, n_skipped)
+    else:
+        _all_first_generation(splits)
+    return Manifest(
+        tool_version=str(obj.get("tool_version", "")), created=str(obj.get("created", "")),
+        input=str(obj.get("input", "")), options=dict(_get(obj, "options", dict, "manifest")),
+        features={k: dict(v) for k, v in obj["features"].items()}, labels=list(labels), splits=splits,
+        rejected=dict(rejected), skipped=dict(skipped), files_seen=seen, image_size=image_size,
+        num_cores=_count(obj, "num_cores", "manifest", 1) if "num_cores" in obj else 8,
+        num_hosts=_count(obj, "num_hosts", "manifest", 1) if "num_hosts" in obj else 1,
+        media=media, label_offset=label_offset, multi_label=multi_label,
+        embedding=dict(embedding) if embedding is not None else None,
+        duplicates=dict(duplicates) if duplicates is not None else None, generations=generations,
+        format_version=version, location=location)
+
+
+def _counts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, int]:
+    value = _get(obj, key, dict, where)
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+               for k, v in value.items()):
+        raise ManifestError(f"{where}: {key} must map split names to non-negative integers")
+    return dict(value)
+
+
+def _generation(i: int, obj: Any) -> Generation:
+    where = f"generation {i}"
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: must be an object")
+    if _count(obj, "generation", where) != i:
+        raise ManifestError(f"{where}: field 'generation' is {obj['generation']}; generations must be numbered "
+                            "0, 1, 2, ... in order")
+    added = obj.get("labels_added", [])
+    if not isinstance(added, list) or not all(isinstance(x, str) for x in added):
+        raise ManifestError(f"{where}: labels_added must be a list of strings")
+    return Generation(
+        generation=i, created=_get(obj, "created", str, where), input=_get(obj, "input", str, where),
+        files_seen=_count(obj, "files_seen", where), num_records=_counts(obj, "num_records", where),
+        num_shards=_counts(obj, "num_shards", where), rejected=_count(obj, "rejected", where),
+        skipped=_count(obj, "skipped", where),
+        already_in_dataset=_count(obj, "already_in_dataset", where) if "already_in_dataset" in obj else 0,
+        labels_added=list(added), tool_version=str(obj.get("tool_version", "")))
+
+
+def _generations(raw: Any) -> list[Generation]:
+    if not isinstance(raw, list) or not raw:
+        raise ManifestError("manifest: generations must be null or a non-empty list")
+    return [_generation(i, g) for i, g in enumerate(raw)]
+
+
+def check_generations(generations: Sequence[Generation], splits: Mapping[str, Split], seen: int, rejected: int,
+                      skipped: int) -> None:
+    """Each generation's accounting closes, its counts match its shards, shards come in generation order,
+    and the generations add up to the manifest's totals; ManifestError naming the first mismatch."""
+    last = len(generations) - 1
+    for name, split in splits.items():
+        previous = 0
+        for i, shard in enumerate(split.shards):
+            if not previous <= shard.generation <= last:
+                raise ManifestError(f"split {name!r} shard {i}: generation {shard.generation} is out of order or not "
+                                    f"one of the manifest's generations 0..{last}")
+            previous = shard.generation
+    for g in generations:
+        where = f"generation {g.generation}"
+        unknown = sorted(set(g.num_records) - set(splits))
+        if unknown or set(g.num_shards) != set(g.num_records):
+            raise ManifestError(f"{where}: num_records and num_shards must name the same splits of the dataset")
+        for name, split in splits.items():
+            mine = [s for s in split.shards if s.generation == g.generation]
+            if len(mine) != g.num_shards.get(name, 0) or sum(s.num_records for s in mine) != g.num_records.get(name, 0):
+                raise ManifestError(f"{where}: split {name!r} has {len(mine)} shards of "
+                                    f"{sum(s.num_records for s in mine)} records, the generation says "
+                                    f"{g.num_shards.get(name, 0)} of {g.num_records.get(name, 0)}")
+        if g.files_seen != sum(g.num_records.values()) + g.rejected + g.skipped:
+            raise ManifestError(f"{where}: accounting does not close: files_seen {g.files_seen} != records "
+                                f"{sum(g.num_records.values())} + rejected {g.rejected} + skipped {g.skipped}")
+    totals = (sum(g.files_seen for g in generations), sum(g.rejected for g in generations),
+              sum(g.skipped for g in generations))
+    if totals != (seen, rejected, skipped):
+        raise ManifestError(f"manifest: the generations' files_seen/rejected/skipped add up to {totals}, the manifest "
+                            f"says {(seen, rejected, skipped)}")
+
+
+def _all_first_generation(splits: Mapping[str, Split]) -> None:
+    for name, split in splits.items():
+        for i, shard in enumerate(split.shards):
+            if shard.generation:
+                raise ManifestError(f"split {name!r} shard {i}: generation {shard.generation}, but the manifest lists "
+                                    "no generations")
+
+
+def parse(text: bytes | str, location: str = "") -> Manifest:
+    """Parse manifest JSON text; any malformation is a ManifestError."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"manifest is not valid JSON: {str(exc)[:200]}") from None
+    return from_dict(obj, location)
+
+
+def manifest_path(dataset: str) -> tuple[str, str]:
+    """(manifest file, dataset folder) from either a folder or a path to manifest.json."""
+    if dataset.rstrip("/").endswith(".json"):
+        return dataset, storage.parent(dataset)
+    return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") or dataset
+
+
+def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest:
+    """Load and validate the manifest of a dataset folder (local or gs://) or of a manifest.json path."""
+    path, folder = manifest_path(dataset)
+    read = reader or storage.read_bytes
+    try:
+        data = read(path)
+    except Exception as exc:
+        raise ManifestError(f"no readable manifest at {path}: {storage.problem(exc, path)}. "
+                            "Is this a tpu-shards dataset whose build finished?") from None
+    return parse(data, folder)
+
+
+def assemble(*, splits: Mapping[str, Split], rejected: Sequence[Mapping[str, Any]], skipped: Mapping[str, int],
+             skipped_extensions: Mapping[str, int], seen: int, skipped_path: str | None = None,
+             **fields: Any) -> Manifest:
+    """The manifest of a finished build, from its splits and its accounting.
+
+    Raises InternalError when the accounting does not close (a bug: every input must end as a record,
+    a rejection or a skip). `fields` are the Manifest's other fields (tool_version, options, ...).
+    """
+    written = sum(s.num_records for s in splits.values())
+    n_skipped = sum(skipped.values())
+    if seen != written + len(rejected) + n_skipped:
+        raise InternalError(f"accounting does not close: {seen} inputs seen, {written} written, "
+                            f"{len(rejected)} rejected, {n_skipped} skipped")
+    by_reason = Counter(r["reason"] for r in rejected)
+    skipped_part: dict[str, Any] = {"count": n_skipped, "by_reason": dict(sorted(skipped.items()))}
+    if skipped_extensions:
+        skipped_part["by_extension"] = dict(sorted(skipped_extensions.items()))
+    if skipped_path:
+        skipped_part["path"] = skipped_path
+    return Manifest(
+        splits=dict(sorted(splits.items())), files_seen=seen, skipped=skipped_part,
+        rejected={"count": len(rejected), "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
+        **fields)

@@ -1,0 +1,170 @@
+"""Listing files (CSV/TSV, JSONL, Avro) parsed into rows, from an open binary file: what the Beam sources
+(beam_jobs.pipeline.listing_sources) read in byte ranges, and what a local build's worker reads whole, without Beam.
+
+Each reader takes a range tracker (Beam's, or WHOLE_FILE) and yields ListingRow; a row that cannot be
+parsed comes with `fields` None and an `error`, so nothing is dropped.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from typing import Iterator
+
+from shard_utils.inputs import listings
+from shard_utils.inputs.listings import ListingRow
+
+BOM = b"\xef\xbb\xbf"
+SYNC_SIZE = 16  # bytes of an Avro sync marker
+
+
+class _WholeFile:
+    """A range tracker for reading a file whole: every position is claimed."""
+
+    @staticmethod
+    def start_position() -> int:
+        return 0
+
+    @staticmethod
+    def try_claim(position: int) -> bool:
+        return True
+
+
+WHOLE_FILE = _WholeFile()
+
+
+def read_rows(f, name: str, fmt: str, tracker=WHOLE_FILE) -> Iterator[ListingRow]:
+    """The rows of listing file `name` (format `fmt`) in the tracker's range, from its open binary file."""
+    read = {"csv": _read_csv, "tsv": _read_csv, "jsonl": _read_jsonl, "avro": _read_avro}[fmt]
+    yield from read(f, name, tracker, fmt)
+
+
+def lines(f) -> Iterator[bytes]:
+    return iter(f.readline, b"")
+
+
+def _read_csv(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
+    if not tracker.try_claim(tracker.start_position() or 0):
+        return
+    reader = csv.reader(text_lines(f), delimiter=listings.DELIMITERS[fmt])
+    header: list[str] | None = None
+    start = 1
+    try:
+        for fields in reader:
+            if not fields:  # a blank line is no row
+                start = reader.line_num + 1
+                continue
+            if header is None:
+                header = [h.strip() for h in fields]
+                problem = header_problem(header)
+                if problem:
+                    yield ListingRow(name, "line", (start, 0), None, problem + "; the listing is not read")
+                    return
+            else:
+                yield _csv_row(name, start, reader.line_num, header, fields)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        yield ListingRow(name, "line", (start, 0), None, f"not readable as {fmt.upper()} ({exc}); "
+                                                           "the rest of the listing is not read")
+
+
+def text_lines(f) -> Iterator[str]:
+    """Lines as text with their line ends (what csv needs for quoted line breaks); bad UTF-8 kept as escapes."""
+    first = True
+    for line in lines(f):
+        if first:
+            line, first = line.removeprefix(BOM), False
+        yield line.decode("utf-8", "surrogateescape")
+
+
+def header_problem(header: list[str]) -> str | None:
+    if len(set(header)) != len(header):
+        twice = sorted({h for h in header if header.count(h) > 1})
+        return f"the header names column {twice[0]!r} twice"
+    return None
+
+
+def _csv_row(name: str, start: int, end: int, header: list[str], fields: list[str]) -> ListingRow:
+    where = (start, 0)
+    span = f" (the row runs to line {end}: an unclosed quote?)" if end > start + 1 else ""
+    if len(fields) != len(header):
+        return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}{span}")
+    try:
+        "".join(fields).encode("utf-8")
+    except UnicodeEncodeError:
+        return ListingRow(name, "line", where, None, "is not UTF-8 text")
+    return ListingRow(name, "line", where, dict(zip(header, fields)))
+
+
+def _read_jsonl(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
+    start = tracker.start_position() or 0
+    position = 0
+    if start > 0:  # a line starting before `start` belongs to the range before
+        f.seek(start - 1)
+        position = start - 1 + len(f.readline())
+    while tracker.try_claim(position):
+        line = f.readline()
+        if not line:
+            return
+        row = json_row(name, position, line.removeprefix(BOM) if position == 0 else line)
+        position += len(line)
+        if row is not None:
+            yield row
+
+
+def json_row(name: str, position: int, line: bytes) -> ListingRow | None:
+    where = (position, 0)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return ListingRow(name, "byte", where, None, "is not UTF-8 text")
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return ListingRow(name, "byte", where, None, f"is not JSON ({exc})")
+    if not isinstance(value, dict):
+        return ListingRow(name, "byte", where, None, f"is a JSON {type(value).__name__}, not an object")
+    return ListingRow(name, "byte", where, value)
+
+
+def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
+    import fastavro
+
+    blocks = fastavro.block_reader(f)
+    header_end = f.tell()
+    f.seek(header_end - SYNC_SIZE)
+    sync = f.read(SYNC_SIZE)
+    start = tracker.start_position() or 0
+    next_block = header_end if start <= header_end else _after_sync(f, start - SYNC_SIZE, sync)
+    if next_block is None:
+        return
+    f.seek(next_block)
+    while tracker.try_claim(next_block):
+        try:
+            block = next(blocks)
+        except StopIteration:
+            return
+        for number, record in enumerate(block, start=1):
+            if isinstance(record, dict):
+                yield ListingRow(name, "block", (block.offset, number), record)
+            else:
+                yield ListingRow(name, "block", (block.offset, number), None, "is not an Avro record")
+        next_block = block.offset + block.size
+
+
+def _after_sync(f, offset: int, sync: bytes, chunk: int = 1 << 16) -> int | None:
+    """The position just after the first sync marker at or after `offset`, or None at the end of the file."""
+    f.seek(offset)
+    carried = b""
+    base = offset
+    while True:
+        data = f.read(chunk)
+        if not data:
+            return None
+        window = carried + data
+        found = window.find(sync)
+        if found >= 0:
+            return base + found + SYNC_SIZE
+        carried = window[-(SYNC_SIZE - 1):]
+        base += len(window) - len(carried)

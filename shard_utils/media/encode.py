@@ -1,0 +1,159 @@
+"""One media item to one framed tf.Example: read, validate, encode, frame. Pure and picklable.
+
+This is the CPU-heavy work of a build. The Beam job runs it inline (one process per core on
+Dataflow) or in a local pool of worker processes; either way the bytes are the same.
+"""
+from __future__ import annotations
+
+import hashlib
+import operator
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+from shard_utils.sharding import plan
+from shard_utils.format import schema
+from shard_utils.media.images import ImageOptions, Rejected, prepare_image
+from shard_utils.inputs import MediaItem
+from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
+from shard_utils.format.tfrecord import frame
+from shard_utils.media.video import VideoOptions, prepare_video
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """What encoding needs besides the item: image options, split rule, label ids and record shape."""
+
+    image: ImageOptions = ImageOptions()
+    seed: int = 0
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    label_ids: dict[str, int] = field(default_factory=dict)
+    label_offset: int = 0
+    extras: tuple[schema.ExtraSpec, ...] = ()
+    video: VideoOptions | None = None  # a video dataset: every item is a clip
+    frame_now: bool = True  # False when an embedding is added to the record later (it is framed then)
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # larger source files are rejected `too_large`, never read whole
+
+
+@dataclass(frozen=True, slots=True)  # slots: a build holds one per record until its shard is written
+class RecordMeta:
+    """What the planner, the shard writer and the index need to know of one record, without its bytes."""
+
+    sort_key: int
+    source_id: str
+    length: int  # of the framed record
+    labels: tuple[int, ...]  # label ids (0-based, before any label offset)
+    sha256: str
+    height: int
+    width: int
+    extras: tuple[tuple[str, tuple], ...] = ()
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """The record's place in its split's total order."""
+        return (self.sort_key, self.source_id)
+
+    def __reduce__(self):
+        """Pickle as a plain tuple: the slots dataclass default walks fields() on every record, and a
+        build pickles each record's metadata several times (pool results, Beam's stages, shard tasks)."""
+        return (type(self), _meta_fields(self))
+
+
+_meta_fields = operator.attrgetter(*RecordMeta.__slots__)  # a slots dataclass's slots are its fields, in order
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A framed record ready for a fragment, with its split and metadata."""
+
+    split: str
+    meta: RecordMeta
+    framed: bytes
+    passed_through: bool = False
+    trailer_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A record waiting for its embedding: everything but the framing (`meta.length` is 0 until framed)."""
+
+    split: str
+    meta: RecordMeta
+    record: schema.ImageRecord
+    passed_through: bool = False
+    trailer_bytes: int = 0
+
+
+Reject = dict  # {"source": ..., "reason": ..., "message": ...}
+Outcome = Union[Encoded, Prepared, Reject]
+
+
+def framed(prepared: Prepared, embedding: tuple[float, ...] | None = None, key: str = schema.EMBEDDING) -> Encoded:
+    """Frame a prepared record (with its embedding, if any): the bytes and length that go into a fragment."""
+    record = prepared.record
+    if embedding is not None:
+        record = replace(record, embedding=tuple(float(x) for x in embedding), embedding_key=key)
+    data = frame(schema.encode_example(record))
+    return Encoded(prepared.split, replace(prepared.meta, length=len(data)), data, prepared.passed_through,
+                   prepared.trailer_bytes)
+
+
+def reject(item: MediaItem, reason: str, message: str) -> Reject:
+    """A rejection naming the item (and the listing row it came from, if any)."""
+    where = f"{item.origin}: " if item.origin else ""
+    return {"source": item.source_id, "reason": reason, "message": where + message}
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type if it has none), at most 300 characters."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
+    """Read, validate and encode one item into a framed record (or a Prepared one awaiting its embedding),
+    or say why it cannot be one. A read that may succeed later raises TransientReadError."""
+    data = read_source(item.uri, settings.max_file_bytes, item.size)
+    return encode_data(item, settings, data)
+
+
+def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusable) -> Outcome:
+    """encode_item for bytes already read (or the definite answer why they could not be)."""
+    if isinstance(data, Unusable):
+        return reject(item, data.reason, data.message)
+    try:
+        if settings.video is not None:
+            clip = prepare_video(data, settings.video)
+            media = dict(encoded=b"", frames=clip.frames, frame_rate=clip.frame_rate, height=clip.height,
+                         width=clip.width, channels=3)
+            passed_through, trailer = False, 0
+        else:
+            image = prepare_image(data, settings.image)
+            media = dict(encoded=image.encoded, height=image.height, width=image.width, channels=image.channels)
+            passed_through, trailer = image.passed_through, image.trailer_bytes
+    except Rejected as exc:
+        return reject(item, exc.reason, exc.message)
+    except Exception as exc:  # noqa: BLE001 - a decoder bug must not end a three-hour job
+        return reject(item, "corrupt", f"{type(exc).__name__}: {first_line(exc)}")
+    labels = tuple(settings.label_ids[name] for name in item.labels)
+    sha256 = hashlib.sha256(data).hexdigest()
+    record = schema.ImageRecord(
+        **media, label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id,
+        sha256=sha256, labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
+        extras=_extras(item, settings.extras))
+    split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)
+    data = frame(schema.encode_example(record)) if settings.frame_now else b""
+    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,
+                      record.height, record.width, item.extras)
+    if settings.frame_now:  # as framed() would make it, without a Prepared record and a copy of its meta
+        return Encoded(split, meta, data, passed_through, trailer)
+    return Prepared(split, meta, record, passed_through, trailer)
+
+
+def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:
+    values = dict(item.extras)
+    return tuple((spec, tuple(values.get(spec.name, ()))) for spec in specs)
+
+
+def encode_batch(items: list[MediaItem], settings: EncodeSettings) -> list[Outcome]:
+    """encode_item over a batch, in order: the unit of work of a pool worker."""
+    return [encode_item(item, settings) for item in items]

@@ -1,0 +1,2 @@
+"""Reading a dataset: the tf.data loader, Grain random access, verify, extract, reports and TFDS metadata.
+Nothing here imports the write side (media, sharding)."""

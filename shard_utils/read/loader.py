@@ -1,0 +1,348 @@
+"""The TPU-ready loader: a tf.data pipeline built from a dataset's manifest.
+
+`make_dataset` turns a manifest (path or object) and a split into batches with fully
+static shapes: images float32 (or bfloat16) `[B, H, W, 3]` scaled to [0, 1] (video clips
+`[B, N, H, W, 3]`, or precomputed embeddings), labels int32 `[B]` (multi-label: multi-hot
+float32 `[B, num_classes]`). Training mode shards files per input pipeline, reads in
+parallel without order guarantees, shuffles serialized records, repeats and drops the last
+partial batch. Evaluation mode reads every record of the split exactly once per pass across
+all pipelines and pads each pipeline to exactly `eval_steps` steps, with a weight of 1 for
+real examples and 0 for padding, so TPU evaluation neither hangs nor miscounts; the pass
+repeats identically, so Keras can evaluate after every epoch.
+
+Every shard is read by its own TFRecordDataset and checked against the manifest's record
+count, so a damaged shard fails with an error that names it.
+
+Only TensorFlow is needed (plus numpy and the manifest/schema modules); `gs://` paths
+are read through TensorFlow's own filesystem.
+"""
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+import warnings
+from collections.abc import Sequence
+from typing import Any, Union
+
+import tensorflow as tf
+
+from shard_utils.format import schema
+from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
+from shard_utils.format.manifest import Manifest, ManifestError
+from shard_utils.format.manifest import load as _load_manifest
+
+__all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",
+           "parse_spec", "steps_per_epoch"]
+
+AUTOTUNE = tf.data.AUTOTUNE
+ManifestLike = Union[str, "os.PathLike[str]", Manifest]
+
+# Serialized records held by the training shuffle buffer, as a memory budget (bytes) and bounds (records).
+_SHUFFLE_BUDGET_BYTES = 256 * 2**20
+_SHUFFLE_MIN, _SHUFFLE_MAX = 1024, 16384
+_MAX_CYCLE_LENGTH = 16
+
+
+# ----------------------------------------------------------------------------- manifest access
+
+
+def _gfile_read(path: str) -> bytes:
+    """Read a whole file through TensorFlow's filesystem (local paths and gs://)."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+def load_manifest(manifest: ManifestLike) -> Manifest:
+    """A validated Manifest from a dataset folder, a manifest.json path (local or gs://), or a Manifest."""
+    if isinstance(manifest, Manifest):
+        return manifest
+    if isinstance(manifest, (str, os.PathLike)):
+        return _load_manifest(os.fspath(manifest), reader=_gfile_read)
+    raise TypeError(f"manifest must be a path or a Manifest, got {type(manifest).__name__}")
+
+
+def parse_spec(manifest: ManifestLike) -> dict[str, tf.io.FixedLenFeature | tf.io.VarLenFeature]:
+    """The tf.io parse spec of every feature the manifest declares (nothing is hand-written).
+
+    Fixed shapes give a FixedLenFeature; variable-length lists (shape [-1]) a VarLenFeature.
+    """
+    m = load_manifest(manifest)
+    media = m.features.get(schema.media_key(m.features))
+    if not media or media.get("dtype") != "string":
+        raise ManifestError(f"the schema has no image feature: {schema.IMAGE_ENCODED!r} (or "
+                            f"{schema.VIDEO_ENCODED!r}) of dtype string is required")
+    if schema.LABEL not in m.features:
+        raise ManifestError(f"the schema has no label feature {schema.LABEL!r}")
+    return {key: feature_spec(key, feature) for key, feature in m.features.items()}
+
+
+def steps_per_epoch(manifest: ManifestLike, split: str, global_batch_size: int) -> int:
+    """Training steps in one pass over `split`: num_records // global_batch_size (partial batch dropped)."""
+    m = load_manifest(manifest)
+    _check_batch(global_batch_size, "global_batch_size")
+    steps = m.num_records(split) // global_batch_size
+    if steps == 0:
+        raise ValueError(f"split {split!r} has {m.num_records(split)} records, fewer than one global batch of "
+                         f"{global_batch_size}; use a smaller batch size")
+    return steps
+
+
+def eval_steps(manifest: ManifestLike, split: str, global_batch_size: int, num_input_pipelines: int = 1,
+               steps_per_execution: int = 1) -> int:
+    """Evaluation steps in one pass, in which every input pipeline sees its records exactly once.
+
+    The maximum over pipelines of ceil(records / per-pipeline batch), from the manifest's
+    per-shard counts; pipelines holding fewer records pad more. `num_input_pipelines` is the
+    number of hosts feeding the accelerators (1 on a single TPU VM such as Kaggle's or Colab's).
+    The count is rounded up to a multiple of `steps_per_execution`: Keras runs evaluation in whole
+    executions of that many steps, so a pass must be a multiple of it (the extra steps are padding).
+    """
+    m = load_manifest(manifest)
+    batch = _per_pipeline_batch(global_batch_size, num_input_pipelines)
+    _check_batch(steps_per_execution, "steps_per_execution")
+    return _pass_steps(_eval_counts(m, split, num_input_pipelines), batch, steps_per_execution)
+
+
+def _pass_steps(counts: list[int], per_step: int, steps_per_execution: int) -> int:
+    """Steps of one evaluation pass: enough for the fullest pipeline, a multiple of steps_per_execution."""
+    steps = max(math.ceil(c / per_step) for c in counts) or 1
+    return math.ceil(steps / steps_per_execution) * steps_per_execution
+
+
+# ----------------------------------------------------------------------------- the dataset
+
+
+def make_dataset(
+    manifest: ManifestLike,
+    split: str,
+    batch_size: int,
+    *,
+    training: bool = True,
+    image_size: int | Sequence[int] | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    seed: int | None = None,
+    as_dict: bool = False,
+    dtype: Any = tf.float32,
+    mean: float | Sequence[float] | None = None,
+    std: float | Sequence[float] | None = None,
+    random_crop: bool = False,
+    random_flip: bool = False,
+    shuffle_buffer_size: int | None = None,
+    check_files: bool = True,
+    features: str = "media",
+    repeat: bool = True,
+    steps_per_execution: int = 1,
+) -> tf.data.Dataset:
+    """Batches of one split for this input pipeline, with fully static shapes.
+
+    `batch_size` is the size of every batch this dataset yields. Inside
+    `strategy.distribute_datasets_from_function` that is the per-replica batch,
+    `input_context.get_per_replica_batch_size(global_batch_size)`, as TensorFlow requires: the
+    pipeline feeds its `num_replicas_in_sync / num_input_pipelines` local replicas consecutive
+    batches, so one step takes batch_size x local replicas records from it. Without a strategy
+    (plain Keras, JAX/NumPy per host) it is the batch of this host. Elements are
+    `(input, label)` when training, `(input, label, weight)` when evaluating, or dicts when
+    `as_dict=True`; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
+    `features="embedding"`, the precomputed embedding (no media decoded). Labels are indices into
+    `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to [0, 1], then
+    normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and
+    `random_flip` apply only when training, identically to every frame of a clip. Training
+    repeats forever; evaluation repeats its exact pass of `eval_steps(...)` batches unless
+    `repeat=False`. Pass Keras' `steps_per_execution` here and to `eval_steps` alike.
+    """
+    m = load_manifest(manifest)
+    _check_batch(batch_size, "batch_size")
+    _check_batch(steps_per_execution, "steps_per_execution")
+    if training and not repeat:
+        raise ValueError("repeat=False is for evaluation; training data repeats forever (give Keras "
+                         "steps_per_epoch(manifest, split, global_batch_size))")
+    decoder = RecordDecoder(m, features=features, as_dict=as_dict, training=training, image_size=image_size,
+                            dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip)
+    n, index, local_replicas = _pipelines(input_context)
+    paths = m.shard_paths(split)
+    if check_files:
+        _check_shards_exist(paths)
+    if training:
+        ds = _training_records(m, split, paths, n, index, seed, batch_size, shuffle_buffer_size)
+        if decoder.needs_seeds:
+            # Per-record seeds for the stateless random ops keep the map function pure.
+            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=seed).batch(2)))
+        ds = ds.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=False)
+        ds = ds.batch(batch_size, drop_remainder=True)
+    else:
+        ds = _eval_pass(m, split, paths, n, index, batch_size, local_replicas * steps_per_execution, decoder)
+        if repeat:
+            ds = ds.repeat()  # the same batches every pass: Keras may keep one iterator across epochs
+    if not as_dict:
+        ds = ds.map(decoder.to_tuple(with_weight=not training), num_parallel_calls=AUTOTUNE)
+    ds = ds.prefetch(AUTOTUNE)
+    return ds.with_options(_options(training, sharded=input_context is not None))
+
+
+def _check_batch(value: int, name: str) -> None:
+    """Batch sizes must be positive ints (TPU shapes are static)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _per_pipeline_batch(global_batch_size: int, num_input_pipelines: int) -> int:
+    """The global batch divided evenly among input pipelines."""
+    _check_batch(global_batch_size, "global_batch_size")
+    _check_batch(num_input_pipelines, "num_input_pipelines")
+    if global_batch_size % num_input_pipelines:
+        raise ValueError(f"global_batch_size {global_batch_size} is not divisible by the "
+                         f"{num_input_pipelines} input pipelines")
+    return global_batch_size // num_input_pipelines
+
+
+def _pipelines(input_context: tf.distribute.InputContext | None) -> tuple[int, int, int]:
+    """(input pipelines, this pipeline's index, replicas it feeds) from an InputContext, or (1, 0, 1)."""
+    if input_context is None:
+        return 1, 0, 1
+    n, index = int(input_context.num_input_pipelines), int(input_context.input_pipeline_id)
+    replicas = int(input_context.num_replicas_in_sync)
+    if n < 1 or not 0 <= index < n:
+        raise ValueError(f"input_context has input_pipeline_id {index} of {n} pipelines")
+    if replicas > n and replicas % n:
+        raise ValueError(f"input_context has {replicas} replicas, not divisible by its {n} input pipelines")
+    return n, index, max(1, replicas // n)
+
+
+def _check_shards_exist(paths: list[str]) -> None:
+    """One listing per folder: a ManifestError naming missing shards before any step runs."""
+    missing = []
+    by_dir: dict[str, list[str]] = {}
+    for p in paths:
+        by_dir.setdefault(posixpath.dirname(p) if "://" in p else os.path.dirname(p), []).append(p)
+    for folder, files in by_dir.items():
+        try:
+            present = set(tf.io.gfile.listdir(folder or "."))
+        except tf.errors.OpError:
+            present = set()
+        missing += [f for f in files if posixpath.basename(f) not in {x.rstrip("/") for x in present}]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ManifestError(f"{len(missing)} shard file(s) listed in the manifest are missing: {shown}. "
+                            "Was the dataset copied completely? `tpu-shards verify` checks every shard.")
+
+
+# ----------------------------------------------------------------------------- reading records
+
+
+def _read(paths: list[str], counts: list[int], dataset: str, deterministic: bool,
+          shuffle_seed: int | None = None, shuffle: bool = False) -> tf.data.Dataset:
+    """Serialized records of the given shards, read in parallel (interleaved one record at a time).
+
+    Each shard has its own TFRecordDataset checked against the manifest's record count, so a damaged
+    shard raises an error naming it. `shuffle` reorders the shards every epoch.
+    """
+    files = tf.data.Dataset.from_tensor_slices((paths, tf.constant(counts, tf.int64)))
+    if shuffle:
+        files = files.shuffle(len(paths), seed=shuffle_seed, reshuffle_each_iteration=True)
+    cycle = max(1, min(len(paths), _MAX_CYCLE_LENGTH))
+    return files.interleave(lambda path, expected: _checked_shard(path, expected, dataset), cycle_length=cycle,
+                            block_length=1, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+
+def _checked_shard(path: tf.Tensor, expected: tf.Tensor, dataset: str) -> tf.data.Dataset:
+    """One shard's records; at its end, an error naming the shard unless exactly `expected` records were read.
+
+    tf.data cannot catch a read error to add the file name, so the shard is read up to its first
+    framing (CRC) or read error, and a count short of the manifest's (or beyond it) fails right there.
+    """
+    records = tf.data.TFRecordDataset(path).ignore_errors(log_warning=False)
+    end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(False)))
+    marked = records.map(lambda r: (r, tf.constant(True))).concatenate(end)
+
+    def keep(i: tf.Tensor, item: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        real = item[1]
+        check = tf.debugging.Assert(tf.logical_or(real, tf.equal(i, expected)), [
+            "shard", path, "is damaged or unreadable: read", i, "of the", expected,
+            "records the manifest lists, then hit a corrupted or truncated record or a read error. Run "
+            f"`tpu-shards verify {dataset or '.'}` to check every shard, then recopy or rebuild the dataset"])
+        with tf.control_dependencies([check]):
+            return tf.identity(real)
+
+    return marked.enumerate().filter(keep).map(lambda i, item: item[0])
+
+
+def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: int, seed: int | None,
+                      batch_size: int, buffer: int | None) -> tf.data.Dataset:
+    """Shuffled, repeated serialized records of this pipeline's shards (record-level sharding if too few)."""
+    counts = [s.num_records for s in m.split(split).shards]
+    if len(paths) >= n:
+        mine = list(range(index, len(paths), n))
+        # The set of files is fixed by (index, n); only their order changes, every epoch.
+        records = _read([paths[i] for i in mine], [counts[i] for i in mine], m.location, deterministic=False,
+                        shuffle_seed=seed, shuffle=True)
+        count = sum(counts[i] for i in mine)
+    else:
+        _warn_record_sharding(split, len(paths), n)
+        # Same order in every pipeline, so the record-level shards are disjoint.
+        records = _read(paths, counts, m.location, deterministic=True).shard(n, index)
+        count = math.ceil(m.num_records(split) / n)
+    avg_bytes = max(1, m.split(split).num_bytes // max(1, m.num_records(split)))
+    if buffer is None:
+        buffer = min(count, max(_SHUFFLE_MIN, min(_SHUFFLE_MAX, _SHUFFLE_BUDGET_BYTES // avg_bytes)))
+    buffer = max(buffer, 1)
+    if count < batch_size:
+        raise ValueError(f"input pipeline {index} of {n} holds {count} records of split {split!r}, fewer than one "
+                         f"batch of {batch_size}; use a smaller batch size")
+    return records.repeat().shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+
+def _warn_record_sharding(split: str, num_shards: int, n: int) -> None:
+    """Say why every pipeline reads every shard (as TF Model Garden's InputReader falls back)."""
+    warnings.warn(f"split {split!r} has {num_shards} shards for {n} input pipelines: every pipeline reads every "
+                  f"shard and keeps 1/{n} of the records (record-level sharding, {n}x the reads). Rebuild with "
+                  "--num-hosts set to your host count for file-level sharding.", stacklevel=4)
+
+
+def _eval_counts(m: Manifest, split: str, n: int) -> list[int]:
+    """Records each of n pipelines holds in evaluation: whole shards i -> i % n, else records by index."""
+    shards = m.split(split).shards
+    if len(shards) >= n:
+        return [sum(s.num_records for s in shards[i::n]) for i in range(n)]
+    total = m.num_records(split)
+    return [len(range(i, total, n)) for i in range(n)]
+
+
+def _eval_pass(m: Manifest, split: str, paths: list[str], n: int, index: int, batch_size: int,
+               batches_per_step: int, decoder: RecordDecoder) -> tf.data.Dataset:
+    """One evaluation pass as dict batches: this pipeline's records in a fixed order, then weight-0 padding.
+
+    batches_per_step is local replicas x steps per execution, so the pass is eval_steps(...,
+    steps_per_execution) x local replicas batches, the same on every pipeline.
+    """
+    counts = _eval_counts(m, split, n)
+    shard_counts = [s.num_records for s in m.split(split).shards]
+    per_step = batch_size * batches_per_step
+    steps = _pass_steps(counts, per_step, 1)  # in whole executions
+    if len(paths) >= n:
+        records = _read(paths[index::n], shard_counts[index::n], m.location, deterministic=True)
+    else:
+        _warn_record_sharding(split, len(paths), n)
+        records = _read(paths, shard_counts, m.location, deterministic=True).shard(n, index)
+    ds = records.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=True)
+    pad = steps * per_step - counts[index]
+    if pad:
+        ds = ds.concatenate(tf.data.Dataset.from_tensors(_padding_element(ds.element_spec)).repeat(pad))
+    # The per-shard checks guarantee the count; this declares it (len(), Keras progress bars).
+    batches = steps * batches_per_step
+    return ds.batch(batch_size, drop_remainder=True).apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def _padding_element(element_spec: dict[str, tf.TensorSpec]) -> dict[str, tf.Tensor]:
+    """A zero element shaped like a real one: weight 0, zero pixels and label (multi-hot: no class), "" strings."""
+    return {k: tf.zeros(s.shape, s.dtype) for k, s in element_spec.items()}
+
+
+def _options(training: bool, sharded: bool) -> tf.data.Options:
+    """Autotuned parallelism; order not guaranteed when training; no auto-sharding when we sharded ourselves."""
+    options = tf.data.Options()
+    options.deterministic = not training
+    options.autotune.enabled = True
+    if sharded:
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return options

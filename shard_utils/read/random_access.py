@@ -1,0 +1,278 @@
+"""Random access to a split's records through its index: a Grain `RandomAccessDataSource`, no TensorFlow.
+
+`RandomAccessSource(dataset, split)[i]` is record i of the split in shard order, as serialized
+`tf.train.Example` bytes: one ranged read of the framed record (local file or gs:// object), both framing
+CRCs checked. Index rows are untrusted: each must lie inside its shard (the manifest's sizes) and have a sane
+length, or the index is refused when loaded, before any read. The index lives in memory as three int64
+arrays per split (shard start rows, offsets, lengths), never one Python object per row.
+
+    import grain
+    src = RandomAccessSource("gs://bucket/ds", "train")
+    ds = (grain.MapDataset.source(src)[host_slice(len(src), jax.process_index(), jax.process_count())]
+          .seed(0).shuffle().map(Decoder.for_source(src)).batch(256))
+"""
+from __future__ import annotations
+
+import io
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from shard_utils.format import schema
+from shard_utils import storage
+from shard_utils.extras import require_all
+from shard_utils.format.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
+from shard_utils.format.manifest import Manifest, load
+from shard_utils.format.tfrecord import FramingError
+
+# Every read checks both framing CRC32Cs and the index is Avro: after a --no-deps install, say what is missing.
+require_all(("google_crc32c", "fastavro"), "shard_utils.random_access")
+
+COALESCE_MAX_BYTES = 8 << 20  # adjacent records merged into one ranged read, up to this many bytes
+
+
+class RecordReadError(IOError):
+    """A record could not be read or failed its checksums; the message names the split, index and shard."""
+
+
+@dataclass(frozen=True)
+class SplitIndex:
+    """A split's record places: row i of the split is in shard `searchsorted(starts, i)` at offsets[i], lengths[i]."""
+
+    starts: np.ndarray  # int64 [num_shards + 1]: first row of each shard, then the row count
+    offsets: np.ndarray  # int64 [num_rows]
+    lengths: np.ndarray  # int64 [num_rows]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def shards_of(self, rows: np.ndarray) -> np.ndarray:
+        """The shard index of each row."""
+        return np.searchsorted(self.starts, rows, side="right") - 1
+
+    @classmethod
+    def from_places(cls, places, shard_records: Sequence[int], shard_bytes: Sequence[int],
+                    max_record_bytes: int = MAX_RECORD_BYTES, where: str = "index") -> "SplitIndex":
+        """Build and check from (shard, offset, length) rows in shard order; IndexFormatError names a bad row."""
+        flat = np.fromiter((v for place in places for v in place), dtype=np.int64)
+        if len(flat) % 3:
+            raise IndexFormatError(f"{where}: malformed rows")
+        shard, offsets, lengths = flat.reshape(-1, 3).T.copy()
+        starts = np.concatenate([[0], np.cumsum(np.asarray(shard_records, dtype=np.int64))])
+        if len(offsets) != starts[-1]:
+            raise IndexFormatError(f"{where}: {len(offsets)} rows for {starts[-1]} records in the manifest")
+        rows = np.arange(len(offsets))
+        expected = np.searchsorted(starts, rows, side="right") - 1
+        sizes = np.asarray(shard_bytes, dtype=np.int64)[expected]
+        bad = ((shard != expected) | (lengths < MIN_FRAMED) | (lengths > max_record_bytes) | (offsets < 0)
+               | (offsets > sizes - lengths))
+        if bad.any():
+            i = int(np.argmax(bad))
+            why = _why(int(shard[i]), int(expected[i]), int(offsets[i]), int(lengths[i]), int(sizes[i]),
+                       max_record_bytes)
+            raise IndexFormatError(f"{where}: row {i} (shard {shard[i]}, offset {offsets[i]}, length {lengths[i]}) "
+                                   f"{why}; the index does not match the dataset: rebuild it or run "
+                                   "`tpu-shards verify`")
+        return cls(starts, offsets, lengths)
+
+
+def _why(shard: int, expected: int, offset: int, length: int, size: int, limit: int) -> str:
+    if shard != expected:
+        return f"is in shard {shard}, but the manifest's counts put it in shard {expected}"
+    return check_place(offset, length, size, limit) or "is invalid"
+
+
+def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES,
+               reader: Callable[[str], bytes] = storage.read_bytes) -> SplitIndex:
+    """Read and check one split's index file against the manifest (size, CRC32C, every row's place)."""
+    entry = m.split(split)
+    if entry.index is None:
+        raise IndexFormatError(f"split {split!r} has no index in its manifest; rebuild the dataset with a "
+                               "tpu-shards that writes indexes")
+    uri = storage.join(m.location, entry.index.path)
+    data = reader(uri)
+    digest = storage.Digest()
+    digest.update(data)
+    if (digest.size, digest.crc32c) != (entry.index.num_bytes, entry.index.crc32c):
+        raise IndexFormatError(f"{entry.index.path}: size {digest.size} / crc32c {digest.crc32c} differ from the "
+                               f"manifest's {entry.index.num_bytes} / {entry.index.crc32c}; the index is damaged")
+    return SplitIndex.from_places(read_places(io.BytesIO(data)), [s.num_records for s in entry.shards],
+                                  [s.num_bytes for s in entry.shards], max_record_bytes, entry.index.path)
+
+
+def load_indexes(m: Manifest, max_record_bytes: int = MAX_RECORD_BYTES) -> dict[str, SplitIndex]:
+    """Every split's index, each loaded once (pass them to `RandomAccessSource(..., index=)`)."""
+    return {name: load_index(m, name, max_record_bytes) for name in m.splits}
+
+
+def sources(dataset: str | Manifest) -> dict[str, "RandomAccessSource"]:
+    """A source per split, their indexes loaded once."""
+    m = dataset if isinstance(dataset, Manifest) else load(dataset)
+    return {name: RandomAccessSource(m, name, index=idx) for name, idx in load_indexes(m).items()}
+
+
+class RandomAccessSource:
+    """Records of one split by position, for Grain (`grain.MapDataset.source(src)`) or any random-access reader.
+
+    Thread-safe and deterministic: `src[i]` always returns the same bytes, or raises RecordReadError.
+    Picklable: its state is the manifest and the index arrays; files are opened per read, in whatever
+    process reads.
+    """
+
+    def __init__(self, dataset: str | Manifest, split: str, *, index: SplitIndex | None = None,
+                 max_record_bytes: int = MAX_RECORD_BYTES,
+                 read_range: Callable[[str, int, int], bytes] = storage.read_range):
+        self._m = dataset if isinstance(dataset, Manifest) else load(dataset)
+        self._split = split
+        entry = self._m.split(split)
+        self._index = index if index is not None else load_index(self._m, split, max_record_bytes)
+        if len(self._index) != entry.num_records:
+            raise IndexFormatError(f"split {split!r}: the index has {len(self._index)} rows for "
+                                   f"{entry.num_records} records")
+        self._paths = self._m.shard_paths(split)
+        self._names = [s.path for s in entry.shards]
+        self._read_range = read_range
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._m
+
+    @property
+    def split(self) -> str:
+        return self._split
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __repr__(self) -> str:
+        return f"RandomAccessSource(dataset={self._m.location!r}, split={self._split!r}, num_records={len(self)})"
+
+    def _position(self, i: Any) -> int:
+        n = len(self)
+        try:
+            i = operator.index(i)
+        except TypeError:
+            raise TypeError(f"record index must be an integer, got {type(i).__name__}") from None
+        if not -n <= i < n:
+            raise IndexError(f"record {i} is outside split {self._split!r} of {n} records")
+        return i % n
+
+    def __getitem__(self, i: int) -> bytes:
+        return self._getitems([i])[0]
+
+    def _getitems(self, indices: Sequence[int]) -> list[bytes]:
+        """Records at these positions, in this order; reads grouped by shard, adjacent records in one read."""
+        rows = np.array([self._position(i) for i in indices], dtype=np.int64)
+        if not len(rows):
+            return []
+        unique = np.unique(rows)
+        shards = self._index.shards_of(unique)
+        offsets, lengths = self._index.offsets[unique], self._index.lengths[unique]
+        order = np.lexsort((offsets, shards))
+        found: dict[int, bytes] = {}
+        run: list[int] = []
+        for k in order:
+            if run and not (shards[k] == shards[run[-1]] and offsets[k] == offsets[run[-1]] + lengths[run[-1]]
+                            and offsets[k] + lengths[k] - offsets[run[0]] <= COALESCE_MAX_BYTES):
+                self._read_run(run, unique, shards, offsets, lengths, found)
+                run = []
+            run.append(int(k))
+        self._read_run(run, unique, shards, offsets, lengths, found)
+        return [found[int(r)] for r in rows]
+
+    def _read_run(self, run: list[int], rows, shards, offsets, lengths, found: dict[int, bytes]) -> None:
+        shard, start = int(shards[run[0]]), int(offsets[run[0]])
+        end = int(offsets[run[-1]] + lengths[run[-1]])
+        try:
+            block = self._read_range(self._paths[shard], start, end - start)
+        except Exception as exc:
+            raise RecordReadError(f"split {self._split!r} record {int(rows[run[0]])} ({self._names[shard]} bytes "
+                                  f"{start}..{end}): {storage.problem(exc)}") from None
+        for k in run:
+            at = int(offsets[k]) - start
+            try:
+                found[int(rows[k])] = unframe(block[at:at + int(lengths[k])])
+            except FramingError as exc:
+                raise RecordReadError(f"split {self._split!r} record {int(rows[k])} ({self._names[shard]} at byte "
+                                      f"{int(offsets[k])}): {exc}; the shard is damaged or the index is stale "
+                                      "(run `tpu-shards verify`)") from None
+
+
+def host_slice(num_records: int, process_index: int, process_count: int) -> slice:
+    """This host's records: every process_count-th from process_index, the last num_records % process_count dropped.
+
+    Hosts' slices are disjoint, equally long (num_records // process_count) and, with the dropped tail,
+    cover the split; the same arguments always give the same slice. Use as `grain.MapDataset.source(src)[s]`.
+    """
+    if process_count < 1 or not 0 <= process_index < process_count:
+        raise ValueError(f"process_index {process_index} must be in 0..process_count-1 (process_count "
+                         f"{process_count})")
+    if num_records < process_count:
+        raise ValueError(f"{num_records} records cannot give each of {process_count} hosts one")
+    return slice(process_index, num_records - num_records % process_count, process_count)
+
+
+class Decoder:
+    """Turns a serialized record into numpy arrays, with Pillow (no TensorFlow); picklable for Grain workers.
+
+    Output: "image" uint8 [H, W, 3] (a video gives "video" uint8 [T, H, W, 3]); "label" int64 (the 0-based
+    id, label_offset removed; a multi-label dataset gives a float32 multi-hot [num_classes]); "source_id"
+    str; and each extra column as "extra/<name>" (0-d for scalars, 1-d for lists).
+    """
+
+    def __init__(self, num_classes: int, *, label_offset: int = 0, multi_label: bool = False,
+                 media_key: str = schema.IMAGE_ENCODED, extras: Sequence[tuple[str, str, bool]] = ()):
+        self.num_classes = num_classes
+        self.label_offset = label_offset
+        self.multi_label = multi_label
+        self.media_key = media_key
+        self.extras = tuple(extras)
+
+    @classmethod
+    def for_manifest(cls, m: Manifest) -> "Decoder":
+        extras = [(k, v["dtype"], v.get("shape") == [schema.VARIABLE]) for k, v in m.features.items()
+                  if k.startswith(schema.EXTRA_PREFIX)]
+        return cls(m.num_classes, label_offset=m.label_offset, multi_label=m.multi_label, media_key=m.media_key,
+                   extras=extras)
+
+    @classmethod
+    def for_source(cls, src: RandomAccessSource) -> "Decoder":
+        return cls.for_manifest(src.manifest)
+
+    def __call__(self, data: bytes) -> dict[str, Any]:
+        fields = schema.decode_lists(data)
+        source_id = b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
+        media = fields.get(self.media_key) or []
+        if not media:
+            raise ValueError(f"record {source_id!r} has no {self.media_key!r}")
+        frames = [_jpeg(b, source_id) for b in media]
+        out: dict[str, Any] = {"video": np.stack(frames)} if self.media_key == schema.VIDEO_ENCODED else {
+            "image": frames[0]}
+        ids = np.asarray(fields.get(schema.LABEL, []), dtype=np.int64) - self.label_offset
+        if len(ids) and not ((ids >= 0) & (ids < self.num_classes)).all():
+            raise ValueError(f"record {source_id!r}: label ids {ids.tolist()} are outside 0..{self.num_classes - 1}")
+        if self.multi_label:
+            hot = np.zeros(self.num_classes, dtype=np.float32)
+            hot[ids] = 1.0
+            out["label"] = hot
+        else:
+            out["label"] = ids[0] if len(ids) else np.int64(-1)
+        out["source_id"] = source_id
+        for key, dtype, is_list in self.extras:
+            values = fields.get(key, [])
+            if dtype == "string":
+                values = [v.decode("utf-8", "replace") for v in values]
+            out[key] = np.asarray(values if is_list or len(values) != 1 else values[0])
+        return out
+
+
+def _jpeg(data: bytes, source_id: str) -> np.ndarray:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+    except Exception as exc:
+        raise ValueError(f"record {source_id!r}: image does not decode: {storage.problem(exc)}") from None

@@ -1,0 +1,294 @@
+"""Check a dataset against its manifest: presence, sizes, checksums, framing, and (deep) every record.
+
+Returns problems as lines naming the shard and record, so a user can act on each.
+"""
+from __future__ import annotations
+
+import io
+import math
+from typing import Iterator
+
+from shard_utils.format import schema
+from shard_utils import storage
+from shard_utils.format.index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
+from shard_utils.format.manifest import Manifest, ManifestError, Shard, load
+from shard_utils.format.tfrecord import FramingError, iter_records
+
+
+def verify(dataset: str, deep: bool = False) -> list[str]:
+    """All problems found in a dataset (empty when it is intact)."""
+    try:
+        m = load(dataset)
+    except ManifestError as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    for split_name, split in m.splits.items():
+        shard_problems: dict[int, list[str]] = {}
+
+        def read_and_check(i: int, split=split, found=shard_problems) -> bytes | None:
+            """Read a shard once for both checks: its own, and its index rows against its records."""
+            data = _read_shard(m, split.shards[i])
+            found[i] = check_shard(m, split.shards[i], deep, data=data)
+            return data if isinstance(data, bytes) else None
+
+        index_problems = check_index(m, split_name, deep, reader=read_and_check)
+        for i, shard in enumerate(split.shards):
+            problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
+        problems.extend(index_problems)
+    return problems
+
+
+def _read_shard(m: Manifest, shard: Shard) -> bytes | list[str]:
+    """A shard's bytes, or the problem line saying why they cannot be read."""
+    path = storage.join(m.location, shard.path)
+    try:
+        return storage.read_bytes(path)
+    except storage.NotFoundError:
+        return [f"{shard.path}: missing"]
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
+
+
+def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | list[str] | None = None) -> list[str]:
+    """Problems with one shard (its bytes may be given, already read)."""
+    path = storage.join(m.location, shard.path)
+    if not deep and storage.stores_checksums(path):
+        return _check_stored_checksums(path, shard)  # no download: size and crc32c are metadata
+    data = _read_shard(m, shard) if data is None else data
+    if isinstance(data, list):
+        return data
+    problems = []
+    if len(data) != shard.num_bytes:
+        problems.append(f"{shard.path}: size {len(data)} bytes, manifest says {shard.num_bytes}")
+    digest = storage.Digest()
+    digest.update(data)
+    if digest.crc32c != shard.crc32c:
+        problems.append(f"{shard.path}: crc32c {digest.crc32c}, manifest says {shard.crc32c}")
+    if digest.sha256 != shard.sha256:
+        problems.append(f"{shard.path}: sha256 differs from the manifest")
+    count = 0
+    try:
+        for count, record in enumerate(iter_records(io.BytesIO(data)), start=1):
+            if deep:
+                problems.extend(f"{shard.path}: record {count - 1}: {p}" for p in check_record(m, record))
+    except FramingError as exc:
+        problems.append(f"{shard.path}: {exc}")
+        return problems
+    if count != shard.num_records:
+        problems.append(f"{shard.path}: {count} records, manifest says {shard.num_records}")
+    return problems
+
+
+_TYPES = {"int64": int, "float32": float, "string": bytes}
+
+
+def check_record(m: Manifest, record: bytes) -> Iterator[str]:
+    """Problems with one serialized record: every declared feature present with its type and count, every
+    JPEG (image or clip frame) decoding, labels in range."""
+    try:
+        fields = schema.decode_lists(record)
+    except ValueError as exc:
+        yield str(exc)
+        return
+    for key, spec in m.features.items():
+        if key not in fields:
+            yield f"feature {key!r} is missing"
+            continue
+        values, shape = fields[key], spec["shape"]
+        if not all(isinstance(v, _TYPES[spec["dtype"]]) for v in values):
+            yield f"feature {key!r} is not {spec['dtype']}"
+        if shape == [schema.VARIABLE]:
+            if len(values) > spec.get("max_length", 0):
+                yield f"feature {key!r} holds {len(values)} values, more than its max_length {spec.get('max_length')}"
+        elif len(values) != math.prod(shape):
+            yield f"feature {key!r} holds {len(values)} values, its shape {shape} needs {math.prod(shape)}"
+    for label in fields.get(schema.LABEL, []):
+        if isinstance(label, int) and not 0 <= label - m.label_offset < len(m.labels):
+            yield (f"label {label} is outside {m.label_offset}..{m.label_offset + len(m.labels) - 1}"
+                   if m.label_offset else f"label {label} is outside 0..{len(m.labels) - 1}")
+    for i, encoded in enumerate(fields.get(m.media_key, [])):
+        what = "image" if m.media == "image" else f"frame {i}"
+        if isinstance(encoded, bytes):
+            yield from (f"{what} {p}" for p in _jpeg_problems(encoded))
+
+
+def _jpeg_problems(encoded: bytes) -> Iterator[str]:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(encoded)) as image:
+            if image.format != "JPEG":
+                yield f"is {image.format}, not JPEG"
+            image.load()
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a finding, not a crash
+        yield f"does not decode: {storage.problem(exc)}"
+
+
+def _check_stored_checksums(path: str, shard: Shard) -> list[str]:
+    try:
+        found = storage.checksum(path)
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read object metadata: {storage.problem(exc, path)}"]
+    if found is None:
+        return [f"{shard.path}: missing"]
+    size, crc = found
+    problems = []
+    if size != shard.num_bytes:
+        problems.append(f"{shard.path}: size {size} bytes, manifest says {shard.num_bytes}")
+    if crc != shard.crc32c:
+        problems.append(f"{shard.path}: crc32c {crc}, manifest says {shard.crc32c}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- the record index
+
+MAX_INDEX_PROBLEMS = 20  # per index: a stale index would otherwise give a line per row
+
+
+def check_indexes(m: Manifest, deep: bool = False) -> list[str]:
+    """Problems with every split's index (splits without one have none to check)."""
+    return [p for name in m.splits for p in check_index(m, name, deep)]
+
+
+def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -> list[str]:
+    """Problems with one split's index: the file against the manifest, then every row against its shard.
+
+    Rows must be in shard order and contiguous (each shard's rows start at 0, each follows the last, the
+    last ends at the shard's size), as many per shard as the manifest says, and each must frame a real
+    record (both CRCs). That last check reads the shards, except on gs:// without `deep`. With `deep`,
+    each row's fields are compared with its record's.
+    """
+    entry = m.split(split_name).index
+    if entry is None:
+        return []
+    path = storage.join(m.location, entry.path)
+    try:
+        data = storage.read_bytes(path)
+    except storage.NotFoundError:
+        return [f"{entry.path}: missing"]
+    except storage.StorageError as exc:
+        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
+    problems = []
+    digest = storage.Digest()
+    digest.update(data)
+    if digest.size != entry.num_bytes:
+        problems.append(f"{entry.path}: size {digest.size} bytes, manifest says {entry.num_bytes}")
+    if digest.crc32c != entry.crc32c:
+        problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
+    if digest.sha256 != entry.sha256:
+        problems.append(f"{entry.path}: sha256 differs from the manifest")
+    rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep,
+                      reader=reader)
+    try:
+        for row in read_index(io.BytesIO(data)):
+            rows.check(row)
+    except IndexFormatError as exc:
+        rows.problem(f"{entry.path}: {exc}")
+    rows.finish()
+    problems.extend(rows.problems)
+    if rows.found > len(rows.problems):
+        problems.append(f"{entry.path}: ... and {rows.found - len(rows.problems)} more problems")
+    return problems
+
+
+class _IndexRows:
+    """Checks index rows one at a time in file order, holding one shard's bytes at most."""
+
+    def __init__(self, m: Manifest, split_name: str, read_shards: bool, deep: bool, reader=None):
+        self.m, self.split, self.read_shards, self.deep = m, m.split(split_name), read_shards, deep
+        self.reader = reader  # shard index -> bytes (or None when unreadable), when the caller reads shards
+        self.where = self.split.index.path
+        self.problems: list[str] = []
+        self.found = 0  # problems found, kept or not
+        self.row = 0
+        self.shard = -1  # the shard of the previous row
+        self.end = 0  # where the previous row's record ends
+        self.counts = [0] * len(self.split.shards)
+        self.data: bytes | None = None
+        self.fields = {field_name(k[len(schema.EXTRA_PREFIX):]): (k, v)
+                       for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
+
+    def problem(self, text: str) -> None:
+        self.found += 1
+        if len(self.problems) < MAX_INDEX_PROBLEMS:
+            self.problems.append(text)
+
+    def check(self, row: IndexRow) -> None:
+        i, self.row = self.row, self.row + 1
+        where = f"{self.where}: row {i}"
+        shards = self.split.shards
+        if not 0 <= row.shard < len(shards):
+            return self.problem(f"{where}: shard {row.shard} is not one of the split's {len(shards)} shards")
+        if row.shard < self.shard:
+            self.counts[row.shard] += 1
+            return self.problem(f"{where}: shard {row.shard} after shard {self.shard}; rows are not in shard order")
+        if row.shard > self.shard:
+            self._close_shard()
+            self.shard, self.end = row.shard, 0
+            self._load(row.shard)
+        shard = shards[row.shard]
+        self.counts[row.shard] += 1
+        if row.offset != self.end:
+            self.problem(f"{where}: offset {row.offset}, but the previous record ends at {self.end} "
+                         f"in {shard.path}; rows are not contiguous")
+        self.end = row.offset + row.length
+        bad = check_place(row.offset, row.length, shard.num_bytes)
+        if bad:
+            return self.problem(f"{where}: {bad} ({shard.path})")
+        if self.data is None:
+            return
+        try:
+            record = unframe(self.data[row.offset:row.offset + row.length])
+        except FramingError as exc:
+            return self.problem(f"{where}: no record at {shard.path} bytes {row.offset}..{self.end}: {exc}")
+        if self.deep:
+            for p in self._compare(row, record):
+                self.problem(f"{where}: {p}")
+
+    def _load(self, shard: int) -> None:
+        self.data = None
+        if self.read_shards and self.reader is not None:
+            self.data = self.reader(shard)
+            if self.data is None:
+                self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
+                             "records: the shard cannot be read")
+        elif self.read_shards:
+            try:
+                self.data = storage.read_bytes(storage.join(self.m.location, self.split.shards[shard].path))
+            except storage.StorageError as exc:
+                self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
+                             f"records: the shard cannot be read ({storage.problem(exc)})")
+
+    def _close_shard(self) -> None:
+        if self.shard >= 0 and self.end != self.split.shards[self.shard].num_bytes:
+            shard = self.split.shards[self.shard]
+            self.problem(f"{self.where}: the rows of {shard.path} end at byte {self.end}, the shard has "
+                         f"{shard.num_bytes}")
+
+    def finish(self) -> None:
+        self._close_shard()
+        for shard, count in zip(self.split.shards, self.counts):
+            if count != shard.num_records:
+                self.problem(f"{self.where}: {count} rows for {shard.path}, manifest says {shard.num_records} records")
+
+    def _compare(self, row: IndexRow, record: bytes) -> Iterator[str]:
+        try:
+            f = schema.decode_lists(record)
+        except ValueError as exc:
+            yield str(exc)
+            return
+        labels = tuple(v - self.m.label_offset for v in f.get(schema.LABEL, []))
+        expect = {"source_id": b"".join(f.get(schema.SOURCE_ID, [])).decode("utf-8", "replace"),
+                  "sha256": b"".join(f.get(schema.SHA256, [])).decode("utf-8", "replace"),
+                  "height": (f.get(schema.IMAGE_HEIGHT) or [None])[0],
+                  "width": (f.get(schema.IMAGE_WIDTH) or [None])[0],
+                  "labels": labels, "label": labels[0] if labels else NO_LABEL}
+        for name, value in expect.items():
+            if getattr(row, name) != value:
+                yield f"{name} is {getattr(row, name)!r}, the record has {value!r}"
+        extra = row.extra or {}
+        for fname, (key, spec) in self.fields.items():
+            values = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in f.get(key, [])]
+            want = values if spec.get("shape") == [schema.VARIABLE] else (values[0] if values else None)
+            if extra.get(fname) != want:
+                yield f"extra {fname} is {extra.get(fname)!r}, the record's {key} has {want!r}"
