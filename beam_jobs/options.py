@@ -15,6 +15,7 @@ import shard_utils
 from shard_utils import inputs, listings, plan, schema
 from shard_utils.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
+from shard_utils.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 
 from . import progress
 from .config import BuildConfig, RejectLimit
@@ -262,8 +263,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError(str(exc)) from None
     size = None
     if args.image_size:
-        hw = _int_list(args.image_size, "--image-size", (1, 2), 1, 65535)
+        hw = _int_list(args.image_size, "--image-size", (1, 2), 1, MAX_IMAGE_SIDE)
         size = (hw[0], hw[-1])
+        if size[0] * size[1] > MAX_IMAGE_PIXELS:
+            raise UsageError(f"--image-size {size[0]}x{size[1]} is more than {MAX_IMAGE_PIXELS} pixels per image")
     if not 1 <= args.jpeg_quality <= 100:
         raise UsageError(f"--jpeg-quality {args.jpeg_quality} must be in 1..100")
     for name in ("num_cores", "num_hosts"):

@@ -277,9 +277,12 @@ def top_level_dirs(root: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- reading
 
-def read_bytes(uri: str) -> bytes:
-    """The whole content of a (small) file."""
+def read_bytes(uri: str, limit: int | None = None) -> bytes:
+    """The whole content of a (small) file; with `limit`, at most its first `limit` bytes (so a file that
+    should be small costs no more than that, however large it is)."""
     with _failing("read", uri):
+        if limit is not None:
+            return _backend(uri).read_range(uri, 0, limit) if limit > 0 else b""
         return _backend(uri).read_bytes(uri)
 
 
@@ -301,6 +304,9 @@ def open_read(uri: str) -> IO[bytes]:
     """A seekable binary stream over a large file, read in chunks (one version of it on gs://)."""
     with _failing("read", uri):
         return _Reader(_backend(uri).open_read(uri), uri)
+
+
+
 
 
 class _Reader(io.BufferedIOBase):

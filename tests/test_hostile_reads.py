@@ -1,0 +1,144 @@
+"""Hostile datasets against the tools that read them (tests/hostile.py makes them): names that would steer writes
+out of a folder, special files in place of dataset files, sizes that would allocate without bound, and damage
+that `verify` must not call intact. Tools run in subprocesses with a time limit (and a memory limit where the
+attack is on memory), so a hang or a crash fails the test instead of the run."""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_images
+from hostile import build_valid, hostile_copy
+
+from shard_utils.manifest import ManifestError, load
+from shard_utils.verify import verify
+
+PY_LIMIT = 2 << 30  # address space of a tool without TensorFlow
+TF_LIMIT = 4 << 30  # TensorFlow reserves about 3 GB of address space as it starts
+READ_WITH = str(REPO / "tests" / "read_with.py")
+
+
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory) -> Path:
+    return build_valid(tmp_path_factory.mktemp("valid"))
+
+
+@pytest.fixture(scope="module")
+def new_images(tmp_path_factory) -> Path:
+    """Images an append would add to the valid dataset (a new label, so nothing is already in it)."""
+    root = tmp_path_factory.mktemp("new")
+    write_images(root, {"bird": 2}, size=(40, 30), seed=77)
+    return root
+
+
+def hostile(valid: Path, tmp_path: Path, corruption: str) -> Path:
+    return hostile_copy(valid, tmp_path / "ds", corruption, tmp_path / "outside")
+
+
+def tool_command(tool: str, ds: Path, tmp_path: Path, new_images: Path | None = None) -> list[str]:
+    cli = [sys.executable, "-m", "beam_jobs.cli"]
+    return {
+        "verify": cli + ["verify", str(ds)],
+        "extract": cli + ["extract", str(ds), str(tmp_path / "extracted")],
+        "inspect": cli + ["inspect", str(ds), "--report", str(tmp_path / "report")],
+        "reshard": cli + ["reshard", str(ds), str(tmp_path / "resharded"), "--num-cores", "1"],
+        "append": cli + ["build", "--append", "--input", str(new_images), "--output", str(ds), "--splits",
+                         "train=0.5,validation=0.5", "--num-cores", "1"],
+        "random_access": [sys.executable, READ_WITH, "random_access", str(ds)],
+        "loader": [sys.executable, READ_WITH, "loader", str(ds)],
+    }[tool]
+
+
+def run_limited(args: list[str], memory: int | None = None, timeout: int = 90) -> subprocess.CompletedProcess:
+    """Run a tool; a hang (past `timeout` seconds) fails the test, as does any exit by signal."""
+    def limit() -> None:
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO, preexec_fn=limit,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{args[2:4]} still running after {timeout}s: it hangs")
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}: {proc.stderr[-2000:]}"
+    return proc
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The tool's own lines on stderr (TensorFlow's start-up notes left out)."""
+    notes = ("I0000", "WARNING: All log messages")
+    return [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(notes)]
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str, codes=(1, 2)) -> str:
+    lines = error_lines(proc)
+    assert proc.returncode in codes and len(lines) == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "internal error" not in lines[0] and all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def snapshot(root: Path, skip: Path | None = None) -> dict[str, bytes | None]:
+    """Every path under root with its bytes (None for folders), `skip` and what is under it left out."""
+    return {str(p): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))
+            if skip is None or (p != skip and skip not in p.parents)}
+
+
+# ------------------------------------------------------------------ the manifest: names, sizes, counts
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("split_absolute", "split name"), ("split_climbing", "split name"), ("split_control", "split name"),
+    ("split_long", "longer than 200"),
+])
+def test_split_names_that_are_not_plain_tokens_are_refused_on_load_and_by_verify(valid, tmp_path, corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    with pytest.raises(ManifestError, match=says) as err:
+        load(str(ds))
+    assert "\n" not in str(err.value)
+    problems = verify(str(ds))
+    assert len(problems) == 1 and says in problems[0]
+
+
+@pytest.mark.parametrize("corruption", ["split_absolute", "split_climbing"])
+def test_reshard_of_a_split_named_to_escape_writes_nothing_outside(valid, tmp_path, corruption):
+    ds = hostile(valid, tmp_path, corruption)
+    dst = tmp_path / "a" / "b" / "dst"
+    dst.parent.mkdir(parents=True)
+    victims = [tmp_path / "outside" / "victim-00000-of-00001.tfrecord", tmp_path / "outside" / "victim.index.avro",
+               tmp_path / "a" / "victim-00000-of-00001.tfrecord", tmp_path / "a" / "victim.index.avro"]
+    for victim in victims:
+        victim.write_bytes(b"another dataset's file")
+    before = snapshot(tmp_path, skip=dst)
+    proc = run_limited([sys.executable, "-m", "beam_jobs.cli", "reshard", str(ds), str(dst), "--num-cores", "1"])
+    assert_one_line_error(proc, "split name")
+    assert snapshot(tmp_path, skip=dst) == before
+    assert all(v.read_bytes() == b"another dataset's file" for v in victims)
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("image_size_huge", "image_size must be null or [height, width], each in 1..65535"),
+    ("image_pixels_huge", "image_size 20000x20000 is more than 268435456 pixels"),
+    ("records_beyond_bytes", "20000000 records cannot fit in"),
+    ("feature_shape_huge", "holds up to 10000000000 values per record"),
+])
+def test_sizes_in_a_manifest_are_bounded_before_any_reader_allocates(valid, tmp_path, corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    with pytest.raises(ManifestError) as err:
+        load(str(ds))
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("shard_listed_twice", "as split 'train' shard 0 does; every file must be listed once"),
+    ("shard_shared_between_splits", "as split 'train' shard 0 does; every file must be listed once"),
+    ("class_counts_negative", "a count must be in 0..4"),
+    ("class_counts_impossible", "a count must be in 0..4"),
+])
+def test_verify_does_not_call_a_file_listed_twice_or_impossible_counts_intact(valid, tmp_path, corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    problems = verify(str(ds))
+    assert problems and any(says in p for p in problems), problems
