@@ -142,3 +142,56 @@ def test_verify_does_not_call_a_file_listed_twice_or_impossible_counts_intact(va
     ds = hostile(valid, tmp_path, corruption)
     problems = verify(str(ds))
     assert problems and any(says in p for p in problems), problems
+
+
+# ------------------------------------------------------------ special files, and sizes read from files
+
+
+READS = {  # the dataset files each tool reads (inspect says on its page what it cannot read, but for the manifest)
+    "verify": {"manifest", "shard", "index"}, "extract": {"manifest", "shard"},
+    "inspect": {"manifest", "shard", "rejected"}, "reshard": {"manifest", "shard", "index", "rejected"},
+    "append": {"manifest", "index", "rejected"}, "random_access": {"manifest", "shard", "index"},
+    "loader": {"manifest", "shard"},
+}
+
+
+def readers_of(kinds: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(tool, kind) for tool in sorted(READS) for kind in kinds if kind in READS[tool]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, kind", readers_of(("manifest", "shard", "index", "rejected")))
+def test_a_named_pipe_in_place_of_a_dataset_file_is_refused_not_waited_on(valid, new_images, tmp_path, tool, kind):
+    ds = hostile(valid, tmp_path, f"{kind}_fifo")
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), timeout=60)
+    assert_refused(proc, tool, kind, tmp_path / "report" / "index.html")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, kind", readers_of(("manifest", "shard", "index")))
+def test_dev_zero_in_place_of_a_dataset_file_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool,
+                                                                              kind):
+    ds = hostile(valid, tmp_path, f"{kind}_dev_zero")
+    memory = TF_LIMIT if tool == "loader" else PY_LIMIT
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), memory=memory, timeout=60)
+    assert_refused(proc, tool, kind, tmp_path / "report" / "index.html")
+
+
+def assert_refused(proc: subprocess.CompletedProcess, tool: str, kind: str, page: Path) -> None:
+    """The tool refuses the file saying why: in one line (verify: among its findings; inspect: on its page, but
+    for the manifest)."""
+    if tool == "verify":
+        assert proc.returncode == 1 and "internal error" not in proc.stderr
+        assert "not a regular file" in proc.stderr, proc.stderr[-3000:]
+    elif tool == "inspect" and kind != "manifest":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "not a regular file" in page.read_text(encoding="utf-8")
+    else:
+        assert_one_line_error(proc, "not a regular file")
+
+
+@pytest.mark.slow
+def test_a_record_length_of_2_to_the_40_never_reaches_tensorflows_reader(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "record_length_2_40")
+    proc = run_limited(tool_command("loader", ds, tmp_path), memory=TF_LIMIT)
+    assert_one_line_error(proc, "ManifestError", "length 1099511627776 runs past the end of the file")
