@@ -101,12 +101,14 @@ def _indexed_tasks(source: Manifest, split: str):
     rows: list[IndexRow] = []
     shard = 0
     with storage.open_read(uri) as raw:
-        for row in index.read_index(generations.DigestingReader(raw, digest)):
+        for row in index.read_index(generations.DigestingReader(raw, digest), max_rows=entry.index.num_rows):
             if row.shard != shard:
                 if row.shard != shard + 1 or not rows or shard + 1 >= len(entry.shards):
                     raise DamagedShard(f"a row of shard {row.shard} follows shard {shard}; rows are not in shard order")
                 yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
                 shard, rows = row.shard, []
+            if len(rows) == entry.shards[shard].num_records:
+                raise DamagedShard(f"more rows for shard {shard} than its {len(rows)} records")
             rows.append(row)
     if shard != len(entry.shards) - 1 or not rows:
         raise DamagedShard(f"rows end at shard {shard}, the split has {len(entry.shards)} shards")

@@ -179,7 +179,7 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
     rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep,
                       reader=reader)
     try:
-        for row in read_index(io.BytesIO(data)):
+        for row in read_index(io.BytesIO(data), max_rows=entry.num_rows):
             rows.check(row)
     except IndexFormatError as exc:
         rows.problem(f"{entry.path}: {exc}")

@@ -191,6 +191,17 @@ def assert_refused(proc: subprocess.CompletedProcess, tool: str, kind: str, page
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append", "random_access"])
+def test_an_index_block_declaring_20m_rows_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool):
+    ds = hostile(valid, tmp_path, "index_huge_block")
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), memory=PY_LIMIT, timeout=60)
+    if tool == "verify":
+        assert proc.returncode == 1 and "declares 20000000 rows" in proc.stderr, proc.stderr[-3000:]
+    else:
+        assert_one_line_error(proc, "declares 20000000 rows")
+
+
+@pytest.mark.slow
 def test_a_record_length_of_2_to_the_40_never_reaches_tensorflows_reader(valid, tmp_path):
     ds = hostile(valid, tmp_path, "record_length_2_40")
     proc = run_limited(tool_command("loader", ds, tmp_path), memory=TF_LIMIT)
