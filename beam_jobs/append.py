@@ -104,7 +104,7 @@ def _report(uri: str) -> list[dict]:
         data = storage.read_bytes(uri)
     except storage.NotFoundError:  # a skipped list may be absent; the rejected one is checked when publishing
         return []
-    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+    return manifest.report_entries(data, uri)
 
 
 class KeepNew(beam.PTransform):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import posixpath
 import re
 import sys
@@ -187,7 +186,11 @@ def carried(_, source: Manifest):
     yield publish.Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
                         extensions=Counter(skipped.get("by_extension", {})))
     for tag, part in (("rejected", source.rejected), ("skipped_files", skipped)):
-        lines = _report_lines(source, part.get("path"))
+        try:
+            lines = _report_lines(source, part.get("path"))
+        except (manifest.ManifestError, storage.StorageError) as exc:
+            yield beam.pvalue.TaggedOutput("damaged", str(exc))
+            return
         if tag == "rejected" and len(lines) != part.get("count", 0):
             yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {len(lines)} rejected files listed, the "
                                                       f"manifest says {part.get('count', 0)}")
@@ -202,7 +205,7 @@ def _report_lines(source: Manifest, path: str | None) -> list[dict]:
         data = storage.read_bytes(storage.join(source.location, path))
     except storage.NotFoundError:
         return []
-    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+    return manifest.report_entries(data, path)
 
 
 # ---------------------------------------------------------------------------------------------- finish

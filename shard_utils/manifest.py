@@ -443,7 +443,23 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
     return from_dict(obj, location)
 
 
-
+def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
+    """The entries of a dataset's rejected or skipped report: one JSON object per line, each with a string
+    `source` and `reason`; ManifestError naming the first line that is not one."""
+    entries = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            entry = None
+        if not (isinstance(entry, dict) and isinstance(entry.get("source"), str)
+                and isinstance(entry.get("reason"), str)):
+            raise ManifestError(f"{path} line {number} is not a report entry (a JSON object with a source and a "
+                                "reason)")
+        entries.append(entry)
+    return entries
 
 
 def manifest_path(dataset: str) -> tuple[str, str]:

@@ -148,7 +148,7 @@ def test_verify_does_not_call_a_file_listed_twice_or_impossible_counts_intact(va
 
 
 READS = {  # the dataset files each tool reads (inspect says on its page what it cannot read, but for the manifest)
-    "verify": {"manifest", "shard", "index"}, "extract": {"manifest", "shard"},
+    "verify": {"manifest", "shard", "index", "rejected"}, "extract": {"manifest", "shard"},
     "inspect": {"manifest", "shard", "rejected"}, "reshard": {"manifest", "shard", "index", "rejected"},
     "append": {"manifest", "index", "rejected"}, "random_access": {"manifest", "shard", "index"},
     "loader": {"manifest", "shard"},
@@ -206,3 +206,40 @@ def test_a_record_length_of_2_to_the_40_never_reaches_tensorflows_reader(valid, 
     ds = hostile(valid, tmp_path, "record_length_2_40")
     proc = run_limited(tool_command("loader", ds, tmp_path), memory=TF_LIMIT)
     assert_one_line_error(proc, "ManifestError", "length 1099511627776 runs past the end of the file")
+
+
+# ---------------------------------------------------------------------------------------------- verify
+
+
+def test_verify_names_a_shard_linked_outside_the_folder_and_a_garbage_rejected_report(valid, tmp_path):
+    ds = hostile(valid, tmp_path / "link", "shard_link_outside")
+    assert [p for p in verify(str(ds)) if "symbolic link" in p] == [
+        f"train-00000-of-00002.tfrecord: a symbolic link leading outside the dataset folder (to "
+        f"{tmp_path / 'link' / 'outside' / 'copied.tfrecord'})"]
+    ds = hostile(valid, tmp_path / "garbage", "rejected_garbage")
+    assert verify(str(ds)) == ["rejected.jsonl line 1 is not a report entry (a JSON object with a source and a "
+                               "reason)"]
+
+
+def test_verify_names_a_rejected_report_that_lists_fewer_files_than_counted(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "rejected_garbage")
+    (ds / "rejected.jsonl").write_text("")
+    assert verify(str(ds)) == ["rejected.jsonl: 0 rejected files listed, the manifest says 1"]
+
+
+# ------------------------------------------------------------------------------------- one-line errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, corruption, says", [
+    ("reshard", "rejected_garbage", "rejected.jsonl line 1 is not a report entry"),
+    ("append", "rejected_garbage", "rejected.jsonl line 1 is not a report entry"),
+    ("append", "index_not_avro", "not an Avro index file"),  # reshard already said so in one line
+])
+def test_reshard_and_append_on_a_damaged_report_or_index_are_one_line_errors(valid, new_images, tmp_path, tool,
+                                                                            corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    before = (ds / "manifest.json").read_bytes()
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
+    assert_one_line_error(proc, says)
+    assert (ds / "manifest.json").read_bytes() == before and not (tmp_path / "resharded" / "manifest.json").exists()
