@@ -243,3 +243,30 @@ def test_reshard_and_append_on_a_damaged_report_or_index_are_one_line_errors(val
     proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
     assert_one_line_error(proc, says)
     assert (ds / "manifest.json").read_bytes() == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+def in_read_only(folder: Path, args: list[str]) -> list[str]:
+    """The command run with folder read-only: by its mode, or for root (who writes anyway) as a read-only bind
+    mount in a mount namespace of its own; skips the test where neither can be had."""
+    folder.chmod(0o555)
+    if os.geteuid() != 0:
+        return args
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root without a way to make a folder read-only (unshare -m)")
+    return ["unshare", "-m", "sh", "-c", 'mount -o bind,ro "$0" "$0" && exec "$@"', str(folder), *args]
+
+
+def test_extract_into_a_read_only_folder_is_a_one_line_error(valid, tmp_path):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    out = read_only / "out"
+    command = [sys.executable, "-m", "beam_jobs.cli", "extract", str(valid), str(out)]
+    proc = run_limited(in_read_only(read_only, command))
+    assert_one_line_error(proc, f"cannot write into {out}")
+    assert list(read_only.iterdir()) == []
+
+
+def test_extract_under_a_file_is_a_one_line_error(valid, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    proc = run_limited([sys.executable, "-m", "beam_jobs.cli", "extract", str(valid), str(tmp_path / "a-file" / "out")])
+    assert_one_line_error(proc, "cannot write into")
