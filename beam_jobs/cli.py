@@ -8,6 +8,7 @@ import sys
 import traceback
 from typing import Callable, Sequence
 
+from shard_utils.listing_files import ListingError
 from shard_utils.manifest import ManifestError
 from shard_utils.plan import PlanError
 from shard_utils.storage import StorageError
@@ -15,8 +16,8 @@ from shard_utils.storage import StorageError
 from .errors import OneLineParser, UsageError
 
 
-KNOWN = (UsageError, PlanError, ManifestError, StorageError)
-_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError): (.+)")
+KNOWN = (UsageError, PlanError, ManifestError, StorageError, ListingError)
+_WRAPPED = re.compile(r"\b(?:UsageError|PlanError|ManifestError|StorageError|NotFoundError|ListingError): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:
