@@ -157,6 +157,16 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
 
 def _jpeg_problems(encoded: bytes) -> Iterator[str]:
     from PIL import Image
+
+    from .images import TooManyScans, jpeg_primary_end
+
+    try:
+        jpeg_primary_end(encoded)
+    except TooManyScans as exc:  # not decoded: that is the cost a reader would pay on every epoch
+        yield f"is too complex to decode: JPEG {exc}"
+        return
+    except ValueError:
+        pass  # the decoder says what is wrong
     try:
         with Image.open(io.BytesIO(encoded)) as image:
             if image.format != "JPEG":

@@ -227,6 +227,18 @@ def test_verify_names_a_rejected_report_that_lists_fewer_files_than_counted(vali
     assert verify(str(ds)) == ["rejected.jsonl: 0 rejected files listed, the manifest says 1"]
 
 
+def test_verify_deep_names_a_stored_jpeg_with_too_many_scans_without_decoding_it(tmp_path):
+    from handmade import image_record, write_dataset
+    from hostile import scan_bomb_jpeg
+
+    records = [image_record(0, 0, "cat", "cat/bomb.jpg", scan_bomb_jpeg(150)), image_record(1, 0, "cat", "cat/ok.jpg")]
+    write_dataset(tmp_path / "ds", {"train": records}, ["cat"], shards_per_split=1)
+    assert verify(str(tmp_path / "ds")) == []
+    assert verify(str(tmp_path / "ds"), deep=True) == [
+        "train-00000-of-00001.tfrecord: record 0: image is too complex to decode: JPEG has more than 100 scans "
+        "(progressive images have about 10)"]
+
+
 # ------------------------------------------------------------------------------------- one-line errors
 
 
