@@ -12,7 +12,7 @@ import os
 from typing import Sequence
 
 import shard_utils
-from shard_utils import inputs, listings, plan, schema
+from shard_utils import inputs, listings, names, plan, schema, storage
 from shard_utils.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 from shard_utils.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
@@ -144,7 +144,17 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     ours = our_options(ap)
     args, beam_args = ap.parse_known_args(normalise(argv, ours))
     check_beam_args(beam_args, ours)
+    for option, paths in (("--input", [args.input]), ("--output", [args.output]), ("--listing", args.listing or [])):
+        for path in paths:
+            check_gcs_path(path, option)
     return args, list(beam_args)
+
+
+def check_gcs_path(path: str | None, option: str) -> None:
+    """Refuse a gs:// path whose name has an empty, '.' or '..' part (`gs://b//x`, `gs://b/a/../x`): UsageError."""
+    problem = names.gcs_name_problem(path) if path and storage.is_gcs(path) else None
+    if problem:
+        raise UsageError(f"{option} {path} {problem}")
 
 
 def _int_list(text: str, what: str, count: tuple[int, ...], low: int, high: int) -> tuple[int, ...]:

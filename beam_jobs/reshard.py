@@ -295,6 +295,7 @@ def parse(argv: Sequence[str]):
     ours = options.our_options(ap)
     args, beam_args = ap.parse_known_args(options.normalise(argv, ours))
     options.check_beam_args(beam_args, ours)
+    options.check_gcs_path(args.dst, "DST")
     return args, list(beam_args)
 
 

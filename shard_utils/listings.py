@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import inputs, schema, storage
+from . import inputs, names, schema, storage
 from .inputs import MediaItem
 
 FORMATS = ("csv", "tsv", "jsonl", "avro")
@@ -393,6 +393,9 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         bucket, name = path[len(storage.GCS):].partition("/")[::2]
         if not bucket or not name or name.endswith("/"):
             raise ValueError(f"path {_short(path)} must name an object: gs://bucket/name")
+        problem = names.gcs_name_problem(path)
+        if problem:
+            raise ValueError(f"path {_short(path)} {problem}")
         return path, path
     if _DRIVE.match(path):
         raise ValueError(f"path {_short(path)} is a Windows path; give it relative to --input, or as a "

@@ -464,6 +464,9 @@ def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
 
 def manifest_path(dataset: str) -> tuple[str, str]:
     """(manifest file, dataset folder) from either a folder or a path to manifest.json."""
+    problem = names.gcs_name_problem(dataset) if storage.is_gcs(dataset) else None
+    if problem:
+        raise ManifestError(f"{names.shown(dataset)} {problem}")
     if dataset.rstrip("/").endswith(".json"):
         return dataset, storage.parent(dataset)
     return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") or dataset

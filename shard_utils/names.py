@@ -41,3 +41,13 @@ def path_part_problem(part: str) -> str | None:
     return None
 
 
+def gcs_name_problem(uri: str) -> str | None:
+    """Why a gs://bucket/name URI is not a plain path (an empty, '.' or '..' part: `gs://b//x`, `gs://b/a/../x`),
+    or None. Cloud Storage would take such names literally, never as the folder they look like."""
+    name = uri.partition("://")[2].partition("/")[2]
+    parts = name.split("/")
+    if parts and parts[-1] == "":
+        parts.pop()  # a folder's trailing '/'
+    if any(p in ("", ".", "..") for p in parts):
+        return "has an empty, '.' or '..' part; Cloud Storage would not read it as the folder it looks like"
+    return None

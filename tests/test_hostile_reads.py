@@ -282,3 +282,23 @@ def test_extract_under_a_file_is_a_one_line_error(valid, tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     proc = run_limited([sys.executable, "-m", "beam_jobs.cli", "extract", str(valid), str(tmp_path / "a-file" / "out")])
     assert_one_line_error(proc, "cannot write into")
+
+
+# ----------------------------------------------------------------------------------------- gs:// paths
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["verify", "gs://b/a/../ds"], 1),
+    (["extract", "gs://b//ds", "out"], 1),
+    (["build", "--input", "gs://b/a/../images", "--output", "out"], 2),
+    (["build", "--input", "in", "--output", "gs://b//out"], 2),
+    (["build", "--listing", "gs://b/./list.csv", "--output", "out"], 2),
+    (["reshard", "src", "gs://b/x/../dst"], 2),
+])
+def test_gcs_paths_with_empty_or_dot_parts_are_one_line_errors(argv, code, capsys, tmp_path, monkeypatch):
+    from beam_jobs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "has an empty, '.' or '..' part" in lines[0], lines
