@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from shard_utils.extras import MissingExtra
 from shard_utils.format.manifest import ManifestError
+from shard_utils.inputs.listing_files import ListingError
 from shard_utils.media.reads import TransientReadError
 from shard_utils.sharding.plan import PlanError
 from shard_utils.storage import StorageError
@@ -51,7 +52,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 KNOWN: tuple[type[BaseException], ...] = (UsageError, MissingExtra, PlanError, ManifestError, StorageError,
-                                          TransientReadError)
+                                          TransientReadError, ListingError)
 USAGE = (UsageError, MissingExtra)  # exit 2: the command cannot run as given, or not on this installation
 _WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|StorageError|NotFoundError|"
                       r"TransientReadError): (.+)")

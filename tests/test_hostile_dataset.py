@@ -49,8 +49,8 @@ def hostile(tmp_path_factory):
     in_train = [i % 2 == 0 or "same" in r.source_id.lower() for i, r in enumerate(records)]
     m = write_dataset(
         base / "ds", {"train": [r for r, t in zip(records, in_train) if t],
-                      "../../split<b>": [r for r, t in zip(records, in_train) if not t]}, LABELS,
-        shard_prefix={"../../split<b>": "evil"},
+                      "split-b": [r for r, t in zip(records, in_train) if not t]}, LABELS,
+        shard_prefix={"split-b": "evil"},
         rejected=[rejected_line(IMG, "<b>reason</b>", SCRIPT), "this line is not json <i>x</i>",
                   rejected_line("../x.jpg", "corrupt", "bad\x00data")],
         rejected_by_reason={"<b>reason</b>": 1, "corrupt": 2},

@@ -188,3 +188,16 @@ def test_job_handles_every_format_and_records_decoded_pixels(tmp_path):
         assert close(np.asarray(image.convert("RGB"), dtype=np.int16), color, 14), source
     assert recs["things/g.JPG"][schema.IMAGE_ENCODED] == (src / "g.JPG").read_bytes()
     assert m.files_seen == 9
+
+
+@pytest.mark.parametrize("options", [ImageOptions(), ImageOptions(validate="structure"), ImageOptions(size=(16, 16))],
+                         ids=["pass-through", "structure", "re-encoded"])
+def test_a_jpeg_with_more_than_100_scans_is_rejected_too_complex_before_decoding(options):
+    """A progressive JPEG costs a pass over the picture per scan; the scans are counted in the marker walk."""
+    from hostile import scan_bomb_jpeg
+
+    with pytest.raises(Rejected) as err:
+        prepare_image(scan_bomb_jpeg(150), options)
+    assert err.value.reason == "too_complex" and "more than 100 scans" in err.value.message
+    fine = prepare_image(scan_bomb_jpeg(80), options)  # 90 scans: unusual, allowed
+    assert fine.passed_through == (options.size is None)

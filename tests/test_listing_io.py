@@ -17,8 +17,9 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from beam_jobs.pipeline.listing_sources import (DropDuplicateRows, ListingItems, ListingSource, ReadListings,
                                                 listing_columns, match_listings, prepare_listings)
 from shard_utils import storage
-from shard_utils.inputs.listings import ListingOptions, ListingRow, item_from_row
 from shard_utils.format.schema import ExtraSpec
+from shard_utils.inputs.listing_files import ListingError, json_row, read_rows
+from shard_utils.inputs.listings import ListingOptions, ListingRow, item_from_row
 
 
 def run(build, out: Path):
@@ -44,7 +45,7 @@ CSV = ("\ufeffpath, label ,caption\r\n"
 
 def test_csv_streams_rows_with_exact_line_numbers(tmp_path):
     listing = tmp_path / "train.csv"
-    listing.write_bytes(CSV.encode() + b"dog/\xff.jpg,dog,x\r\nbird/1.jpg,bird,\"unclosed\nfish/1.jpg,fish,x\n")
+    listing.write_bytes(CSV.encode() + b"dog/\xff.jpg,dog,x\r\nfish/1.jpg,fish,\"last\nrow\"")
     rows = read_all(ListingSource(str(listing), "csv"))
     assert [(r.origin, r.fields, r.error) for r in rows] == [
         ("train.csv line 2", {"path": "cat/1.jpg", "label": "cat", "caption": "plain"}, None),
@@ -52,9 +53,45 @@ def test_csv_streams_rows_with_exact_line_numbers(tmp_path):
         ("train.csv line 6", None, "has 2 fields, the header 3"),
         ("train.csv line 7", {"path": "dog/2.jpg", "label": "dog", "caption": 'say "woof"'}, None),
         ("train.csv line 8", None, "is not UTF-8 text"),
-        ("train.csv line 9", {"path": "bird/1.jpg", "label": "bird", "caption": "unclosed\nfish/1.jpg,fish,x\n"},
-         None)]
+        ("train.csv line 9", {"path": "fish/1.jpg", "label": "fish", "caption": "last\nrow"}, None)]
     assert ListingSource(str(listing), "csv").splittable is False  # a quoted line break rules out splitting
+
+
+@pytest.mark.parametrize("tail, says", [
+    ('bird/1.jpg,bird,"unclosed\nfish/1.jpg,fish,x\nfish/2.jpg,fish,y\n', "line 9: a quoted field is never closed"),
+    ("fish/1.jpg,fish," + "x" * (128 * 1024 + 1) + "\nfish/2.jpg,fish,y\n",
+     "line 9: not readable as CSV (field larger than field limit (131072))"),
+    ('bird/1.jpg,bird,"unclosed\nfish/1.jpg,"fish",x\nfish/2.jpg,fish,y\n',
+     "lines 9..10: a quoted field runs over 2 lines and leaves a row of 4 fields"),
+])
+def test_a_csv_listing_that_cannot_be_read_to_its_end_is_an_error_naming_the_line(tmp_path, tail, says):
+    """Rows after an unclosed quote or an oversized field would otherwise vanish (swallowed or never read)."""
+    listing = tmp_path / "train.csv"
+    listing.write_bytes(CSV.encode() + b"dog/3.jpg,dog,x\n" + tail.encode())
+    with open(listing, "rb") as f, pytest.raises(ListingError) as err:
+        list(read_rows(f, str(listing), "csv"))  # as a local build's worker reads it
+    assert str(err.value).startswith(f"listing {listing} {says}") and "\n" not in str(err.value)
+    with pytest.raises(ListingError) as err:
+        read_all(ListingSource(str(listing), "csv"))  # as Beam reads it
+    assert str(err.value).startswith(f"listing {listing} {says}")
+
+
+def test_a_jsonl_line_nested_too_deeply_is_a_bad_row(tmp_path):
+    deep = b"[" * 2000 + b"]" * 2000 + b"\n"
+    row = json_row("a.jsonl", 17, deep)
+    assert row.fields is None and row.error == "is not JSON this reader can take (nested too deeply)"
+    assert json_row("a.jsonl", 0, b'{"path": "a.jpg"}\n').fields == {"path": "a.jpg"}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt block"])
+def test_a_damaged_avro_listing_is_an_error_naming_the_block(tmp_path, damage):
+    listing = tmp_path / "rows.avro"
+    with listing.open("wb") as f:
+        fastavro.writer(f, AVRO_SCHEMA, avro_rows(400), sync_interval=300)
+    data = listing.read_bytes()
+    listing.write_bytes(data[:len(data) // 2] if damage == "truncated" else data[:-40] + b"\xff" * 24 + data[-16:])
+    with pytest.raises(ListingError, match=f"listing {listing}: the Avro block at byte [0-9]+ is damaged"):
+        read_all(ListingSource(str(listing), "avro"))
 
 
 def test_tsv_and_gzip_csv(tmp_path):
@@ -230,3 +267,33 @@ def test_listing_in_one_bucket_naming_images_in_two_others(gcs, tmp_path):
     assert found == {f"gs://{other}/x/fish.jpg": b"fish", f"gs://{pics}/data/cat/1.jpg": b"cat1",
                      f"gs://{pics}/data/dog/1.jpg": b"dog1"}
     assert items[f"gs://{pics}/data/dog/404.jpg"].origin.startswith("part-1.avro block ")
+
+
+@pytest.mark.slow
+def test_the_build_stops_on_a_listing_it_cannot_read_to_its_end_and_rejects_a_too_deep_line(tmp_path):
+    """Through the command line: one line and exit 1 for an unclosed quote or a truncated Avro listing, nothing
+    published; a JSONL line nested 2,000 deep is a bad row like any line that is not JSON."""
+    from conftest import run_cli, write_images
+
+    write_images(tmp_path / "in", {"cat": 3}, size=(24, 16))
+    (tmp_path / "open.csv").write_text('path,label\ncat/img0000.jpg,cat\n"cat/img0001.jpg,cat\ncat/img0002.jpg,cat\n')
+    with (tmp_path / "cut.avro").open("wb") as f:
+        fastavro.writer(f, {"type": "record", "name": "R", "fields": [{"name": "path", "type": "string"},
+                                                                    {"name": "label", "type": "string"}]},
+                        [{"path": f"cat/img{i:04d}.jpg", "label": "cat"} for i in range(3)] * 50, sync_interval=200)
+    (tmp_path / "cut.avro").write_bytes((tmp_path / "cut.avro").read_bytes()[:-100])
+    for name, says in (("open.csv", "line 3: a quoted field is never closed"),
+                       ("cut.avro", "is damaged")):
+        out = tmp_path / f"out-{name}"
+        done = run_cli("build", "--listing", tmp_path / name, "--input", tmp_path / "in", "--output", out)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1 and says in lines[0] and str(tmp_path / name) in lines[0], \
+            done.stderr[-2000:]
+        assert not (out / "manifest.json").exists()
+    (tmp_path / "deep.jsonl").write_text('{"path": "cat/img0000.jpg", "label": "cat"}\n' + "[" * 2000 + "]" * 2000
+                                         + '\n{"path": "cat/img0001.jpg", "label": "cat"}\n')
+    done = run_cli("build", "--listing", tmp_path / "deep.jsonl", "--input", tmp_path / "in", "--output",
+                   tmp_path / "deep", "--num-cores", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (rejected,) = [json.loads(line) for line in (tmp_path / "deep" / "rejected.jsonl").read_text().splitlines()]
+    assert rejected["reason"] == "bad_row" and "nested too deeply" in rejected["message"]

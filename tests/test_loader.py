@@ -375,29 +375,37 @@ def test_damaged_shard_is_named_in_evaluation(small, tmp_path):
     ds_dir = copy_dataset(small[0], tmp_path / "d")
     _damage(ds_dir / "validation-00001-of-00008.tfrecord", record=1, how="truncate")
     for ctx in contexts(2):
-        ds = loader.make_dataset(str(ds_dir), "validation", 2, training=False, input_context=ctx, repeat=False)
+        ds = loader.make_dataset(str(ds_dir), "validation", 2, training=False, input_context=ctx, repeat=False,
+                                 check_files=False)  # the read-time check (gs:// shards are not checked up front)
         if ctx.input_pipeline_id == 0:
             assert len(list(ds)) == 5  # pipeline 0 reads the even shards: unaffected
+            assert loader.make_dataset(str(ds_dir), "validation", 2, training=False, input_context=ctx)
             continue
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=r"validation-00001-of-00008.tfrecord\] \[is damaged or unreadable: read\] \[1\]"):
             list(ds)
+        with pytest.raises(ManifestError, match=r"validation-00001-of-00008.tfrecord holds [0-9]+ bytes, the manifest"):
+            loader.make_dataset(str(ds_dir), "validation", 2, training=False, input_context=ctx)  # local: up front
 
 
 def test_shard_with_more_records_than_the_manifest_lists_is_named(small, tmp_path):
     def undercount(obj):
-        shard = obj["splits"]["validation"]["shards"][2]
-        shard["num_records"] -= 1
-        obj["splits"]["validation"]["num_records"] -= 1
-        if obj["splits"]["validation"].get("index"):  # the per-record index agrees with the manifest
-            obj["splits"]["validation"]["index"]["num_rows"] -= 1
+        split = obj["splits"]["validation"]
+        split["shards"][2]["num_records"] -= 1
+        split["num_records"] -= 1
+        label = next(name for name, n in split["class_counts"].items() if n)
+        split["class_counts"][label] -= 1  # the counts agree with the manifest's records
+        if split.get("index"):  # the per-record index agrees with the manifest
+            split["index"]["num_rows"] -= 1
         obj["files_seen"] -= 1
 
     ds_dir = copy_dataset(small[0], tmp_path / "d", undercount)
-    ds = loader.make_dataset(str(ds_dir), "validation", 4, training=False, repeat=False)
+    ds = loader.make_dataset(str(ds_dir), "validation", 4, training=False, repeat=False, check_files=False)
     read_two_of_one = r"validation-00002-of-00008.tfrecord.*read\] \[2\] \[of the\] \[1\]"
     with pytest.raises(tf.errors.InvalidArgumentError, match=read_two_of_one):
         list(ds)
+    with pytest.raises(ManifestError, match="validation-00002-of-00008.tfrecord holds 2 records, the manifest says 1"):
+        loader.make_dataset(str(ds_dir), "validation", 4, training=False, repeat=False)  # local: found up front
 
 
 def test_bad_arguments(small):

@@ -75,31 +75,43 @@ class ReadDataset(beam.PTransform):
                 | "Read" >> beam.FlatMap(read_part, self.hashes).with_outputs("hashes", main="ids"))
 
 
-def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str]]:
-    """(kind, uri, split) of every file that names the dataset's source ids."""
-    parts = [("record", storage.join(m.location, s.index.path), name) for name, s in m.splits.items()]
+def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str, int]]:
+    """(kind, uri, split, rows) of every file that names the dataset's source ids; rows: an index's row count."""
+    parts = [("record", storage.join(m.location, s.index.path), name, s.index.num_rows)
+             for name, s in m.splits.items()]
     for kind, part in (("rejected", m.rejected), ("skipped", m.skipped)):
         if part.get("path") and part.get("count"):
-            parts.append((kind, storage.join(m.location, part["path"]), ""))
+            parts.append((kind, storage.join(m.location, part["path"]), "", 0))
     return parts
 
 
-def read_part(part: tuple[str, str, str], hashes: bool):
-    kind, uri, split = part
-    if kind == "record":
-        with storage.open_read(uri) as f:
-            for row in index.read_index(f):
-                yield row.source_id, kind
-                if hashes:
-                    yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, split)))
-        return
+def read_part(part: tuple[str, str, str, int], hashes: bool):
+    """The source ids one file of the dataset names; a damaged file is a ManifestError naming it."""
+    kind, uri, split, rows = part
+    try:
+        if kind == "record":
+            yield from _index_ids(uri, split, rows, hashes)
+        else:
+            yield from ((entry["source"], kind) for entry in _report(uri))
+    except (index.IndexFormatError, storage.StorageError) as exc:
+        raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
+                                     "tpu-shards verify lists every problem") from None
+
+
+def _index_ids(uri: str, split: str, rows: int, hashes: bool):
+    with storage.open_read(uri) as f:
+        for row in index.read_index(f, max_rows=rows):
+            yield row.source_id, "record"
+            if hashes:
+                yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, split)))
+
+
+def _report(uri: str) -> list[dict]:
     try:
         data = storage.read_bytes(uri)
     except storage.NotFoundError:  # a skipped list may be absent; the rejected one is checked when publishing
-        data = b""
-    for line in data.decode("utf-8").splitlines():
-        if line.strip():
-            yield json.loads(line)["source"], kind
+        return []
+    return manifest.report_entries(data, uri)
 
 
 class KeepNew(beam.PTransform):

@@ -11,14 +11,15 @@ import os
 from typing import Sequence
 
 import shard_utils
-from shard_utils import inputs
+from shard_utils import inputs, storage
+from shard_utils.format import names, schema
+from shard_utils.format.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from shard_utils.inputs import listings
-from shard_utils.sharding import plan
-from shard_utils.format import schema
 from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
-from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
-from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.media.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
+from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
+from shard_utils.sharding import plan
+from shard_utils.sharding.runs import CHUNK_BYTES
 
 from beam_jobs.pipeline import listing_sources as listing_io
 from beam_jobs import progress
@@ -143,7 +144,18 @@ def parse(argv: Sequence[str], ap: OneLineParser | None = None) -> tuple[argpars
     ours = ap.option_names()
     args, beam_args = ap.parse_known_args(normalise(argv, ours))
     check_beam_args(beam_args, ours, ap.prog)
+    for option, paths in (("--input", [getattr(args, "input", None)]), ("--output", [getattr(args, "output", None)]),
+                          ("--listing", getattr(args, "listing", None) or [])):
+        for path in paths:
+            check_gcs_path(path, option)
     return args, list(beam_args)
+
+
+def check_gcs_path(path: str | None, option: str) -> None:
+    """Refuse a gs:// path whose name has an empty, '.' or '..' part (`gs://b//x`, `gs://b/a/../x`): UsageError."""
+    problem = names.gcs_name_problem(path) if path and storage.is_gcs(path) else None
+    if problem:
+        raise UsageError(f"{option} {path} {problem}")
 
 
 def _int_list(text: str, what: str, count: tuple[int, ...], low: int, high: int) -> tuple[int, ...]:
@@ -265,8 +277,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError(str(exc)) from None
     size = None
     if args.image_size:
-        hw = _int_list(args.image_size, "--image-size", (1, 2), 1, 65535)
+        hw = _int_list(args.image_size, "--image-size", (1, 2), 1, MAX_IMAGE_SIDE)
         size = (hw[0], hw[-1])
+        if size[0] * size[1] > MAX_IMAGE_PIXELS:
+            raise UsageError(f"--image-size {size[0]}x{size[1]} is more than {MAX_IMAGE_PIXELS} pixels per image")
     if not 1 <= args.jpeg_quality <= 100:
         raise UsageError(f"--jpeg-quality {args.jpeg_quality} must be in 1..100")
     for name in ("num_cores", "num_hosts"):

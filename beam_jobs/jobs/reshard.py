@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import posixpath
 import re
 import sys
@@ -109,12 +108,14 @@ def _indexed_tasks(source: Manifest, split: str):
     rows: list[IndexRow] = []
     shard = 0
     with storage.open_read(uri) as raw:
-        for row in index.read_index(generations.DigestingReader(raw, digest)):
+        for row in index.read_index(generations.DigestingReader(raw, digest), max_rows=entry.index.num_rows):
             if row.shard != shard:
                 if row.shard != shard + 1 or not rows or shard + 1 >= len(entry.shards):
                     raise DamagedShard(f"a row of shard {row.shard} follows shard {shard}; rows are not in shard order")
                 yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
                 shard, rows = row.shard, []
+            if len(rows) == entry.shards[shard].num_records:
+                raise DamagedShard(f"more rows for shard {shard} than its {len(rows)} records")
             rows.append(row)
     if shard != len(entry.shards) - 1 or not rows:
         raise DamagedShard(f"rows end at shard {shard}, the split has {len(entry.shards)} shards")
@@ -193,7 +194,11 @@ def carried(_, source: Manifest):
     yield publish.Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
                         extensions=Counter(skipped.get("by_extension", {})))
     for tag, part in (("rejected", source.rejected), ("skipped_files", skipped)):
-        lines = _report_lines(source, part.get("path"))
+        try:
+            lines = _report_lines(source, part.get("path"))
+        except (manifest.ManifestError, storage.StorageError) as exc:
+            yield beam.pvalue.TaggedOutput("damaged", str(exc))
+            return
         if tag == "rejected" and len(lines) != part.get("count", 0):
             yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {len(lines)} rejected files listed, the "
                                                       f"manifest says {part.get('count', 0)}")
@@ -208,7 +213,7 @@ def _report_lines(source: Manifest, path: str | None) -> list[dict]:
         data = storage.read_bytes(storage.join(source.location, path))
     except storage.NotFoundError:
         return []
-    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+    return manifest.report_entries(data, path)
 
 
 # ---------------------------------------------------------------------------------------------- finish
@@ -293,7 +298,9 @@ def parser() -> OneLineParser:
 
 
 def parse(argv: Sequence[str]):
-    return options.parse(argv, parser())
+    args, beam_args = options.parse(argv, parser())
+    options.check_gcs_path(args.dst, "DST")
+    return args, beam_args
 
 
 def source_extras(source: Manifest) -> tuple[schema.ExtraSpec, ...]:

@@ -114,7 +114,7 @@ def merge_generation_index(out: IO[bytes], old_uri: str, old: IndexFile, parts: 
 
     def rows() -> Iterator[index.IndexRow]:
         with storage.open_read(old_uri) as raw:
-            yield from index.read_index(DigestingReader(raw, digest))
+            yield from index.read_index(DigestingReader(raw, digest), max_rows=old.num_rows)
         if (digest.size, digest.crc32c) != (old.num_bytes, old.crc32c):
             raise ValueError(f"size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
                              f"{old.num_bytes} / {old.crc32c}; the index is damaged")
@@ -136,6 +136,9 @@ class DigestingReader:
         data = self._stream.read(n)
         self.digest.update(data)
         return data
+
+    def tell(self) -> int:
+        return self._stream.tell()
 
 
 def merged_counts(old: Mapping[str, int], new: Mapping[str, int], labels: Sequence[str]) -> dict[str, int]:

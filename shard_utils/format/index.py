@@ -23,9 +23,11 @@ Fields, one row per record:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 MIN_FRAMED = HEADER + FOOTER  # an empty record
 MAX_RECORD_BYTES = 1 << 30  # a framed record longer than this is refused unread (no allocation on a bad row)
+MAX_BLOCK_BYTES = 64 * 2**20  # an index block's rows, inflated; the writer makes blocks of about 256 KiB
 NO_LABEL = -1
 _AVRO_TYPES = {"int64": "long", "float32": "float", "string": "string"}
 _REQUIRED = ("source_id", "shard", "offset", "length", "label", "labels", "sha256", "height", "width")
@@ -337,21 +340,6 @@ def _blocks(part: BinaryIO, canonical_schema: str, number: int):
         raise IndexFormatError(f"index part {number} is damaged: {storage.problem(exc)}") from None
 
 
-def _reader(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None = None):
-    import fastavro
-
-    try:
-        reader = fastavro.reader(fileobj, reader_schema=reader_schema)
-    except Exception as exc:
-        raise IndexFormatError(f"not an Avro index file: {storage.problem(exc)}") from None
-    written = reader.writer_schema if isinstance(reader.writer_schema, dict) else {}
-    names = {f["name"] for f in written.get("fields", [])}
-    missing = [f for f in _REQUIRED if f not in names]
-    if missing:
-        raise IndexFormatError(f"not a tpu-shards index: fields {', '.join(missing)} are missing")
-    return reader
-
-
 def _rows(reader) -> Iterator[dict[str, Any]]:
     try:
         yield from reader
@@ -361,9 +349,106 @@ def _rows(reader) -> Iterator[dict[str, Any]]:
         raise IndexFormatError(f"index file is damaged: {storage.problem(exc)}") from None
 
 
-def read_index(fileobj: BinaryIO) -> Iterator[IndexRow]:
-    """Stream an index's rows in file order; IndexFormatError if it is not a readable tpu-shards index."""
-    for row in _rows(_reader(fileobj)):
+def _bounded_rows(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None,
+                  max_rows: int | None) -> Iterator[dict[str, Any]]:
+    """The rows of an index file, block by block. Each block's declared row count (against `max_rows`) and size
+    (against MAX_BLOCK_BYTES, compressed and not) are checked before it is read and inflated, so no size written
+    in the file is allocated unchecked. fastavro reads the header and decodes the rows; the block framing (row
+    count, size, data, sync marker) is walked here because fastavro inflates a block before saying its size."""
+    import fastavro
+
+    stream = _Recent(fileobj)
+    writer_schema, codec = _header(stream)
+    sync, seen = stream.tail, 0
+    reader = fastavro.parse_schema(dict(reader_schema)) if reader_schema is not None else None
+    while (count := _read_long(stream, at_end=True)) is not None:
+        size = _read_long(stream)
+        if count < 0 or max_rows is not None and count > max_rows - seen:
+            raise _damaged(f"a block declares {count} rows, which makes more than the {max_rows} the manifest "
+                                   "lists" if count >= 0 else f"a block declares {count} rows")
+        if not 0 <= size <= MAX_BLOCK_BYTES:
+            raise _damaged(f"a block declares {size} bytes; blocks hold at most {MAX_BLOCK_BYTES}")
+        data = stream.read(size)
+        if len(data) < size:
+            raise _damaged(f"the file ends inside a block ({len(data)} of its {size} bytes)")
+        block = io.BytesIO(_inflate(data, codec))
+        if stream.read(len(sync)) != sync:
+            raise _damaged("a block is not followed by the file's sync marker")
+        for _ in range(count):
+            yield fastavro.schemaless_reader(block, writer_schema, reader)
+        if block.tell() != len(block.getbuffer()):
+            raise _damaged(f"a block holds bytes after its {count} rows")
+        seen += count
+
+
+class _Recent:
+    """A read-only stream that keeps the last 16 bytes read (an Avro header ends with its sync marker) and reads a
+    large request in chunks (see storage.read_in_chunks)."""
+
+    def __init__(self, stream: BinaryIO):
+        self._stream, self.tail = stream, b""
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._stream.read(n) if n is None or n < 0 else storage.read_in_chunks(self._stream.read, n)
+        self.tail = (self.tail + data)[-16:]
+        return data
+
+
+def _header(stream: _Recent) -> tuple[dict[str, Any], str]:
+    """The parsed writer schema and the codec of an index file, after checking it is a tpu-shards index."""
+    import fastavro
+
+    try:
+        header = fastavro.block_reader(stream)  # reads the header only
+        written, codec = header.writer_schema, header.metadata.get("avro.codec", "null")
+    except Exception as exc:
+        raise IndexFormatError(f"not an Avro index file: {storage.problem(exc)}") from None
+    fields = written.get("fields", []) if isinstance(written, dict) else []
+    names = {f["name"] for f in fields if isinstance(f, dict)}
+    missing = [f for f in _REQUIRED if f not in names]
+    if missing:
+        raise IndexFormatError(f"not a tpu-shards index: fields {', '.join(missing)} are missing")
+    if codec not in ("null", "deflate"):
+        raise IndexFormatError(f"the index is compressed with {codec!r}; tpu-shards writes null or deflate")
+    return fastavro.parse_schema(written), codec
+
+
+def _inflate(data: bytes, codec: str) -> bytes:
+    """A block's rows as bytes, never more than MAX_BLOCK_BYTES of them."""
+    if codec == "null":
+        return data
+    inflater = zlib.decompressobj(-15)
+    rows = inflater.decompress(data, MAX_BLOCK_BYTES)
+    if inflater.unconsumed_tail:
+        raise _damaged(f"a block inflates to more than {MAX_BLOCK_BYTES} bytes")
+    if not inflater.eof:
+        raise _damaged("a block's compressed rows are cut short")
+    return rows
+
+
+def _damaged(problem: str) -> IndexFormatError:
+    return IndexFormatError(f"index file is damaged: {problem}")
+
+
+def _read_long(stream: _Recent, at_end: bool = False) -> int | None:
+    """An Avro long (zig-zag varint); None at the end of the file when `at_end` allows it there."""
+    value = shift = 0
+    while byte := stream.read(1):
+        value |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return (value >> 1) ^ -(value & 1)
+        shift += 7
+        if shift > 63:
+            raise _damaged("a block count or size is not a valid Avro long")
+    if at_end and not shift:
+        return None
+    raise _damaged("the file ends inside a block header")
+
+
+def read_index(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[IndexRow]:
+    """Stream an index's rows in file order; IndexFormatError if it is not a readable tpu-shards index, or holds
+    more than `max_rows` rows (the manifest's count: pass it whenever the index comes from a dataset)."""
+    for row in _rows(_bounded_rows(fileobj, None, max_rows)):
         yield IndexRow.from_avro(row)
 
 
@@ -371,9 +456,9 @@ _PLACE_SCHEMA = {"type": "record", "name": "IndexRow", "namespace": "tpu_shards"
     {"name": "shard", "type": "int"}, {"name": "offset", "type": "long"}, {"name": "length", "type": "long"}]}
 
 
-def read_places(fileobj: BinaryIO) -> Iterator[tuple[int, int, int]]:
-    """Stream (shard, offset, length) of each row, decoding only those three fields."""
-    for row in _rows(_reader(fileobj, _PLACE_SCHEMA)):
+def read_places(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[tuple[int, int, int]]:
+    """Stream (shard, offset, length) of each row, decoding only those three fields (`max_rows` as in read_index)."""
+    for row in _rows(_bounded_rows(fileobj, _PLACE_SCHEMA, max_rows)):
         yield row["shard"], row["offset"], row["length"]
 
 

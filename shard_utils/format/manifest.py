@@ -12,8 +12,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from shard_utils.format import schema
 from shard_utils import storage
+from shard_utils.format import names, schema
+from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.sharding.plan import SHARD_PATTERN, InternalError
 
 FORMAT_VERSION = 2
@@ -26,6 +27,9 @@ SKIPPED_NAME = "skipped.jsonl"
 MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
+MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest of a quarter of a million shards; a larger one is refused unparsed
+MAX_IMAGE_SIDE = 65535  # JPEG's limit, and --image-size's
+MAX_IMAGE_PIXELS = 2**28  # image_size height x width: what a loader allocates per image (x3 channels, x4 as float)
 
 
 class ManifestError(ValueError):
@@ -154,13 +158,19 @@ class Manifest:
 
 
 def safe_relative_path(path: Any, what: str = "shard path") -> str:
-    """Accept only plain relative paths that stay inside the dataset folder."""
+    """Accept only plain relative paths that stay inside the dataset folder: normal, each part a plain name of
+    bounded length without control characters."""
     if not isinstance(path, str) or not path:
-        raise ManifestError(f"{what} must be a non-empty string, got {path!r}")
+        raise ManifestError(f"{what} must be a non-empty string, got {names.shown(path)}")
     if "\\" in path or "\x00" in path or ":" in path or path.startswith("/") or path.startswith("~"):
-        raise ManifestError(f"{what} {path!r} is not a plain relative path inside the dataset folder; refused")
+        raise ManifestError(f"{what} {names.shown(path)} is not a plain relative path inside the dataset folder; "
+                            "refused")
     if ".." in path.split("/") or posixpath.normpath(path) != path:
-        raise ManifestError(f"{what} {path!r} leaves or is not normal within the dataset folder; refused")
+        raise ManifestError(f"{what} {names.shown(path)} leaves or is not normal within the dataset folder; refused")
+    problem = next(filter(None, map(names.path_part_problem, path.split("/"))), None)
+    if problem or len(path) > names.MAX_PATH:
+        raise ManifestError(f"{what} {names.shown(path)} {problem or f'is longer than {names.MAX_PATH} characters'}; "
+                            "refused")
     return path
 
 
@@ -194,10 +204,18 @@ def _shard(obj: Any, where: str) -> Shard:
     if not _SHA256.match(sha):
         raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
     generation = _count(obj, "generation", where) if "generation" in obj else 0
-    return Shard(path, _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1), crc, sha, generation)
+    num_records, num_bytes = _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1)
+    if num_records * (HEADER + FOOTER) > num_bytes:
+        raise ManifestError(f"{where}: {num_records} records cannot fit in {num_bytes} bytes (a record takes at least "
+                            f"{HEADER + FOOTER})")
+    return Shard(path, num_records, num_bytes, crc, sha, generation)
 
 
 def _split(name: str, obj: Any) -> Split:
+    problem = names.split_name_problem(name)
+    if problem:
+        raise ManifestError(f"manifest: split name {names.shown(name)} {problem}; refused (it would become part of "
+                            "file names)")
     where = f"split {name!r}"
     if not isinstance(obj, Mapping):
         raise ManifestError(f"{where}: must be an object")
@@ -213,6 +231,10 @@ def _split(name: str, obj: Any) -> Split:
     counts = _get(obj, "class_counts", dict, where)
     if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counts.items()):
         raise ManifestError(f"{where}: class_counts must map label names to integers")
+    impossible = [(k, v) for k, v in counts.items() if not 0 <= v <= num_records]
+    if impossible:
+        raise ManifestError(f"{where}: class_counts gives {names.shown(impossible[0][0])} {impossible[0][1]} records; "
+                            f"a count must be in 0..{num_records}, the split's records")
     index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
     return Split(num_records, num_bytes, dict(counts), shards, index)
 
@@ -249,15 +271,13 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     if not splits_raw:
         raise ManifestError("manifest: has no splits")
     splits = {name: _split(name, s) for name, s in splits_raw.items()}
-    image_size = obj.get("image_size")
-    if image_size is not None and not (isinstance(image_size, list) and len(image_size) == 2 and all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in image_size)):
-        raise ManifestError(f"manifest: image_size must be null or [height, width], got {image_size!r}")
+    image_size = _image_size(obj.get("image_size"))
     rejected, skipped = _get(obj, "rejected", dict, "manifest"), _get(obj, "skipped", dict, "manifest")
     n_rejected, n_skipped = _count(rejected, "count", "rejected"), _count(skipped, "count", "skipped")
     for part, name in ((rejected, "rejected"), (skipped, "skipped")):
         if "path" in part:
             safe_relative_path(part["path"], f"{name} path")
+    _check_distinct_files(splits, rejected, skipped)
     media = obj.get("media", "image")
     if media not in MEDIA:
         raise ManifestError(f"manifest: media must be one of {', '.join(MEDIA)}, got {media!r}")
@@ -265,6 +285,8 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     multi_label = obj.get("multi_label", False)
     if not isinstance(multi_label, bool):
         raise ManifestError("manifest: multi_label must be true or false")
+    if not multi_label:
+        _check_single_label_counts(splits)
     embedding = obj.get("embedding")
     if embedding is not None and not (isinstance(embedding, Mapping) and isinstance(embedding.get("key"), str)
                                       and embedding["key"] in obj["features"]):
@@ -294,6 +316,46 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         embedding=dict(embedding) if embedding is not None else None,
         duplicates=dict(duplicates) if duplicates is not None else None, generations=generations,
         format_version=version, location=location)
+
+
+def _image_size(value: Any) -> list[int] | None:
+    """The manifest's image_size: null, or [height, width] within what a loader can allocate."""
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 < d <= MAX_IMAGE_SIDE for d in value)):
+        raise ManifestError(f"manifest: image_size must be null or [height, width], each in 1..{MAX_IMAGE_SIDE}, "
+                            f"got {names.shown(value)}")
+    if value[0] * value[1] > MAX_IMAGE_PIXELS:
+        raise ManifestError(f"manifest: image_size {value[0]}x{value[1]} is more than {MAX_IMAGE_PIXELS} pixels; "
+                            "refused (a loader would allocate that per image)")
+    return value
+
+
+def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, Any],
+                          skipped: Mapping[str, Any]) -> None:
+    """Every file the manifest names is named once: a shard listed twice, or in two splits, would be read as
+    twice the records; an index or report sharing a name with another file would be overwritten by it."""
+    owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself"}
+    named = [(shard.path, f"split {name!r} shard {i}") for name, split in splits.items()
+             for i, shard in enumerate(split.shards)]
+    named += [(split.index.path, f"split {name!r} index") for name, split in splits.items() if split.index]
+    named += [(part["path"], f"the {what} report") for part, what in ((rejected, "rejected"), (skipped, "skipped"))
+              if "path" in part]
+    for path, where in named:
+        if path in owners:
+            raise ManifestError(f"manifest: {where} names {names.shown(path)}, as {owners[path]} does; every file "
+                                "must be listed once")
+        owners[path] = where
+
+
+def _check_single_label_counts(splits: Mapping[str, Split]) -> None:
+    """In a single-label dataset a record counts under one label at most."""
+    for name, split in splits.items():
+        total = sum(split.class_counts.values())
+        if total > split.num_records:
+            raise ManifestError(f"split {name!r}: class_counts add up to {total}, more than its {split.num_records} "
+                                "records (each has one label)")
 
 
 def _counts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, int]:
@@ -372,6 +434,9 @@ def _all_first_generation(splits: Mapping[str, Split]) -> None:
 
 def parse(text: bytes | str, location: str = "") -> Manifest:
     """Parse manifest JSON text; any malformation is a ManifestError."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest is {len(text)} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may hold; "
+                            "refused unparsed")
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -379,17 +444,45 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
     return from_dict(obj, location)
 
 
+def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
+    """The entries of a dataset's rejected or skipped report: one JSON object per line, each with a string
+    `source` and `reason`; ManifestError naming the first line that is not one."""
+    entries = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            entry = None
+        if not (isinstance(entry, dict) and isinstance(entry.get("source"), str)
+                and isinstance(entry.get("reason"), str)):
+            raise ManifestError(f"{path} line {number} is not a report entry (a JSON object with a source and a "
+                                "reason)")
+        entries.append(entry)
+    return entries
+
+
 def manifest_path(dataset: str) -> tuple[str, str]:
     """(manifest file, dataset folder) from either a folder or a path to manifest.json."""
+    problem = names.gcs_name_problem(dataset) if storage.is_gcs(dataset) else None
+    if problem:
+        raise ManifestError(f"{names.shown(dataset)} {problem}")
     if dataset.rstrip("/").endswith(".json"):
         return dataset, storage.parent(dataset)
     return storage.join(dataset, MANIFEST_NAME), dataset.rstrip("/") or dataset
 
 
+def read_manifest_bytes(path: str) -> bytes:
+    """A manifest file's bytes, read no further than one byte past the most a manifest may hold (`parse` refuses
+    a larger one)."""
+    return storage.read_bytes(path, limit=MAX_MANIFEST_BYTES + 1)
+
+
 def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest:
     """Load and validate the manifest of a dataset folder (local or gs://) or of a manifest.json path."""
     path, folder = manifest_path(dataset)
-    read = reader or storage.read_bytes
+    read = reader or read_manifest_bytes
     try:
         data = read(path)
     except Exception as exc:

@@ -8,6 +8,7 @@ records never import TensorFlow, and the bytes are the same as TF's own
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
@@ -28,6 +29,7 @@ VIDEO_FRAME_RATE = "video/frame_rate"
 EMBEDDING = "image/embedding"  # default key of a model's output per image (video: per frame, flattened)
 EXTRA_PREFIX = "extra/"  # listing columns carried into records: extra/<name>
 VARIABLE = -1  # a list feature's shape [-1]: variable length, with "max_length" in the manifest
+MAX_FEATURE_VALUES = 1 << 24  # values of one feature in one record, as a manifest may declare them
 
 # key -> (manifest dtype, shape) of a single-label image dataset: what every build wrote before
 # multi-label, extras, video and embeddings. `feature_table` gives the table of any dataset.
@@ -263,6 +265,10 @@ def check_features(features: Mapping[str, Any]) -> None:
         max_length = spec.get("max_length")
         if variable and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 0):
             raise ValueError(f"feature {key!r} is a variable-length list and needs a non-negative 'max_length'")
+        values = max_length if variable else math.prod(shape)
+        if values > MAX_FEATURE_VALUES:
+            raise ValueError(f"feature {key!r} holds up to {values} values per record, more than {MAX_FEATURE_VALUES}; "
+                             "refused (a reader allocates that much per record)")
     key = media_key(features)
     if key not in features or features[key].get("dtype") != "string":
         raise ValueError(f"the schema has no image feature: {IMAGE_ENCODED!r} (or {VIDEO_ENCODED!r}) of dtype "

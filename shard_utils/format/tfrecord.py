@@ -39,6 +39,21 @@ def frame(record: bytes) -> bytes:
     return b"".join((length, struct.pack("<I", masked_crc(length)), record, struct.pack("<I", masked_crc(record))))
 
 
+def count_from_headers(stream: BinaryIO, size: int) -> int:
+    """The records of a TFRecord file of `size` bytes, counted from their headers alone: each length's checksum
+    must hold and each record must end inside the file, or FramingError names the first that does not. Reads 12
+    bytes per record, so a reader that trusts lengths (TensorFlow's allocates them) can be given the file after."""
+    offset = index = 0
+    while offset < size:
+        stream.seek(offset)
+        length = _length(stream.read(HEADER), index)
+        if length > size - offset - HEADER - FOOTER:
+            raise FramingError(f"record {index}: length {length} runs past the end of the file ({size} bytes)")
+        offset += HEADER + length + FOOTER
+        index += 1
+    return index
+
+
 def iter_records(stream: BinaryIO, max_record_bytes: int = 1 << 31) -> Iterator[bytes]:
     """Yield each record's data, checking both CRCs; raise FramingError naming the record index."""
     index = 0
@@ -46,12 +61,7 @@ def iter_records(stream: BinaryIO, max_record_bytes: int = 1 << 31) -> Iterator[
         header = stream.read(HEADER)
         if not header:
             return
-        if len(header) < HEADER:
-            raise FramingError(f"record {index}: truncated header ({len(header)} of {HEADER} bytes)")
-        length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
-        if masked_crc(length_bytes) != length_crc:
-            raise FramingError(f"record {index}: length checksum mismatch")
-        (length,) = struct.unpack("<Q", length_bytes)
+        length = _length(header, index)
         if length > max_record_bytes:
             raise FramingError(f"record {index}: length {length} exceeds {max_record_bytes} bytes")
         data = stream.read(length)
@@ -62,3 +72,13 @@ def iter_records(stream: BinaryIO, max_record_bytes: int = 1 << 31) -> Iterator[
             raise FramingError(f"record {index}: data checksum mismatch")
         yield data
         index += 1
+
+
+def _length(header: bytes, index: int) -> int:
+    """The data length a record's header gives, once the header is whole and its length checksum holds."""
+    if len(header) < HEADER:
+        raise FramingError(f"record {index}: truncated header ({len(header)} of {HEADER} bytes)")
+    length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
+    if masked_crc(length_bytes) != length_crc:
+        raise FramingError(f"record {index}: length checksum mismatch")
+    return struct.unpack("<Q", length_bytes)[0]

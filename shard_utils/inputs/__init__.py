@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from shard_utils.format import names
+
 SPLIT_DIRS = ("train", "validation", "test")
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".webm", ".mkv", ".avi"})
 MEDIA_EXTENSIONS = frozenset(
@@ -84,8 +86,9 @@ def parse_splits(text: str) -> list[tuple[str, float]]:
             fraction = -1.0
         if not sep or not name or not (0 < fraction <= 1) or fraction != fraction:
             raise ValueError(f"--splits entry {item!r} must look like name=fraction with 0 < fraction <= 1")
-        if not name.replace("_", "").replace("-", "").isalnum() or not name.isascii():
-            raise ValueError(f"split name {name!r} may use only ASCII letters, digits, '_' and '-'")
+        problem = names.split_name_problem(name)
+        if problem:
+            raise ValueError(f"split name {names.shown(name)} {problem}")
         if name in (n for n, _ in out):
             raise ValueError(f"split {name!r} appears twice in --splits")
         out.append((name, fraction))

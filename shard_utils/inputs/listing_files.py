@@ -2,19 +2,29 @@
 (beam_jobs.pipeline.listing_sources) read in byte ranges, and what a local build's worker reads whole, without Beam.
 
 Each reader takes a range tracker (Beam's, or WHOLE_FILE) and yields ListingRow; a row that cannot be
-parsed comes with `fields` None and an `error`, so nothing is dropped.
+parsed comes with `fields` None and an `error`, so nothing is dropped. A file that cannot be read to its end
+(an unclosed quote, a damaged Avro block) raises ListingError: the rows after the damage would be lost.
 """
 from __future__ import annotations
 
 import csv
 import json
+from contextlib import contextmanager
 from typing import Iterator
 
+from shard_utils import storage
 from shard_utils.inputs import listings
 from shard_utils.inputs.listings import ListingRow
 
 BOM = b"\xef\xbb\xbf"
 SYNC_SIZE = 16  # bytes of an Avro sync marker
+# Fed to the CSV parser after the file's last line: it ends up inside a field only when the file ends inside a
+# quoted field (decoded text never holds a lone high surrogate: bad UTF-8 becomes U+DC80..U+DCFF).
+_END = "\ud800"
+
+
+class ListingError(ValueError):
+    """A listing file cannot be read to its end; the message names the file and where the reading stopped."""
 
 
 class _WholeFile:
@@ -45,11 +55,14 @@ def lines(f) -> Iterator[bytes]:
 def _read_csv(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
     if not tracker.try_claim(tracker.start_position() or 0):
         return
-    reader = csv.reader(text_lines(f), delimiter=listings.DELIMITERS[fmt])
+    reader = csv.reader(_then_end(text_lines(f)), delimiter=listings.DELIMITERS[fmt])
     header: list[str] | None = None
     start = 1
     try:
         for fields in reader:
+            if fields == [_END]:
+                return
+            _check_closed(name, start, reader.line_num, fields, header)
             if not fields:  # a blank line is no row
                 start = reader.line_num + 1
                 continue
@@ -60,11 +73,28 @@ def _read_csv(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
                     yield ListingRow(name, "line", (start, 0), None, problem + "; the listing is not read")
                     return
             else:
-                yield _csv_row(name, start, reader.line_num, header, fields)
+                yield _csv_row(name, start, header, fields)
             start = reader.line_num + 1
     except csv.Error as exc:
-        yield ListingRow(name, "line", (start, 0), None, f"not readable as {fmt.upper()} ({exc}); "
-                                                           "the rest of the listing is not read")
+        raise ListingError(f"listing {name} line {start}: not readable as {fmt.upper()} ({exc}); the lines after it "
+                           "cannot be read") from None
+
+
+def _then_end(lines_: Iterator[str]) -> Iterator[str]:
+    yield from lines_
+    yield _END + "\n"
+
+
+def _check_closed(name: str, start: int, end: int, fields: list[str], header: list[str] | None) -> None:
+    """Refuse a row that swallowed the lines after it: one whose quoted field runs to the end of the file, or
+    that runs over several lines and then does not fit the header (a quote closed by a later line's quote)."""
+    if any(_END in field for field in fields):
+        raise ListingError(f"listing {name} line {start}: a quoted field is never closed, so every line after it "
+                           "would be read into it; close the quote (a quote inside a quoted field is written \"\")")
+    if header is not None and end > start and len(fields) != len(header):
+        raise ListingError(f"listing {name} lines {start}..{end}: a quoted field runs over {end - start + 1} lines "
+                           f"and leaves a row of {len(fields)} fields, the header has {len(header)}: an unclosed "
+                           "quote? The lines it swallowed would be lost")
 
 
 def text_lines(f) -> Iterator[str]:
@@ -83,11 +113,10 @@ def header_problem(header: list[str]) -> str | None:
     return None
 
 
-def _csv_row(name: str, start: int, end: int, header: list[str], fields: list[str]) -> ListingRow:
+def _csv_row(name: str, start: int, header: list[str], fields: list[str]) -> ListingRow:
     where = (start, 0)
-    span = f" (the row runs to line {end}: an unclosed quote?)" if end > start + 1 else ""
     if len(fields) != len(header):
-        return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}{span}")
+        return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}")
     try:
         "".join(fields).encode("utf-8")
     except UnicodeEncodeError:
@@ -123,6 +152,8 @@ def json_row(name: str, position: int, line: bytes) -> ListingRow | None:
         value = json.loads(text)
     except ValueError as exc:
         return ListingRow(name, "byte", where, None, f"is not JSON ({exc})")
+    except RecursionError:
+        return ListingRow(name, "byte", where, None, "is not JSON this reader can take (nested too deeply)")
     if not isinstance(value, dict):
         return ListingRow(name, "byte", where, None, f"is a JSON {type(value).__name__}, not an object")
     return ListingRow(name, "byte", where, value)
@@ -131,7 +162,11 @@ def json_row(name: str, position: int, line: bytes) -> ListingRow | None:
 def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
     import fastavro
 
-    blocks = fastavro.block_reader(f)
+    f = _ChunkedReads(f)
+    try:
+        blocks = fastavro.block_reader(f)
+    except Exception as exc:  # fastavro raises many types for a bad header
+        raise ListingError(f"listing {name} is not a readable Avro file: {storage.problem(exc)}") from None
     header_end = f.tell()
     f.seek(header_end - SYNC_SIZE)
     sync = f.read(SYNC_SIZE)
@@ -141,16 +176,43 @@ def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
         return
     f.seek(next_block)
     while tracker.try_claim(next_block):
-        try:
-            block = next(blocks)
-        except StopIteration:
-            return
-        for number, record in enumerate(block, start=1):
-            if isinstance(record, dict):
-                yield ListingRow(name, "block", (block.offset, number), record)
-            else:
-                yield ListingRow(name, "block", (block.offset, number), None, "is not an Avro record")
+        with _damaged_block(name, next_block):
+            block = next(blocks, None)
+            if block is None:
+                return
+            for number, record in enumerate(block, start=1):
+                if isinstance(record, dict):
+                    yield ListingRow(name, "block", (block.offset, number), record)
+                else:
+                    yield ListingRow(name, "block", (block.offset, number), None, "is not an Avro record")
         next_block = block.offset + block.size
+
+
+@contextmanager
+def _damaged_block(name: str, offset: int) -> Iterator[None]:
+    """A failure reading the Avro block at offset, as a ListingError (fastavro raises many types)."""
+    try:
+        yield
+    except Exception as exc:
+        raise ListingError(f"listing {name}: the Avro block at byte {offset} is damaged ({storage.problem(exc)}); "
+                           "the records from it on cannot be read") from None
+
+
+class _ChunkedReads:
+    """A file whose large reads go in chunks (see storage.read_in_chunks): an Avro block's declared size is
+    then bounded by what the file holds."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def read(self, n: int = -1) -> bytes:
+        return self._f.read(n) if n is None or n < 0 else storage.read_in_chunks(self._f.read, n)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
 
 
 def _after_sync(f, offset: int, sync: bytes, chunk: int = 1 << 16) -> int | None:

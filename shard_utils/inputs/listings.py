@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 from shard_utils import inputs, storage
-from shard_utils.format import schema
+from shard_utils.format import names, schema
 from shard_utils.inputs import MediaItem
 
 FORMATS = ("csv", "tsv", "jsonl", "avro")
@@ -400,6 +400,9 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         bucket, name = path[len(storage.GCS):].partition("/")[::2]
         if not bucket or not name or name.endswith("/"):
             raise ValueError(f"path {_short(path)} must name an object: gs://bucket/name")
+        problem = names.gcs_name_problem(path)
+        if problem:
+            raise ValueError(f"path {_short(path)} {problem}")
         return path, path
     if _DRIVE.match(path):
         raise ValueError(f"path {_short(path)} is a Windows path; give it relative to --input, or as a "

@@ -21,6 +21,7 @@ FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "A
 RESIZE_MODES = ("fit", "fill", "stretch")
 VALIDATE_MODES = ("decode", "structure")
 DEFAULT_MAX_PIXELS = 100_000_000
+MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass over the whole picture when decoding
 DEFAULT_BACKGROUND = (255, 255, 255)
 # Written into rejected.jsonl, so the same wherever the build runs: both commands that work.
 HEIF_EXTRA_HINT = ('HEIC/HEIF images need pillow-heif: pip install pillow-heif (in a tpu-shards checkout: '
@@ -43,6 +44,10 @@ _AVIF_BRANDS = {b"avif", b"avis"}
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
 _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
+
+
+class TooManyScans(ValueError):
+    """A JPEG has more scans than MAX_SCANS: decoding it would cost a pass over the picture per scan."""
 
 
 class Rejected(Exception):
@@ -92,6 +97,8 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
         orientation = _orientation(image)
         if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
             return _pass_through(data, image, options.validate)
+        if image.format in ("JPEG", "MPO"):
+            _refuse_scan_bomb(data)
         return _reencode(image, orientation, options)
 
 
@@ -99,6 +106,8 @@ def _pass_through(data: bytes, image: Image.Image, validate: str) -> PreparedIma
     """The source JPEG up to its end-of-image marker, checked; whatever follows the marker is dropped."""
     try:
         end = jpeg_primary_end(data)
+    except TooManyScans as exc:
+        raise _too_complex(exc) from None
     except ValueError as exc:
         raise Rejected("corrupt", f"JPEG {exc}") from None
     encoded, (width, height) = data[:end], image.size
@@ -106,6 +115,21 @@ def _pass_through(data: bytes, image: Image.Image, validate: str) -> PreparedIma
         checked = image if end == len(data) else _open(encoded, max_pixels=width * height)
         _load(checked, draft=(max(1, width // 8), max(1, height // 8)))
     return PreparedImage(encoded, height, width, 1 if image.mode == "L" else 3, True, len(data) - end)
+
+
+def _refuse_scan_bomb(data: bytes) -> None:
+    """Reject, before any decoding, a JPEG with more scans than MAX_SCANS; other damage is the decoder's to judge
+    (it may still read a truncated file)."""
+    try:
+        jpeg_primary_end(data)
+    except TooManyScans as exc:
+        raise _too_complex(exc) from None
+    except ValueError:
+        pass
+
+
+def _too_complex(exc: TooManyScans) -> Rejected:
+    return Rejected("too_complex", f"JPEG {exc}; decoding it would pass over the whole picture once per scan")
 
 
 def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions) -> PreparedImage:
@@ -203,12 +227,13 @@ def _load(image: Image.Image, draft: tuple[int, int] | None) -> tuple[float, flo
     return drafted[1] if drafted else None
 
 
-def jpeg_primary_end(data: bytes) -> int:
+def jpeg_primary_end(data: bytes, max_scans: int = MAX_SCANS) -> int:
     """The length of the primary JPEG image in `data`: the offset just past its end-of-image marker.
 
     Walks the marker segments (length-delimited, so an EXIF thumbnail's own markers are skipped) and
     the entropy-coded data after each start-of-scan, like a decoder does; whatever follows is a trailer.
-    Raises ValueError, with a message that completes "JPEG ...", when there is no complete image.
+    Raises ValueError, with a message that completes "JPEG ...", when there is no complete image, and its
+    subclass TooManyScans as soon as the image has more than `max_scans` scans.
     """
     if data[:2] != b"\xff\xd8":
         raise ValueError("does not start with a start-of-image marker")
@@ -233,6 +258,8 @@ def jpeg_primary_end(data: bytes) -> int:
         pos = _segment_end(data, pos, marker)
         if marker == _SOS:
             scans += 1
+            if scans > max_scans:
+                raise TooManyScans(f"has more than {max_scans} scans (progressive images have about 10)")
             found = _SCAN_END.search(data, pos)
             if found is None:
                 raise ValueError("is truncated: no end-of-image marker after the scan data")

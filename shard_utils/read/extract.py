@@ -126,10 +126,25 @@ def extract(dataset: str | Manifest, out_dir: str, *, split: str | None = None, 
     m = dataset if isinstance(dataset, Manifest) else load(dataset)
     splits = _check_request(m, out_dir, split, label, limit)
     created = not os.path.exists(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    map_path = os.path.join(out_dir, MAP_NAME)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        count, renamed = _extract_into(m, out_dir, map_path, splits, label, limit, source_id)
+    except OSError as exc:
+        raise ExtractError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
+    if source_id is not None and count == 0:
+        os.remove(map_path)
+        if created:
+            os.rmdir(out_dir)
+        raise ExtractError(f"no record has source id {source_id!r} in split(s) {', '.join(splits)}")
+    return Extracted(out_dir, count, renamed, map_path)
+
+
+def _extract_into(m: Manifest, out_dir: str, map_path: str, splits: list[str], label: str | None,
+                  limit: int | None, source_id: str | None) -> tuple[int, int]:
+    """Write the matching records and the map; (records written, how many were renamed)."""
     layout = Layout()
     count = renamed = 0
-    map_path = os.path.join(out_dir, MAP_NAME)
     with open(map_path, "x", newline="", encoding="utf-8") as f:
         rows = csv.writer(f)
         rows.writerow(MAP_COLUMNS)
@@ -145,12 +160,7 @@ def extract(dataset: str | Manifest, out_dir: str, *, split: str | None = None, 
             renamed += bool(notes)
             if source_id is not None:
                 break
-    if source_id is not None and count == 0:
-        os.remove(map_path)
-        if created:
-            os.rmdir(out_dir)
-        raise ExtractError(f"no record has source id {source_id!r} in split(s) {', '.join(splits)}")
-    return Extracted(out_dir, count, renamed, map_path)
+    return count, renamed
 
 
 def _check_request(m: Manifest, out_dir: str, split: str | None, label: str | None,

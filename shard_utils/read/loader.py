@@ -11,7 +11,9 @@ real examples and 0 for padding, so TPU evaluation neither hangs nor miscounts; 
 repeats identically, so Keras can evaluate after every epoch.
 
 Every shard is read by its own TFRecordDataset and checked against the manifest's record
-count, so a damaged shard fails with an error that names it.
+count, so a damaged shard fails with an error that names it. Local shards are checked before
+TensorFlow opens them (regular files, every record header inside the file: TensorFlow's reader
+allocates whatever length a header gives).
 
 Only TensorFlow is needed (plus numpy and the manifest/schema modules); `gs://` paths
 are read through TensorFlow's own filesystem.
@@ -27,10 +29,12 @@ from typing import Any, Union
 
 import tensorflow as tf
 
+from shard_utils import storage
 from shard_utils.format import schema
-from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
-from shard_utils.format.manifest import Manifest, ManifestError
+from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, read_manifest_bytes
 from shard_utils.format.manifest import load as _load_manifest
+from shard_utils.format.tfrecord import FramingError, count_from_headers
+from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
 
 __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",
            "parse_spec", "steps_per_epoch"]
@@ -48,9 +52,12 @@ _MAX_CYCLE_LENGTH = 16
 
 
 def _gfile_read(path: str) -> bytes:
-    """Read a whole file through TensorFlow's filesystem (local paths and gs://)."""
+    """A manifest's bytes: through TensorFlow's filesystem on gs:// (no more than a manifest may hold, and one
+    byte), through the storage layer locally (which refuses a named pipe or a device)."""
+    if "://" not in path:
+        return read_manifest_bytes(path)
     with tf.io.gfile.GFile(path, "rb") as f:
-        return f.read()
+        return f.read(MAX_MANIFEST_BYTES + 1)
 
 
 def load_manifest(manifest: ManifestLike) -> Manifest:
@@ -163,6 +170,7 @@ def make_dataset(
     paths = m.shard_paths(split)
     if check_files:
         _check_shards_exist(paths)
+        _check_local_shards(m, split, _own_shards(len(paths), n, index))
     if training:
         ds = _training_records(m, split, paths, n, index, seed, batch_size, shuffle_buffer_size)
         if decoder.needs_seeds:
@@ -225,6 +233,34 @@ def _check_shards_exist(paths: list[str]) -> None:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ManifestError(f"{len(missing)} shard file(s) listed in the manifest are missing: {shown}. "
                             "Was the dataset copied completely? `tpu-shards verify` checks every shard.")
+
+
+def _own_shards(num_shards: int, n: int, index: int) -> list[int]:
+    """The shards pipeline `index` of n reads: every n-th from its own, or all when there are fewer than n."""
+    return list(range(index, num_shards, n)) if num_shards >= n else list(range(num_shards))
+
+
+def _check_local_shards(m: Manifest, split: str, which: Sequence[int]) -> None:
+    """Local shards (those at positions `which`) must be regular files of the manifest's size whose record
+    headers count the manifest's records, each inside the file; a ManifestError naming the first that is not.
+    TensorFlow would wait forever on a named pipe and allocate (and crash on) whatever length a header gives.
+    Reads 12 bytes per record."""
+    shards, paths = m.split(split).shards, m.shard_paths(split)
+    for shard, path in ((shards[i], paths[i]) for i in which):
+        if "://" in path:
+            continue
+        try:
+            with storage.open_read(path) as f:
+                size = f.seek(0, os.SEEK_END)
+                count = count_from_headers(f, size) if size == shard.num_bytes else None
+        except (storage.StorageError, FramingError) as exc:
+            raise ManifestError(f"shard {path} cannot be read safely: {storage.problem(exc)}. Run `tpu-shards verify "
+                                f"{m.location or '.'}`, then recopy or rebuild the dataset") from None
+        if (size, count) != (shard.num_bytes, shard.num_records):
+            found = f"{size} bytes" if count is None else f"{count} records"
+            expected = f"{shard.num_bytes} bytes" if count is None else f"{shard.num_records} records"
+            raise ManifestError(f"shard {path} holds {found}, the manifest says {expected}. Run `tpu-shards verify "
+                                f"{m.location or '.'}`, then recopy or rebuild the dataset")
 
 
 # ----------------------------------------------------------------------------- reading records

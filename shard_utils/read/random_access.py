@@ -98,7 +98,8 @@ def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES
     if (digest.size, digest.crc32c) != (entry.index.num_bytes, entry.index.crc32c):
         raise IndexFormatError(f"{entry.index.path}: size {digest.size} / crc32c {digest.crc32c} differ from the "
                                f"manifest's {entry.index.num_bytes} / {entry.index.crc32c}; the index is damaged")
-    return SplitIndex.from_places(read_places(io.BytesIO(data)), [s.num_records for s in entry.shards],
+    places = read_places(io.BytesIO(data), entry.index.num_rows)
+    return SplitIndex.from_places(places, [s.num_records for s in entry.shards],
                                   [s.num_bytes for s in entry.shards], max_record_bytes, entry.index.path)
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from typing import Iterator
 
-from shard_utils.format import schema
 from shard_utils import storage
+from shard_utils.format import schema
 from shard_utils.format.index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
-from shard_utils.format.manifest import Manifest, ManifestError, Shard, load
+from shard_utils.format.manifest import Manifest, ManifestError, Shard, load, report_entries
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -35,6 +36,49 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         for i, shard in enumerate(split.shards):
             problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
         problems.extend(index_problems)
+    return _links_outside(m) + problems + check_reports(m)
+
+
+def _links_outside(m: Manifest) -> list[str]:
+    """Files the manifest names that are symbolic links leading out of the dataset folder (local datasets): the
+    dataset would not be whole where it is copied, and its content is not where it seems to be."""
+    if storage.is_gcs(m.location):
+        return []
+    root = os.path.realpath(m.location)
+    named = [s.path for split in m.splits.values() for s in split.shards]
+    named += [split.index.path for split in m.splits.values() if split.index]
+    named += [part["path"] for part in (m.rejected, m.skipped) if part.get("path")]
+    problems = []
+    for rel in named:
+        target = os.path.realpath(os.path.join(root, rel))
+        if os.path.commonpath([root, target]) != root:
+            problems.append(f"{rel}: a symbolic link leading outside the dataset folder (to {target})")
+    return problems
+
+
+def check_reports(m: Manifest) -> list[str]:
+    """Problems with the rejected and skipped reports: each line an entry, and as many rejected files as the
+    manifest counts (the skipped report lists only media-like files, so its count is not compared)."""
+    problems = []
+    for what, part in (("rejected", m.rejected), ("skipped", m.skipped)):
+        if not part.get("path"):
+            continue
+        path = storage.join(m.location, part["path"])
+        try:
+            entries = report_entries(storage.read_bytes(path), part["path"])
+        except storage.NotFoundError:
+            if part.get("count"):
+                problems.append(f"{part['path']}: missing")
+            continue
+        except storage.StorageError as exc:
+            problems.append(f"{part['path']}: cannot read: {storage.problem(exc, path)}")
+            continue
+        except ManifestError as exc:
+            problems.append(str(exc))
+            continue
+        if what == "rejected" and len(entries) != part.get("count", 0):
+            problems.append(f"{part['path']}: {len(entries)} rejected files listed, the manifest says "
+                            f"{part.get('count', 0)}")
     return problems
 
 
@@ -115,6 +159,15 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
 def _jpeg_problems(encoded: bytes) -> Iterator[str]:
     from PIL import Image
 
+    from shard_utils.media.images import TooManyScans, jpeg_primary_end
+
+    try:
+        jpeg_primary_end(encoded)
+    except TooManyScans as exc:  # not decoded: that is the cost a reader would pay on every epoch
+        yield f"is too complex to decode: JPEG {exc}"
+        return
+    except ValueError:
+        pass  # the decoder says what is wrong
     try:
         with Image.open(io.BytesIO(encoded)) as image:
             if image.format != "JPEG":
@@ -180,7 +233,7 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
     rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep,
                       reader=reader)
     try:
-        for row in read_index(io.BytesIO(data)):
+        for row in read_index(io.BytesIO(data), max_rows=entry.num_rows):
             rows.check(row)
     except IndexFormatError as exc:
         rows.problem(f"{entry.path}: {exc}")

@@ -181,9 +181,12 @@ def top_level_dirs(root: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- reading
 
-def read_bytes(uri: str) -> bytes:
-    """The whole content of a (small) file."""
+def read_bytes(uri: str, limit: int | None = None) -> bytes:
+    """The whole content of a (small) file; with `limit`, at most its first `limit` bytes (so a file that
+    should be small costs no more than that, however large it is)."""
     with _failing("read", uri):
+        if limit is not None:
+            return _backend(uri).read_range(uri, 0, limit) if limit > 0 else b""
         return _backend(uri).read_bytes(uri)
 
 
@@ -207,6 +210,18 @@ def open_read(uri: str) -> IO[bytes]:
         return _Reader(_backend(uri).open_read(uri), uri)
 
 
+def read_in_chunks(read: Callable[[int], bytes], n: int) -> bytes:
+    """Up to n bytes, from calls read(k) of at most READ_CHUNK_SIZE bytes each: a size taken from a file's
+    content (a length header, a block size) then never allocates more than the file holds."""
+    if n <= READ_CHUNK_SIZE:
+        return read(n)
+    chunks = []
+    while n > 0 and (chunk := read(min(n, READ_CHUNK_SIZE))):
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
 class _Reader(io.BufferedIOBase):
     """A binary read stream whose failures are StorageErrors."""
 
@@ -215,8 +230,11 @@ class _Reader(io.BufferedIOBase):
         self._stream, self._uri = stream, uri
 
     def read(self, n: int | None = -1) -> bytes:
+        """Up to n bytes (all that is left for n < 0), a large n in chunks (see read_in_chunks)."""
         with _failing("read", self._uri):
-            return self._stream.read(-1 if n is None else n)
+            if n is None or n < 0:
+                return self._stream.read(-1)
+            return read_in_chunks(self._stream.read, n)
 
     read1 = read
 

@@ -138,28 +138,48 @@ def _symlink_entry(rel: str, path: str, real_root: str, follow: bool) -> storage
     return storage.Entry(rel, st.st_size)
 
 
+class NotRegularFile(OSError):
+    """A path to read is a named pipe, device or socket, which could block forever or never end."""
+
+
+def open_regular(path: str):
+    """A binary file open for reading, only if path is (or leads to) a regular file: it is opened without
+    blocking and checked before any byte is read, so a named pipe or a device is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file (a named pipe, device or socket); refused")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read()
 
 
 def read_range(path: str, start: int, length: int) -> bytes:
-    with open(path, "rb") as f:
+    """Up to `length` bytes from `start`; never more than the file holds there (no allocation on a bad length)."""
+    with open_regular(path) as f:
         f.seek(start)
-        return f.read(length)
+        return f.read(max(0, min(length, os.fstat(f.fileno()).st_size - start)))
 
 
 def open_read(path: str):
-    if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    return open(path, "rb")
+    return open_regular(path)
 
 
 def checksum(path: str) -> tuple[int, str] | None:
     import google_crc32c
 
     try:
-        f = open(path, "rb")
+        f = open_regular(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     crc, total = google_crc32c.Checksum(), 0
@@ -245,7 +265,7 @@ def _version(fd: int, data: bytes) -> str:
 
 def read_versioned(path: str) -> tuple[bytes, str] | None:
     try:
-        f = open(path, "rb")
+        f = open_regular(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     with f:  # files are only ever replaced, never changed in place: one open file is one version
@@ -293,9 +313,7 @@ def make_folder(path: str) -> None:
 
 
 def copy(src: str, dst: str) -> None:
-    if os.path.isdir(src):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), src)
-    with open(src, "rb") as reader:
+    with open_regular(src) as reader:
         temp = _TempFile(dst)
         try:
             shutil.copyfileobj(reader, temp.file, _BLOCK)

@@ -1,0 +1,53 @@
+"""Rules for names that become parts of paths: split names, and the parts of a file's path inside a dataset.
+
+One rule wherever a name comes from (--splits, a listing's split column, a manifest read back), so that a
+name the build accepts is one every reader accepts, and a manifest cannot steer a tool's writes elsewhere.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_NAME = 200  # characters in a split name or in one part of a path inside a dataset
+MAX_PATH = 1000  # characters in a path inside a dataset
+_SPLIT = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def shown(name: object, limit: int = 60) -> str:
+    """A name as a message quotes it: repr (control characters escaped), cut to about `limit` characters."""
+    text = repr(name)
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
+
+
+def split_name_problem(name: object) -> str | None:
+    """Why `name` cannot name a split (it becomes part of shard, index and folder names), or None."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if len(name) > MAX_NAME:
+        return f"is longer than {MAX_NAME} characters"
+    if not _SPLIT.fullmatch(name):
+        return "may use only ASCII letters, digits, '_' and '-'"
+    return None
+
+
+def path_part_problem(part: str) -> str | None:
+    """Why one '/'-separated part of a relative path cannot name a file or folder inside a dataset, or None."""
+    if part in ("", ".", ".."):
+        return f"has an empty, '.' or '..' part"
+    if len(part) > MAX_NAME:
+        return f"has a part longer than {MAX_NAME} characters"
+    if any(unicodedata.category(c)[0] == "C" for c in part):
+        return "holds a control or format character"
+    return None
+
+
+def gcs_name_problem(uri: str) -> str | None:
+    """Why a gs://bucket/name URI is not a plain path (an empty, '.' or '..' part: `gs://b//x`, `gs://b/a/../x`),
+    or None. Cloud Storage would take such names literally, never as the folder they look like."""
+    name = uri.partition("://")[2].partition("/")[2]
+    parts = name.split("/")
+    if parts and parts[-1] == "":
+        parts.pop()  # a folder's trailing '/'
+    if any(p in ("", ".", "..") for p in parts):
+        return "has an empty, '.' or '..' part; Cloud Storage would not read it as the folder it looks like"
+    return None

@@ -1,0 +1,304 @@
+"""Hostile datasets against the tools that read them (tests/hostile.py makes them): names that would steer writes
+out of a folder, special files in place of dataset files, sizes that would allocate without bound, and damage
+that `verify` must not call intact. Tools run in subprocesses with a time limit (and a memory limit where the
+attack is on memory), so a hang or a crash fails the test instead of the run."""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_images
+from hostile import build_valid, hostile_copy
+
+from shard_utils.format.manifest import ManifestError, load
+from shard_utils.read.verify import verify
+
+PY_LIMIT = 2 << 30  # address space of a tool without TensorFlow
+TF_LIMIT = 4 << 30  # TensorFlow reserves about 3 GB of address space as it starts
+READ_WITH = str(REPO / "tests" / "read_with.py")
+
+
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory) -> Path:
+    return build_valid(tmp_path_factory.mktemp("valid"))
+
+
+@pytest.fixture(scope="module")
+def new_images(tmp_path_factory) -> Path:
+    """Images an append would add to the valid dataset (a new label, so nothing is already in it)."""
+    root = tmp_path_factory.mktemp("new")
+    write_images(root, {"bird": 2}, size=(40, 30), seed=77)
+    return root
+
+
+def hostile(valid: Path, tmp_path: Path, corruption: str) -> Path:
+    return hostile_copy(valid, tmp_path / "ds", corruption, tmp_path / "outside")
+
+
+def tool_command(tool: str, ds: Path, tmp_path: Path, new_images: Path | None = None) -> list[str]:
+    cli = [sys.executable, "-m", "beam_jobs.cli"]
+    return {
+        "verify": cli + ["verify", str(ds)],
+        "extract": cli + ["extract", str(ds), str(tmp_path / "extracted")],
+        "inspect": cli + ["inspect", str(ds), "--report", str(tmp_path / "report")],
+        "reshard": cli + ["reshard", str(ds), str(tmp_path / "resharded"), "--num-cores", "1"],
+        "append": cli + ["build", "--append", "--input", str(new_images), "--output", str(ds), "--splits",
+                         "train=0.5,validation=0.5", "--num-cores", "1"],
+        "random_access": [sys.executable, READ_WITH, "random_access", str(ds)],
+        "loader": [sys.executable, READ_WITH, "loader", str(ds)],
+    }[tool]
+
+
+def run_limited(args: list[str], memory: int | None = None, timeout: int = 90) -> subprocess.CompletedProcess:
+    """Run a tool; a hang (past `timeout` seconds) fails the test, as does any exit by signal."""
+    def limit() -> None:
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO, preexec_fn=limit,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{args[2:4]} still running after {timeout}s: it hangs")
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}: {proc.stderr[-2000:]}"
+    return proc
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The tool's own lines on stderr (TensorFlow's start-up notes left out)."""
+    notes = ("I0000", "WARNING: All log messages")
+    return [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(notes)]
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str, codes=(1, 2)) -> str:
+    lines = error_lines(proc)
+    assert proc.returncode in codes and len(lines) == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "internal error" not in lines[0] and all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def snapshot(root: Path, skip: Path | None = None) -> dict[str, bytes | None]:
+    """Every path under root with its bytes (None for folders), `skip` and what is under it left out."""
+    return {str(p): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))
+            if skip is None or (p != skip and skip not in p.parents)}
+
+
+# ------------------------------------------------------------------ the manifest: names, sizes, counts
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("split_absolute", "split name"), ("split_climbing", "split name"), ("split_control", "split name"),
+    ("split_long", "longer than 200"),
+])
+def test_split_names_that_are_not_plain_tokens_are_refused_on_load_and_by_verify(valid, tmp_path, corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    with pytest.raises(ManifestError, match=says) as err:
+        load(str(ds))
+    assert "\n" not in str(err.value)
+    problems = verify(str(ds))
+    assert len(problems) == 1 and says in problems[0]
+
+
+@pytest.mark.parametrize("corruption", ["split_absolute", "split_climbing"])
+def test_reshard_of_a_split_named_to_escape_writes_nothing_outside(valid, tmp_path, corruption):
+    ds = hostile(valid, tmp_path, corruption)
+    dst = tmp_path / "a" / "b" / "dst"
+    dst.parent.mkdir(parents=True)
+    victims = [tmp_path / "outside" / "victim-00000-of-00001.tfrecord", tmp_path / "outside" / "victim.index.avro",
+               tmp_path / "a" / "victim-00000-of-00001.tfrecord", tmp_path / "a" / "victim.index.avro"]
+    for victim in victims:
+        victim.write_bytes(b"another dataset's file")
+    before = snapshot(tmp_path, skip=dst)
+    proc = run_limited([sys.executable, "-m", "beam_jobs.cli", "reshard", str(ds), str(dst), "--num-cores", "1"])
+    assert_one_line_error(proc, "split name")
+    assert snapshot(tmp_path, skip=dst) == before
+    assert all(v.read_bytes() == b"another dataset's file" for v in victims)
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("image_size_huge", "image_size must be null or [height, width], each in 1..65535"),
+    ("image_pixels_huge", "image_size 20000x20000 is more than 268435456 pixels"),
+    ("records_beyond_bytes", "20000000 records cannot fit in"),
+    ("feature_shape_huge", "holds up to 10000000000 values per record"),
+])
+def test_sizes_in_a_manifest_are_bounded_before_any_reader_allocates(valid, tmp_path, corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    with pytest.raises(ManifestError) as err:
+        load(str(ds))
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("shard_listed_twice", "as split 'train' shard 0 does; every file must be listed once"),
+    ("shard_shared_between_splits", "as split 'train' shard 0 does; every file must be listed once"),
+    ("class_counts_negative", "a count must be in 0..4"),
+    ("class_counts_impossible", "a count must be in 0..4"),
+])
+def test_verify_does_not_call_a_file_listed_twice_or_impossible_counts_intact(valid, tmp_path, corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    problems = verify(str(ds))
+    assert problems and any(says in p for p in problems), problems
+
+
+# ------------------------------------------------------------ special files, and sizes read from files
+
+
+READS = {  # the dataset files each tool reads (inspect says on its page what it cannot read, but for the manifest)
+    "verify": {"manifest", "shard", "index", "rejected"}, "extract": {"manifest", "shard"},
+    "inspect": {"manifest", "shard", "rejected"}, "reshard": {"manifest", "shard", "index", "rejected"},
+    "append": {"manifest", "index", "rejected"}, "random_access": {"manifest", "shard", "index"},
+    "loader": {"manifest", "shard"},
+}
+
+
+def readers_of(kinds: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(tool, kind) for tool in sorted(READS) for kind in kinds if kind in READS[tool]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, kind", readers_of(("manifest", "shard", "index", "rejected")))
+def test_a_named_pipe_in_place_of_a_dataset_file_is_refused_not_waited_on(valid, new_images, tmp_path, tool, kind):
+    ds = hostile(valid, tmp_path, f"{kind}_fifo")
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), timeout=60)
+    assert_refused(proc, tool, kind, tmp_path / "report" / "index.html")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, kind", readers_of(("manifest", "shard", "index")))
+def test_dev_zero_in_place_of_a_dataset_file_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool,
+                                                                              kind):
+    ds = hostile(valid, tmp_path, f"{kind}_dev_zero")
+    memory = TF_LIMIT if tool == "loader" else PY_LIMIT
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), memory=memory, timeout=60)
+    assert_refused(proc, tool, kind, tmp_path / "report" / "index.html")
+
+
+def assert_refused(proc: subprocess.CompletedProcess, tool: str, kind: str, page: Path) -> None:
+    """The tool refuses the file saying why: in one line (verify: among its findings; inspect: on its page, but
+    for the manifest)."""
+    if tool == "verify":
+        assert proc.returncode == 1 and "internal error" not in proc.stderr
+        assert "not a regular file" in proc.stderr, proc.stderr[-3000:]
+    elif tool == "inspect" and kind != "manifest":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "not a regular file" in page.read_text(encoding="utf-8")
+    else:
+        assert_one_line_error(proc, "not a regular file")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append", "random_access"])
+def test_an_index_block_declaring_20m_rows_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool):
+    ds = hostile(valid, tmp_path, "index_huge_block")
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), memory=PY_LIMIT, timeout=60)
+    if tool == "verify":
+        assert proc.returncode == 1 and "declares 20000000 rows" in proc.stderr, proc.stderr[-3000:]
+    else:
+        assert_one_line_error(proc, "declares 20000000 rows")
+
+
+@pytest.mark.slow
+def test_a_record_length_of_2_to_the_40_never_reaches_tensorflows_reader(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "record_length_2_40")
+    proc = run_limited(tool_command("loader", ds, tmp_path), memory=TF_LIMIT)
+    assert_one_line_error(proc, "ManifestError", "length 1099511627776 runs past the end of the file")
+
+
+# ---------------------------------------------------------------------------------------------- verify
+
+
+def test_verify_names_a_shard_linked_outside_the_folder_and_a_garbage_rejected_report(valid, tmp_path):
+    ds = hostile(valid, tmp_path / "link", "shard_link_outside")
+    assert [p for p in verify(str(ds)) if "symbolic link" in p] == [
+        f"train-00000-of-00002.tfrecord: a symbolic link leading outside the dataset folder (to "
+        f"{tmp_path / 'link' / 'outside' / 'copied.tfrecord'})"]
+    ds = hostile(valid, tmp_path / "garbage", "rejected_garbage")
+    assert verify(str(ds)) == ["rejected.jsonl line 1 is not a report entry (a JSON object with a source and a "
+                               "reason)"]
+
+
+def test_verify_names_a_rejected_report_that_lists_fewer_files_than_counted(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "rejected_garbage")
+    (ds / "rejected.jsonl").write_text("")
+    assert verify(str(ds)) == ["rejected.jsonl: 0 rejected files listed, the manifest says 1"]
+
+
+def test_verify_deep_names_a_stored_jpeg_with_too_many_scans_without_decoding_it(tmp_path):
+    from handmade import image_record, write_dataset
+    from hostile import scan_bomb_jpeg
+
+    records = [image_record(0, 0, "cat", "cat/bomb.jpg", scan_bomb_jpeg(150)), image_record(1, 0, "cat", "cat/ok.jpg")]
+    write_dataset(tmp_path / "ds", {"train": records}, ["cat"], shards_per_split=1)
+    assert verify(str(tmp_path / "ds")) == []
+    assert verify(str(tmp_path / "ds"), deep=True) == [
+        "train-00000-of-00001.tfrecord: record 0: image is too complex to decode: JPEG has more than 100 scans "
+        "(progressive images have about 10)"]
+
+
+# ------------------------------------------------------------------------------------- one-line errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, corruption, says", [
+    ("reshard", "rejected_garbage", "rejected.jsonl line 1 is not a report entry"),
+    ("append", "rejected_garbage", "rejected.jsonl line 1 is not a report entry"),
+    ("append", "index_not_avro", "not an Avro index file"),  # reshard already said so in one line
+])
+def test_reshard_and_append_on_a_damaged_report_or_index_are_one_line_errors(valid, new_images, tmp_path, tool,
+                                                                            corruption, says):
+    ds = hostile(valid, tmp_path, corruption)
+    before = (ds / "manifest.json").read_bytes()
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
+    assert_one_line_error(proc, says)
+    assert (ds / "manifest.json").read_bytes() == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+def in_read_only(folder: Path, args: list[str]) -> list[str]:
+    """The command run with folder read-only: by its mode, or for root (who writes anyway) as a read-only bind
+    mount in a mount namespace of its own; skips the test where neither can be had."""
+    folder.chmod(0o555)
+    if os.geteuid() != 0:
+        return args
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root without a way to make a folder read-only (unshare -m)")
+    return ["unshare", "-m", "sh", "-c", 'mount -o bind,ro "$0" "$0" && exec "$@"', str(folder), *args]
+
+
+def test_extract_into_a_read_only_folder_is_a_one_line_error(valid, tmp_path):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    out = read_only / "out"
+    command = [sys.executable, "-m", "beam_jobs.cli", "extract", str(valid), str(out)]
+    proc = run_limited(in_read_only(read_only, command))
+    assert_one_line_error(proc, f"cannot write into {out}")
+    assert list(read_only.iterdir()) == []
+
+
+def test_extract_under_a_file_is_a_one_line_error(valid, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    proc = run_limited([sys.executable, "-m", "beam_jobs.cli", "extract", str(valid), str(tmp_path / "a-file" / "out")])
+    assert_one_line_error(proc, "cannot write into")
+
+
+# ----------------------------------------------------------------------------------------- gs:// paths
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["verify", "gs://b/a/../ds"], 1),
+    (["extract", "gs://b//ds", "out"], 1),
+    (["build", "--input", "gs://b/a/../images", "--output", "out"], 2),
+    (["build", "--input", "in", "--output", "gs://b//out"], 2),
+    (["build", "--listing", "gs://b/./list.csv", "--output", "out"], 2),
+    (["reshard", "src", "gs://b/x/../dst"], 2),
+])
+def test_gcs_paths_with_empty_or_dot_parts_are_one_line_errors(argv, code, capsys, tmp_path, monkeypatch):
+    from beam_jobs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "has an empty, '.' or '..' part" in lines[0], lines
