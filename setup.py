@@ -18,6 +18,7 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8")
     if Path(__file__).with_name("README.md").exists() else "",
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "shard_utils", "shard_utils.*"]),
     install_requires=[
