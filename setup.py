@@ -51,7 +51,10 @@ setup(
             "grain>=0.2.18",  # random access is tested against the real Grain and TFDS
             "tensorflow-datasets>=4.9.10,<4.10",
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip
+            "mkdocs>=1.6",  # tests/test_docs.py builds the docs site with warnings as errors
+            "mkdocstrings[python]>=1.0",
         ],
+        "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=1.0"],  # mkdocs serve / mkdocs build (mkdocs.yml)
     },
     entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:console"]},
 )
