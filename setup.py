@@ -18,6 +18,7 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8")
     if Path(__file__).with_name("README.md").exists() else "",
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "shard_utils", "shard_utils.*"]),
     install_requires=[
@@ -50,7 +51,10 @@ setup(
             "grain>=0.2.18",  # random access is tested against the real Grain and TFDS
             "tensorflow-datasets>=4.9.10,<4.10",
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip
+            "mkdocs>=1.6",  # tests/test_docs.py builds the docs site with warnings as errors
+            "mkdocstrings[python]>=1.0",
         ],
+        "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=1.0"],  # mkdocs serve / mkdocs build (mkdocs.yml)
     },
     entry_points={"console_scripts": ["tpu-shards=beam_jobs.cli:console"]},
 )

@@ -38,8 +38,8 @@ def checkout(rev: str, work: Path) -> Path:
     return tree
 
 
-def timed_build(tree: Path, source: Path, out: Path, workers: int, flags: tuple[str, ...]) -> float:
-    """Seconds of one build by the tree's own code (its job_child times build_shards.run)."""
+def timed_build(tree: Path, source: Path, out: Path, workers: int, flags: tuple[str, ...]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the build and its worker processes) of one build by the tree's own code."""
     result = out.with_suffix(".json")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "benchmarks")]),
            "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
@@ -49,7 +49,8 @@ def timed_build(tree: Path, source: Path, out: Path, workers: int, flags: tuple[
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"build by {tree} failed: {done.stdout[-1500:]}{done.stderr[-1500:]}")
-    return json.loads(result.read_text())["seconds"]
+    found = json.loads(result.read_text())
+    return found["seconds"], found["cpu_seconds"]
 
 
 def main() -> None:
@@ -65,6 +66,7 @@ def main() -> None:
     work = Path(args.work)
     trees = {"this checkout": REPO, args.rev: checkout(args.rev, work)}
     best: dict[tuple[str, str, int], float] = {}
+    cpu: dict[tuple[str, str, int], float] = {}
     for round_ in range(args.rounds):
         for path in args.paths.split(","):
             kind, flags, _ = JOB_PATHS[path]
@@ -72,19 +74,25 @@ def main() -> None:
                 source = data.input_folder(work, kind, count, args.workers)
                 order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
                 for name, tree in order:
-                    seconds = timed_build(tree, source, work / "out" / f"{path}-{count}", args.workers, flags)
+                    seconds, cpu_seconds = timed_build(tree, source, work / "out" / f"{path}-{count}", args.workers,
+                                                       flags)
                     key = (name, path, count)
                     best[key] = min(best.get(key, float("inf")), seconds)
+                    cpu[key] = min(cpu.get(key, float("inf")), cpu_seconds)
                     print(f"round {round_ + 1} {path:<9} {count:>6} images  {name:<14} {seconds:6.2f} s",
                           file=sys.stderr, flush=True)
     print(f"\nsteady local throughput, {args.workers} workers, best of {args.rounds} rounds "
           f"({args.count} images, fixed cost from {args.tiny}): images/s")
-    print(f"{'path':<10} {'this checkout':>14} {args.rev:>14} {'ratio':>7}")
+    print(f"{'path':<10} {'this checkout':>14} {args.rev:>14} {'ratio':>7}   images per CPU-second (all processes, "
+          f"{args.count} images): this checkout, {args.rev}")
     for path in args.paths.split(","):
         rates = {name: (args.count - args.tiny) / (best[name, path, args.count] - best[name, path, args.tiny])
                  for name in trees}
+        per_cpu = {name: args.count / cpu[name, path, args.count] for name in trees}
         print(f"{path:<10} {rates['this checkout']:>14.0f} {rates[args.rev]:>14.0f} "
-              f"{rates['this checkout'] / rates[args.rev]:>7.2f}")
+              f"{rates['this checkout'] / rates[args.rev]:>7.2f}   {per_cpu['this checkout']:.0f}, {per_cpu[args.rev]:.0f}")
+    fixed = {name: min(best[name, p, args.tiny] for p in args.paths.split(",")) for name in trees}
+    print("fixed cost (the fastest build of --tiny images): " + ", ".join(f"{n} {s:.2f} s" for n, s in fixed.items()))
 
 
 if __name__ == "__main__":
