@@ -14,8 +14,8 @@ from shard_utils.extras import MissingExtra
 from shard_utils.format.manifest import ManifestError
 from shard_utils.inputs.listing_files import ListingError
 from shard_utils.media.reads import TransientReadError
-from shard_utils.sharding.plan import PlanError
 from shard_utils.storage import StorageError
+from shard_utils.errors import PlanError
 
 
 class UsageError(ValueError):

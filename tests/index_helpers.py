@@ -20,8 +20,8 @@ from shard_utils.format import index, manifest as manifest_mod, schema
 from shard_utils import storage
 from shard_utils.media.encode import RecordMeta
 from shard_utils.format.manifest import Manifest, Shard, Split
-from shard_utils.sharding.plan import shard_name
 from shard_utils.format.tfrecord import frame, iter_records
+from shard_utils.format.layout import shard_name
 
 
 def framed_records(path: Path) -> list[tuple[int, int, bytes]]:

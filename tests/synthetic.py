@@ -18,8 +18,8 @@ from PIL import Image
 from shard_utils.format import manifest as manifest_lib
 from shard_utils.format import schema
 from shard_utils import storage
-from shard_utils.sharding.plan import shard_name
 from shard_utils.format.tfrecord import frame
+from shard_utils.format.layout import shard_name
 
 
 def jpeg(seed: int, size: tuple[int, int] = (16, 12), quality: int = 95) -> bytes:

@@ -10,13 +10,15 @@ from readers import all_records, by_source, dataset_files, records, rejected, sh
 from shard_utils.sharding import plan
 from shard_utils.format import schema
 from shard_utils.format.manifest import load
+from shard_utils.format.layout import shard_name
+from shard_utils.format.order import choose_split, sort_key
 
 
 def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
     out = tmp_path / "out"
     m = run_job(images, out)
     shards = m.splits["train"].shards
-    assert [s.path for s in shards] == [plan.shard_name("train", i, 8) for i in range(8)]
+    assert [s.path for s in shards] == [shard_name("train", i, 8) for i in range(8)]
     counts = [len(records(out / s.path)) for s in shards]
     assert counts == [s.num_records for s in shards] == plan.shard_sizes(36, 8)
     assert max(counts) - min(counts) <= 1 and min(counts) > 0
@@ -166,7 +168,7 @@ def test_overwrite_replaces_the_whole_dataset(images, tmp_path):
     assert len(list(out.glob("train-*-of-00016.tfrecord"))) == 16
     run_job(images, out, "--overwrite")
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([plan.shard_name("train", i, 8) for i in range(8)] + dataset_files())
+    assert names == sorted([shard_name("train", i, 8) for i in range(8)] + dataset_files())
 
 
 def test_summary_is_printed(images, tmp_path, capsys):
@@ -195,7 +197,7 @@ def test_every_hash_bucket_size_gives_the_same_bytes_on_one_and_two_workers(tmp_
     for split in ("train", "validation"):
         sizes = [s.num_records for s in m.splits[split].shards]
         assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
-        order = [plan.sort_key(0, r[schema.SOURCE_ID].decode()) for r in all_records(one, split)]
+        order = [sort_key(0, r[schema.SOURCE_ID].decode()) for r in all_records(one, split)]
         assert order == sorted(order)  # shards hold contiguous runs of the seeded order
 
 
@@ -208,7 +210,7 @@ def test_label_offset_is_stored_and_recorded(images, tmp_path):
 
 def test_tfrec_extension_for_kaggle_notebooks(images, tmp_path):
     m = run_job(images, tmp_path / "out", "--shard-extension", "tfrec")
-    assert [s.path for s in m.splits["train"].shards] == [plan.shard_name("train", i, 8, "tfrec") for i in range(8)]
+    assert [s.path for s in m.splits["train"].shards] == [shard_name("train", i, 8, "tfrec") for i in range(8)]
     assert len(list((tmp_path / "out").glob("*.tfrec"))) == 8
     from shard_utils.read.verify import verify
 
@@ -262,7 +264,7 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
     write_images(src, {"a": 12, "b": 12})
     halves = [("train", 0.5), ("validation", 0.5)]
     copy = next(f"a/copy{i}.jpg" for i in range(100)
-                if plan.choose_split(halves, 0, f"a/copy{i}.jpg") != plan.choose_split(halves, 0, "b/img0003.jpg"))
+                if choose_split(halves, 0, f"a/copy{i}.jpg") != choose_split(halves, 0, "b/img0003.jpg"))
     (src / copy).write_bytes((src / "b" / "img0003.jpg").read_bytes())
     (src / "a" / "zz_again.jpg").write_bytes((src / "a" / "img0001.jpg").read_bytes())
     out = tmp_path / "out"
@@ -274,7 +276,7 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
     written = set(by_source(out, "train")) | set(by_source(out, "validation"))
     assert len(written) == 24 and copy in written and "b/img0003.jpg" not in written
     assert m.duplicates["count"] == 2 and m.files_seen == 26
-    crossing = 1 + (plan.choose_split(halves, 0, "a/zz_again.jpg") != plan.choose_split(halves, 0, "a/img0001.jpg"))
+    crossing = 1 + (choose_split(halves, 0, "a/zz_again.jpg") != choose_split(halves, 0, "a/img0001.jpg"))
     assert m.duplicates["cross_split"] == {"train|validation": crossing}
     assert f"{crossing} duplicate files were in two splits (train/validation {crossing})" in capsys.readouterr().out
     for split in m.splits.values():

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shard_utils.sharding import fragments, plan
 from shard_utils.media.encode import Encoded, RecordMeta
+from shard_utils.errors import InternalError
 
 
 def record(split: str, key: int, name: str, size: int) -> Encoded:
@@ -75,7 +76,7 @@ def test_fragment_info_carries_counts_not_records(tmp_path):
 def test_a_slice_whose_metadata_disagrees_with_its_bytes_is_an_internal_error(tmp_path):
     info = fragments.write_fragment(str(tmp_path), "f", [record("train", k, str(k), 5) for k in range(3)])
     piece = fragments.Slice(info.path, 0, 14, info.meta_range(0, 3))
-    with pytest.raises(plan.InternalError, match="does not add up"):
+    with pytest.raises(InternalError, match="does not add up"):
         list(fragments.read_slice(piece, 4))
 
 

@@ -10,6 +10,7 @@ from beam_jobs.jobs import options
 from beam_jobs.cli import main
 from beam_jobs.jobs.config import RejectLimit
 from beam_jobs.errors import UsageError
+from shard_utils.errors import InternalError
 
 
 def one_line_error(capsys, argv, *fragments, code=2):
@@ -107,7 +108,6 @@ def test_workers_on_dataflow_is_refused():
 
 def test_internal_consistency_failures_are_not_reported_as_bad_input(capsys):
     from beam_jobs.errors import guarded
-    from shard_utils.sharding.plan import InternalError
 
     def broken(argv):
         raise InternalError("shard 3 of split 'train' got 5 records, planned 6")

@@ -3,6 +3,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from shard_utils.sharding import plan
+from shard_utils.errors import PlanError
+from shard_utils.format.order import choose_split
 
 
 @given(st.integers(1, 10**7), st.integers(1, 512))
@@ -16,7 +18,7 @@ def test_shard_sizes_differ_by_at_most_one_and_sum(n, count):
 def test_num_shards_is_a_multiple_of_cores_and_never_empty(n, size, cores, hosts, target):
     unit = cores * hosts
     if n < unit:
-        with pytest.raises(plan.PlanError, match="cannot fill"):
+        with pytest.raises(PlanError, match="cannot fill"):
             plan.num_shards(n, size, num_cores=cores, num_hosts=hosts, target_shard_bytes=target)
         return
     count = plan.num_shards(n, size, num_cores=cores, num_hosts=hosts, target_shard_bytes=target)
@@ -31,9 +33,9 @@ def test_num_shards_follows_target_size():
 
 def test_forced_shards_checked():
     assert plan.num_shards(100, 1, forced=16) == 16
-    with pytest.raises(plan.PlanError, match="multiple"):
+    with pytest.raises(PlanError, match="multiple"):
         plan.num_shards(100, 1, forced=12)
-    with pytest.raises(plan.PlanError, match="empty"):
+    with pytest.raises(PlanError, match="empty"):
         plan.num_shards(10, 1, forced=16)
 
 
@@ -90,7 +92,7 @@ def test_bucket_bits_do_not_change_the_assignment():
 
 
 def test_a_rank_beyond_the_counts_is_an_error():
-    with pytest.raises(plan.PlanError):
+    with pytest.raises(PlanError):
         plan.locate_rank(10, {0: 4, 3: 5})
     assert plan.locate_rank(4, {0: 4, 3: 5}) == (3, 0)
 
@@ -99,9 +101,9 @@ def test_plans_need_every_named_split_and_some_records():
     t = plan.SplitTotals()
     for k in range(16):
         t.add(k << 40, 10, 16)
-    with pytest.raises(plan.PlanError, match="0 records"):
+    with pytest.raises(PlanError, match="0 records"):
         plan.plan_splits({}, expected_splits=["train"], num_cores=8, num_hosts=1, target_shard_bytes=100)
-    with pytest.raises(plan.PlanError, match="'validation' received no records"):
+    with pytest.raises(PlanError, match="'validation' received no records"):
         plan.plan_splits({"train": t}, expected_splits=["train", "validation"], num_cores=8, num_hosts=1,
                          target_shard_bytes=100)
     plans = plan.plan_splits({"train": t}, expected_splits=["train"], num_cores=8, num_hosts=1,
@@ -112,7 +114,7 @@ def test_plans_need_every_named_split_and_some_records():
 def test_split_assignment_is_seeded_and_proportional():
     names = [f"x/{i}.jpg" for i in range(20000)]
     fractions = [("train", 0.9), ("validation", 0.1)]
-    picks = [plan.choose_split(fractions, 0, k) for k in names]
+    picks = [choose_split(fractions, 0, k) for k in names]
     assert abs(picks.count("validation") / len(picks) - 0.1) < 0.01
-    assert picks == [plan.choose_split(fractions, 0, k) for k in names]
-    assert picks != [plan.choose_split(fractions, 1, k) for k in names]
+    assert picks == [choose_split(fractions, 0, k) for k in names]
+    assert picks != [choose_split(fractions, 1, k) for k in names]

@@ -70,7 +70,7 @@ def test_bars_on_a_terminal(size):
     assert "shown True" in out
     assert "[('encode', (30, 30)), ('list', (30, None)), ('write', (30, 30))]" in out
     for phase, unit in (("listing", "files"), ("encoding", "images"), ("writing", "records")):
-        assert phase in err and f"30/30 [" in err and f" {unit}/s" in err
+        assert phase in err and "30/30 [" in err and f" {unit}/s" in err
     assert "100%" in err  # totals known: percentage, rate and ETA
 
 

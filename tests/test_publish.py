@@ -14,9 +14,10 @@ from shard_utils.sharding import plan
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.format.manifest import load
-from shard_utils.sharding.plan import InternalError
 from shard_utils.format.tfrecord import frame
 from shard_utils.read.verify import verify
+from shard_utils.errors import InternalError, PlanError
+from shard_utils.format.layout import shard_name
 
 
 def make_run(tmp_path, n_shards=2, records=(3, 2)):
@@ -28,7 +29,7 @@ def make_run(tmp_path, n_shards=2, records=(3, 2)):
     runlock.acquire(str(out), "r1", config.created)
     results, total = [], 0
     for i in range(n_shards):
-        name = plan.shard_name("train", i, n_shards)
+        name = shard_name("train", i, n_shards)
         framed = [frame(f"record {i}.{j}".encode()) for j in range(records[i])]
         data = b"".join(framed)
         temp = storage.join(run.temp_dir, "shards", name)
@@ -103,7 +104,7 @@ def test_too_many_rejects_fail_with_reasons_and_reports(tmp_path):
     from beam_jobs.jobs.config import RejectLimit
 
     strict = replace(config, max_rejected=RejectLimit(count=0))
-    with pytest.raises(plan.PlanError) as err:
+    with pytest.raises(PlanError) as err:
         finish(strict, run, results, plans, tally, rejected)
     message = str(err.value)
     assert "1 of 6 files were rejected, more than --max-rejected 0" in message
@@ -117,7 +118,7 @@ def test_a_planning_failure_names_the_top_reasons(tmp_path):
     config, run, results, plans, tally, _ = make_run(tmp_path)
     rejected = [{"source": f"img{i:03d}.jpg", "reason": "no_label", "message": "file sits directly in the input folder"}
                 for i in range(96)] + [{"source": "x/l.jpg", "reason": "symlink", "message": "dangling"}]
-    with pytest.raises(plan.PlanError) as err:
+    with pytest.raises(PlanError) as err:
         publish.finish([], config, plans=[], failure=["no input file could be used (0 records)"], rejected=rejected,
                        skipped_files=[], tally=publish.Tally(seen=97), labels=[], run=run)
     assert str(err.value).startswith("no input file could be used (0 records); rejected: 96 no_label (e.g. "

@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 from shard_utils.sharding import plan
 from shard_utils.sharding import layout as lay
 from shard_utils.sharding.shards import RunCount, plan_split_shards
+from shard_utils.errors import InternalError, PlanError
+from shard_utils.format.order import sort_key
 
 
 def keys_of(n: int, seed: int = 0) -> list[tuple[int, str]]:
-    return [(plan.sort_key(seed, f"img{i}.jpg"), f"img{i}.jpg") for i in range(n)]
+    return [(sort_key(seed, f"img{i}.jpg"), f"img{i}.jpg") for i in range(n)]
 
 
 def totals_of(keys, bits: int, sizes=None) -> lay.ListingTotals:
@@ -98,7 +100,7 @@ def test_every_usable_record_lands_once_and_shards_are_balanced(data):
               for r, n in enumerate(per_run)]
     layout = lay.SplitLayout("train", listed, 0, shards, runs)
     if sum(c.records for c in counts) < unit:
-        with pytest.raises(plan.PlanError, match="cannot fill"):
+        with pytest.raises(PlanError, match="cannot fill"):
             plan_split_shards(layout, counts, num_cores=unit, num_hosts=1)
         return
     out = plan_split_shards(layout, counts, num_cores=unit, num_hosts=1)
@@ -138,9 +140,9 @@ def test_too_many_rejects_lower_the_shard_count_or_fail_in_one_line():
     assert out.num_shards == 16
     counts = [RunCount(r, 1) for r in range(15)]  # 15 records: one shard per core is 8
     assert plan_split_shards(layout, counts, num_cores=8, num_hosts=1).num_shards == 8
-    with pytest.raises(plan.PlanError, match="7 records cannot fill 8 shards"):
+    with pytest.raises(PlanError, match="7 records cannot fill 8 shards"):
         plan_split_shards(layout, [RunCount(r, int(r < 7)) for r in range(15)], num_cores=8, num_hosts=1)
-    with pytest.raises(plan.PlanError, match="--num-shards 16 is more than its 15 records"):
+    with pytest.raises(PlanError, match="--num-shards 16 is more than its 15 records"):
         plan_split_shards(layout, counts, num_cores=8, num_hosts=1, forced=16)
 
 
@@ -155,6 +157,6 @@ def test_a_dropped_record_inside_a_prefix_makes_that_shard_a_copy():
 
 
 def test_missing_runs_are_an_internal_error():
-    with pytest.raises(plan.InternalError, match="expected runs 0..2"):
+    with pytest.raises(InternalError, match="expected runs 0..2"):
         plan_split_shards(lay.SplitLayout("train", 30, 0, 3, 3), [RunCount(0, 10), RunCount(2, 10)],
                           num_cores=1, num_hosts=1)

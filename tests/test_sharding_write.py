@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from conftest import write_images
 
-from shard_utils.sharding import plan
 from shard_utils.media.encode import EncodeSettings
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding import layout as lay
 from shard_utils.sharding.encode_run import RunTask, encode_run, item_order
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask, write_shard
+from shard_utils.format.layout import shard_name
 
 
 def encoded_runs(tmp_path: Path, folder: str, *, shards: int, bits: int = 16):
@@ -39,7 +39,7 @@ def encoded_runs(tmp_path: Path, folder: str, *, shards: int, bits: int = 16):
             for r in range(layout.num_runs)}
     planned = plan_split_shards(layout, [RunCount(r, f.count) for r, f in runs.items()], num_cores=2, num_hosts=1,
                                 forced=shards)
-    tasks = [ShardTask(s, plan.shard_name("train", s.shard, s.num_shards), s.shard, {p.run: runs[p.run] for p in
+    tasks = [ShardTask(s, shard_name("train", s.shard, s.num_shards), s.shard, {p.run: runs[p.run] for p in
                                                                                    s.pieces}) for s in planned.shards]
     return tasks
 

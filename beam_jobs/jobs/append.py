@@ -25,7 +25,8 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from shard_utils.format import index, manifest
 from shard_utils import inputs, storage
 from shard_utils.storage import lock as runlock
-from shard_utils.format.generations import generation_split, next_generation
+from shard_utils.format.generations import next_generation
+from shard_utils.format.layout import generation_split
 
 from beam_jobs.jobs import options
 from beam_jobs import progress, publish

@@ -25,6 +25,7 @@ from beam_jobs.pipeline import listing_sources as listing_io
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RejectLimit
 from beam_jobs.errors import OneLineParser, UsageError, unknown_option
+from shard_utils.format.layout import SHARD_EXTENSIONS
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
@@ -63,7 +64,7 @@ def parser() -> OneLineParser:
     ap.add_argument("--label-offset", type=int, default=0,
                     help="store label id + N (e.g. 1 for readers with 1-based labels, such as the tensorflow/tpu "
                          "ResNet parser); recorded in the manifest, and the loader subtracts it back")
-    ap.add_argument("--shard-extension", choices=plan.SHARD_EXTENSIONS, default="tfrecord",
+    ap.add_argument("--shard-extension", choices=SHARD_EXTENSIONS, default="tfrecord",
                     help="shard file extension: tfrecord (default) or tfrec (what Kaggle's TPU notebooks glob)")
     ap.add_argument("--workers", type=int,
                     help="local builds: processes that encode images (default: every core this process may use). "

@@ -49,6 +49,8 @@ from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
+from shard_utils.errors import PlanError
+from shard_utils.format.layout import SHARD_PATTERN
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -244,10 +246,10 @@ def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], dama
     if damaged:
         problems = sorted(set(damaged))
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise plan.PlanError(f"source {source.location} is damaged: {problems[0]}{more}; nothing was written "
+        raise PlanError(f"source {source.location} is damaged: {problems[0]}{more}; nothing was written "
                              f"(tpu-shards verify {source.location} --deep lists every problem)")
     if failure:
-        raise plan.PlanError(f"{failure[0]}; nothing was written")
+        raise PlanError(f"{failure[0]}; nothing was written")
     new_options = (("num_cores", config.num_cores), ("num_hosts", config.num_hosts),
                    ("target_shard_mb", config.target_shard_mb), ("num_shards", config.num_shards),
                    ("seed", config.seed))
@@ -333,7 +335,7 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         raise UsageError("--target-shard-mb must be more than 0 and at most 100000")
     if not 0 <= args.hash_bucket_bits <= 20 or not 0 < args.fragment_mb <= 4096:
         raise UsageError("--hash-bucket-bits must be in 0..20 and --fragment-mb in (0, 4096]")
-    first = re.match(plan.SHARD_PATTERN, posixpath.basename(next(iter(source.splits.values())).shards[0].path))
+    first = re.match(SHARD_PATTERN, posixpath.basename(next(iter(source.splits.values())).shards[0].path))
     return BuildConfig(
         input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple((name, 1.0) for name in source.splits), num_cores=cores, num_hosts=hosts,

@@ -15,13 +15,13 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from shard_utils.format import manifest
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
-from shard_utils.sharding.plan import PlanError
 
 from beam_jobs.jobs import options
 from beam_jobs import progress, publish
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
 from beam_jobs.local.pool import LocalPool
+from shard_utils.errors import PlanError
 
 
 def guard_interrupts(config: BuildConfig, local: bool):

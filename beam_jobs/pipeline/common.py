@@ -2,6 +2,7 @@
 element inline or in the local build's worker processes."""
 from __future__ import annotations
 
+import random
 from typing import Any, Callable, Iterable, Iterator
 
 import apache_beam as beam
@@ -33,6 +34,37 @@ def collected(pcoll, label: str):
 
 def _same(value):
     return value
+
+
+class WithSingleton(beam.PTransform):
+    """Each element of the input paired with the one element of `singleton` (none when it is empty), by a join
+    on keys instead of a side input: the pairs exist only once both are complete, on every runner. (Beam
+    2.77's in-process runner has run a step before a side input derived from its own input was complete.)
+    The input is spread over `fanout` keys, so the pairs are made in parallel."""
+
+    def __init__(self, singleton, fanout: int = 16):
+        super().__init__()
+        self.singleton, self.fanout = singleton, fanout
+
+    def expand(self, pcoll):
+        fanout = self.fanout
+        keyed = pcoll | "Spread" >> beam.Map(lambda x: (random.randrange(fanout), x))
+        copies = self.singleton | "Copies" >> beam.FlatMap(lambda one: ((k, one) for k in range(fanout)))
+        return ({"x": keyed, "one": copies}
+                | "Join" >> beam.CoGroupByKey()
+                | "Pairs" >> beam.FlatMap(lambda kv: ((x, one) for one in kv[1]["one"] for x in kv[1]["x"])))
+
+
+class Joined(beam.PTransform):
+    """A dict of PCollections as one element: {name: [every value of that PCollection]}, made once all of them
+    are complete (a join on one key, where side inputs would do: see WithSingleton). For small PCollections."""
+
+    def expand(self, pcolls: dict):
+        keyed = {name: pcoll | f"Key{name.title().replace('_', '')}" >> beam.Map(lambda x: (None, x))
+                 for name, pcoll in pcolls.items()}
+        return (keyed
+                | "Join" >> beam.CoGroupByKey()
+                | "Lists" >> beam.MapTuple(lambda _, found: {name: list(values) for name, values in found.items()}))
 
 
 def windowed(values: Iterable) -> Iterator:

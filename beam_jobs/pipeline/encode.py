@@ -19,7 +19,7 @@ from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import PooledDoFn, count, rejected
+from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
 
 __all__ = ["EncodeRuns"]
@@ -37,7 +37,8 @@ class EncodeRuns(beam.PTransform):
 
     def expand(self, keyed):
         return (keyed
-                | "Assign" >> beam.FlatMap(assign_runs, beam.pvalue.AsList(self.layouts))
+                | "WithLayouts" >> WithSingleton(self.layouts)
+                | "Assign" >> beam.FlatMapTuple(lambda chunk, layouts: assign_runs(chunk, [layouts]))
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),

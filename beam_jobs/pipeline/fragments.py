@@ -18,7 +18,9 @@ from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import PooledDoFn, collected, count
+from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, collected, count
+from shard_utils.errors import PlanError
+from shard_utils.format.layout import shard_name
 
 __all__ = ["PlanFragmentShards", "WriteFragmentShards"]
 
@@ -37,10 +39,14 @@ class PlanFragmentShards(beam.PTransform):
                   | "Plan" >> beam.FlatMap(plan_or_failure, self.config).with_outputs("failure", main="drafts"))
         planned = collected(drafts.drafts, "Drafts")
         keys = (frags
-                | "BoundaryKeys" >> beam.FlatMap(boundary_keys, beam.pvalue.AsList(planned))
+                | "WithPlan" >> WithSingleton(planned)
+                | "BoundaryKeys" >> beam.FlatMap(lambda pair: boundary_keys(pair[0], [pair[1]]))
                 | "GroupBucket" >> beam.GroupByKey()
                 | "SortBucket" >> beam.MapTuple(lambda where, keys: (where, sorted(tuple(k) for k in keys))))
-        plans = planned | "Boundaries" >> beam.Map(with_boundaries, beam.pvalue.AsDict(keys))
+        plans = ({"plan": planned | "KeyPlan" >> beam.Map(lambda p: (None, p)),
+                  "keys": keys | "KeyKeys" >> beam.Map(lambda k: (None, k))}
+                 | "PlanAndKeys" >> beam.CoGroupByKey()
+                 | "Boundaries" >> beam.FlatMap(lambda kv: (with_boundaries(p, dict(kv[1]["keys"])) for p in kv[1]["plan"])))
         return {"plans": plans, "failure": drafts.failure}
 
 
@@ -79,7 +85,7 @@ def plan_or_failure(totals: dict, config: BuildConfig):
             totals, expected_splits=[], num_cores=config.num_cores, num_hosts=config.num_hosts,
             target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards,
             bucket_bits=config.bucket_bits)
-    except plan.PlanError as exc:
+    except PlanError as exc:
         yield beam.pvalue.TaggedOutput("failure", str(exc))
 
 
@@ -111,7 +117,8 @@ class WriteFragmentShards(beam.PTransform):
 
     def expand(self, frags):
         return (frags
-                | "Slice" >> beam.FlatMap(shard_slices, beam.pvalue.AsList(self.plans))  # ((split, i), Slice)
+                | "WithPlans" >> WithSingleton(self.plans)
+                | "Slice" >> beam.FlatMap(lambda pair: shard_slices(pair[0], [pair[1]]))  # ((split, i), Slice)
                 | "GroupShard" >> beam.GroupByKey()
                 | "Write" >> beam.ParDo(_WriteFn(self.config), beam.pvalue.AsList(self.plans),
                                         beam.pvalue.AsSingleton(self.run)))
@@ -130,7 +137,7 @@ class _WriteFn(PooledDoFn):
     def call(self, grouped, plans: list[dict], run: RunInfo):
         (split, shard), pieces = grouped
         split_plan = plans[0][split]
-        name = plan.shard_name(split, shard, split_plan.num_shards, self.config.shard_extension)
+        name = shard_name(split, shard, split_plan.num_shards, self.config.shard_extension)
         task = FragmentShardTask(split, shard, tuple(pieces), split_plan, name)
         return write_fragment_shard, (task, run.temp_dir, self.config.listing.extras), {}, None
 

@@ -22,7 +22,9 @@ from shard_utils.sharding.encode_run import item_order, read_items
 from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
 from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.pipeline.common import collected, count
+from beam_jobs.pipeline.common import Joined, WithSingleton, collected, count
+from shard_utils.errors import PlanError
+from shard_utils.format.order import choose_split
 
 __all__ = ["PlanLayout", "key_chunk"]
 
@@ -47,21 +49,26 @@ class PlanLayout(beam.PTransform):
         sample = (keyed
                   | "First" >> beam.CombineGlobally(SmallestFn(SAMPLE_SIZE))
                   | "EncodeSample" >> beam.Map(sample_sizes, cfg))
-        planned = totals | "Plan" >> beam.FlatMap(layouts_or_failure, beam.pvalue.AsSingleton(sample), cfg).with_outputs(
-            "failure", main="drafts")
+        planned = ({"totals": totals, "sample": sample}
+                   | "CountsAndSample" >> Joined()
+                   | "Plan" >> beam.FlatMap(lambda found: layouts_or_failure(found["totals"][0], found["sample"][0], cfg))
+                   .with_outputs("failure", main="drafts"))
         drafts = collected(planned.drafts, "Drafts")
         picks = (keyed
-                 | "BoundaryKeys" >> beam.FlatMap(boundary_keys, beam.pvalue.AsList(drafts))
+                 | "WithDrafts" >> WithSingleton(drafts)
+                 | "BoundaryKeys" >> beam.FlatMapTuple(lambda chunk, draft: boundary_keys(chunk, [draft]))
                  | "GroupBucket" >> beam.GroupByKey()
                  | "Pick" >> beam.FlatMap(pick_boundaries, beam.pvalue.AsList(drafts)))
-        layouts = drafts | "Boundaries" >> beam.Map(with_boundaries, beam.pvalue.AsList(picks))
+        layouts = ({"drafts": drafts, "picks": picks}
+                   | "DraftsAndPicks" >> Joined()
+                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"]) for d in found["drafts"])))
         return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
 
 
 def key_chunk(chunk: list[MediaItem], splits, seed: int) -> list[Keyed]:
     """Each item with its split and its place in the split's order."""
     fractions = list(splits)
-    return [(item.split or plan.choose_split(fractions, seed, item.source_id), item_order(item, seed), item)
+    return [(item.split or choose_split(fractions, seed, item.source_id), item_order(item, seed), item)
             for item in chunk]
 
 
@@ -148,7 +155,7 @@ def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):
             totals, sample, expected_splits=[] if config.splits_from_data else [name for name, _ in config.splits],
             num_cores=config.num_cores, num_hosts=config.num_hosts,
             target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards)
-    except plan.PlanError as exc:
+    except PlanError as exc:
         yield beam.pvalue.TaggedOutput("failure", str(exc))
 
 

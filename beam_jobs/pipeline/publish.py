@@ -15,16 +15,15 @@ from typing import Callable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from shard_utils.sharding.plan import PlanError
 
 from beam_jobs import publish
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
-from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, PooledDoFn, collected, count
+from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, Joined, PooledDoFn, count
+from shard_utils.errors import PlanError
 
 __all__ = ["Publish"]
 
-STANDARD = ("shards", "plans", "failure", "rejected", "skipped_files", "tally", "labels", "run", "cross_split")
 
 
 class Publish(beam.PTransform):
@@ -38,19 +37,11 @@ class Publish(beam.PTransform):
         self.planner = planner or publish.plan_publication
 
     def expand(self, pcolls):
-        side, cfg = beam.pvalue, self.config
-        pcolls = {name: collected(p, f"Collect{name.title().replace('_', '')}") if name != "run" else p
-                  for name, p in pcolls.items()}
-        extra = {name: side.AsList(p) for name, p in pcolls.items() if name not in STANDARD}
-        tally = pcolls["tally"] | "SumTallies" >> beam.CombineGlobally(publish.sum_tallies)
-        run = side.AsSingleton(pcolls["run"])
-        planned = (pcolls["run"]
-                   | "Plan" >> beam.FlatMap(
-                       _or_fail(plan_step), cfg, self.planner, **extra,
-                       shards=side.AsList(pcolls["shards"]), plans=side.AsList(pcolls["plans"]),
-                       failure=side.AsList(pcolls["failure"]), rejected=side.AsList(pcolls["rejected"]),
-                       skipped_files=side.AsList(pcolls["skipped_files"]), tally=side.AsSingleton(tally),
-                       labels=side.AsList(pcolls["labels"]), cross_split=side.AsList(pcolls["cross_split"]))
+        cfg = self.config
+        run = beam.pvalue.AsSingleton(pcolls["run"])
+        planned = (pcolls
+                   | "Everything" >> Joined()
+                   | "Plan" >> beam.FlatMap(_or_fail(plan_step), cfg, self.planner)
                    | "Clear" >> beam.FlatMap(_or_fail(clear_step), cfg))
         moved = (planned
                  | "Moves" >> beam.FlatMap(lambda pub: pub.moves)
@@ -60,12 +51,16 @@ class Publish(beam.PTransform):
                    | "Indexes" >> beam.FlatMap(lambda pub: pub.indexes)
                    | "SpreadIndexes" >> beam.Reshuffle()
                    | "MergeIndex" >> beam.Map(publish.merge_index, cfg, run))
-        return planned | "Commit" >> beam.Map(commit_step, cfg, moved=side.AsList(moved),
-                                              indexes=side.AsList(indexes))
+        return ({"pub": planned, "moved": moved, "indexes": indexes}
+                | "Done" >> Joined()
+                | "Commit" >> beam.FlatMap(commit_step, cfg))
 
 
-def plan_step(run, config: BuildConfig, planner, *, shards: list, **side):
-    pub = planner(shards, config, run=run, **side)
+def plan_step(found: dict, config: BuildConfig, planner):
+    """The publication planned from every input (`found`: name -> list, as Publish's inputs dict names them)."""
+    side = {name: values for name, values in found.items() if name not in ("shards", "run", "tally", "plans")}
+    pub = planner(found["shards"], config, run=found["run"][0], tally=publish.sum_tallies(found["tally"]),
+                  plans=found["plans"], **side)
     if pub is not None:  # None: nothing to publish (an append that found nothing new)
         yield pub
 
@@ -90,10 +85,12 @@ class _MoveFn(PooledDoFn):
         yield name
 
 
-def commit_step(pub: publish.Publication, config: BuildConfig, *, moved: list[str], indexes: list) -> str:
-    if sorted(moved) != sorted(m.name for m in pub.moves):
-        raise publish.InternalError(f"{len(moved)} of {len(pub.moves)} shards were moved into the output")
-    return publish.commit(pub, config, dict(indexes))
+def commit_step(found: dict, config: BuildConfig):
+    for pub in found["pub"]:  # none when the publication could not be planned
+        moved, indexes = found["moved"], found["indexes"]
+        if sorted(moved) != sorted(m.name for m in pub.moves):
+            raise publish.InternalError(f"{len(moved)} of {len(pub.moves)} shards were moved into the output")
+        yield publish.commit(pub, config, dict(indexes))
 
 
 def _or_fail(step: Callable) -> Callable:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from shard_utils.sharding import plan
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.runs import RunFile
 from shard_utils.sharding.shards import RunCount, plan_split_shards
@@ -19,7 +18,8 @@ from shard_utils.sharding.writer import ShardTask
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.pipeline.common import collected
+from beam_jobs.pipeline.common import Joined, collected
+from shard_utils.errors import PlanError
 
 __all__ = ["PlanShards", "RunSummary", "plan_shards"]
 
@@ -47,12 +47,13 @@ class PlanShards(beam.PTransform):
 
     def expand(self, runs):
         dropped = self.dropped if self.dropped is not None else runs.pipeline | "NothingDropped" >> beam.Create([])
-        planned = (runs
-                   | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
-                   | "Gather" >> beam.combiners.ToList()
-                   | "Plan" >> beam.FlatMap(plan_shards, beam.pvalue.AsList(self.layouts),
-                                            beam.pvalue.AsList(collected(dropped, "Dropped")), self.config,
-                                            self.naming).with_outputs("plans", "failure", main="tasks"))
+        config, naming = self.config, self.naming
+        summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
+        planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped}
+                   | "RunsLayoutsDrops" >> Joined()
+                   | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"], found["dropped"],
+                                                                     config, naming))
+                   .with_outputs("plans", "failure", main="tasks"))
         return {"tasks": planned.tasks, "plans": collected(planned.plans, "Plans"), "failure": planned.failure}
 
 
@@ -66,20 +67,20 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
         tasks, plans = [], {}
         try:
             if not any(s.count for s in summaries):
-                raise plan.PlanError("no input file could be used (0 records)")
+                raise PlanError("no input file could be used (0 records)")
             for split, layout in sorted(found.items()):
                 files = {s.run: s.file for s in summaries if s.split == split}
                 counts = [RunCount(run, (files[run].count if files.get(run) else 0) - len(drops[(split, run)]),
                                    min(drops[(split, run)]) if drops[(split, run)] else None)
                           for run in range(layout.num_runs)]
                 if not sum(c.records for c in counts) and any(drops[(split, r)] for r in range(layout.num_runs)):
-                    raise plan.PlanError(f"split {split!r}: every record in it is a duplicate of one kept in another "
+                    raise PlanError(f"split {split!r}: every record in it is a duplicate of one kept in another "
                                          "split (--dedup); remove the copies or build without --dedup")
                 planned = plan_split_shards(layout, counts, num_cores=config.num_cores, num_hosts=config.num_hosts,
                                             forced=config.num_shards)
                 plans[split] = planned
                 tasks += [shard_task(shard, files, drops, naming) for shard in planned.shards]
-        except plan.PlanError as exc:
+        except PlanError as exc:
             yield beam.pvalue.TaggedOutput("failure", str(exc))
             return
         progress.total("write", sum(p.num_records for p in plans.values()))

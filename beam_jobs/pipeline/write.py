@@ -16,7 +16,7 @@ from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import PooledDoFn, count
+from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count
 
 __all__ = ["WriteShards"]
 
@@ -34,10 +34,13 @@ class WriteShards(beam.PTransform):
                   | "Copied" >> beam.Filter(lambda task: not task.plan.prefix)
                   | "SpreadCopies" >> beam.Reshuffle()
                   | "Copy" >> beam.ParDo(_WriteShardFn(self.config), run))
+        copied = copies | "CopiesDone" >> beam.combiners.Count.Globally()
         prefixes = (tasks
                     | "Prefixes" >> beam.Filter(lambda task: task.plan.prefix)
+                    | "AfterCopies" >> WithSingleton(copied)
+                    | "Unpair" >> beam.MapTuple(lambda task, _: task)
                     | "SpreadPrefixes" >> beam.Reshuffle()
-                    | "Take" >> beam.ParDo(_WriteShardFn(self.config), run, beam.pvalue.AsList(copies)))
+                    | "Take" >> beam.ParDo(_WriteShardFn(self.config), run))
         return (copies, prefixes) | "AllShards" >> beam.Flatten()
 
 
@@ -46,7 +49,7 @@ class _WriteShardFn(PooledDoFn):
         super().__init__(config.workers)
         self.config = config
 
-    def call(self, task: ShardTask, run: RunInfo, copies_done: list | None = None):
+    def call(self, task: ShardTask, run: RunInfo):
         return write_shard, (task, run.temp_dir, self.config.listing.extras), {}, None
 
     def done(self, context, result: ShardResult) -> Iterable[ShardResult]:

@@ -17,34 +17,30 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from shard_utils.format import index, schema
-from shard_utils.sharding import plan
+from shard_utils.format.layout import INDEX_FILE, LOCK_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.read import tfds_meta
-from shard_utils.format.generations import REPORT_FILE, label_order
+from shard_utils.format.generations import label_order
 from shard_utils.format.manifest import (MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest,
                                          ManifestError, Shard, Split, assemble, load, parse)
 from shard_utils.media.reads import prefetched
-from shard_utils.sharding.plan import InternalError, PlanError
 from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
+from shard_utils.errors import InternalError, PlanError
 
-TEMP_ROOT = ".tpu-shards-tmp"
-OWN_NAMES = (TEMP_ROOT + "/", runlock.LOCK_NAME)  # what the job itself keeps in an output between builds
+OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds
 REPORTED_REASONS = 3  # reasons named in a failure's one line
-_SHARD_FILE = re.compile(plan.SHARD_PATTERN)
-_INDEX_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.index\.avro$")
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
 _DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
-                  "image-class-label.labels.txt")  # TFDS's label file as earlier versions named it
+                  TFDS_LABELS_BEFORE)
 
 __all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
            "move_shard", "merge_index", "commit", "finish", "published_by"]
@@ -465,5 +461,5 @@ def named_files(m: Manifest) -> set[str]:
 
 def is_dataset_file(name: str) -> bool:
     """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
-    return bool(_SHARD_FILE.match(name) or _INDEX_FILE.match(name) or REPORT_FILE.match(name)
+    return bool(SHARD_FILE.match(name) or INDEX_FILE.match(name) or REPORT_FILE.match(name)
                 or name in (REJECTED_NAME, SKIPPED_NAME))

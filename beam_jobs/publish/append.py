@@ -12,16 +12,16 @@ import dataclasses
 from collections import Counter
 from typing import Sequence
 
-from shard_utils.format import generations, schema
+from shard_utils.format import generations, schema, layout
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.format.manifest import FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation, Manifest, Shard, Split
-from shard_utils.sharding.plan import InternalError, PlanError
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message,
                                remove_run_folder, write_reports)
+from shard_utils.errors import InternalError, PlanError
 
 
 def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
@@ -94,7 +94,7 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
             raise InternalError(f"split {split_name!r} has no index to grow")
         splits[split_name] = _grown_split(g, split, mine, names)
         moves += [Move(r.temp_path, r.name, r.num_bytes) for r in mine]
-        indexes.append(IndexJob(split_name, generations.index_name(split_name, g), tuple(r.index_part for r in mine),
+        indexes.append(IndexJob(split_name, layout.index_name(split_name, g), tuple(r.index_part for r in mine),
                                 sum(r.num_records for r in mine), tuple(config.listing.extras), split.index))
         gen_records[split_name], gen_shards[split_name] = sum(r.num_records for r in mine), count
     skipped_count = sum(tally.skipped.values())
@@ -108,13 +108,13 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     reports = {}
     rejected_part = _grown_part(old.rejected, Counter(r["reason"] for r in rejected), len(rejected))
     if rejected:
-        rejected_part["path"] = generations.report_name(REJECTED_NAME, g)
+        rejected_part["path"] = layout.report_name(REJECTED_NAME, g)
         reports[rejected_part["path"]] = _cumulative(old, old.rejected.get("path"), rejected, g)
     skipped_part = _grown_part(old.skipped, tally.skipped, skipped_count)
     if tally.extensions:
         skipped_part["by_extension"] = _added(old.skipped.get("by_extension", {}), tally.extensions)
     if skipped_files:
-        skipped_part["path"] = generations.report_name(SKIPPED_NAME, g)
+        skipped_part["path"] = layout.report_name(SKIPPED_NAME, g)
         reports[skipped_part["path"]] = _cumulative(old, old.skipped.get("path"), skipped_files, g)
     new = dataclasses.replace(
         old, splits=splits, labels=names, features=_features(old, results, config), created=run.created,

@@ -27,6 +27,7 @@ from shard_utils.sharding import plan
 from shard_utils.format import schema
 from shard_utils import storage
 from shard_utils.format.tfrecord import frame
+from shard_utils.format.order import sort_key
 
 
 def files_in(root: Path) -> list[str]:
@@ -72,7 +73,7 @@ def passthrough_floor(paths: list[str], root: str, out_path: str, decode: bool =
 def sorted_run(paths: list[str], root: str, out_path: str, decode: bool = True) -> list[tuple[int, int, int]]:
     """Pass 1 of the balanced floor: the floor's records written as one run sorted by their shuffle key;
     returns (key, offset, length) of each record in the run."""
-    records = sorted(((plan.sort_key(0, source_id), framed) for source_id, framed in floor_records(paths, root, decode)),
+    records = sorted(((sort_key(0, source_id), framed) for source_id, framed in floor_records(paths, root, decode)),
                      key=lambda r: r[0])
     places, offset = [], 0
     with open(out_path, "wb") as out:

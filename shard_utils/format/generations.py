@@ -19,37 +19,12 @@ manifest names the old ones, which must stay as they are until the new manifest 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import IO, Iterable, Iterator, Mapping, Sequence
 
 from shard_utils.format import index
-from shard_utils.sharding import plan
 from shard_utils import storage
 from shard_utils.format.manifest import Generation, IndexFile, Manifest
 
-TAG = "g{:03d}"
-REPORT_FILE = re.compile(r"^(rejected|skipped)\.g\d{3,}\.jsonl$")  # cumulative reports of a generation
-
-
-def generation_split(split: str, generation: int) -> str:
-    """The name generation `generation` of `split` is stored under (and TFDS reads it as): `train`, `train-g001`."""
-    return split if generation == 0 else f"{split}-{TAG.format(generation)}"
-
-
-def shard_name(split: str, generation: int, index_: int, count: int, extension: str = "tfrecord") -> str:
-    """File name of shard `index_` of `count` of one generation of a split."""
-    return plan.shard_name(generation_split(split, generation), index_, count, extension)
-
-
-def index_name(split: str, generation: int) -> str:
-    """The name of a split's index covering generations 0..generation."""
-    return index.index_name(split) if generation == 0 else f"{split}.{TAG.format(generation)}.index.avro"
-
-
-def report_name(name: str, generation: int) -> str:
-    """`rejected.jsonl` -> `rejected.g001.jsonl`: the report covering generations 0..generation."""
-    stem, dot, ext = name.partition(".")
-    return name if generation == 0 else f"{stem}.{TAG.format(generation)}{dot}{ext}"
 
 
 def label_order(found: Iterable[str], known: Sequence[str] = ()) -> list[str]:

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Se
 
 from shard_utils import storage
 from shard_utils.format.manifest import IndexFile
+from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
 from shard_utils.format.schema import ExtraSpec, ImageRecord
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
 
 if TYPE_CHECKING:
     from shard_utils.media.encode import RecordMeta
 
-INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 MIN_FRAMED = HEADER + FOOTER  # an empty record
 MAX_RECORD_BYTES = 1 << 30  # a framed record longer than this is refused unread (no allocation on a bad row)
 MAX_BLOCK_BYTES = 64 * 2**20  # an index block's rows, inflated; the writer makes blocks of about 256 KiB
@@ -53,11 +53,6 @@ _MAX_NAME = 300  # BigQuery's column-name limit
 
 class IndexFormatError(ValueError):
     """An index file is not a tpu-shards index, or a row does not fit its dataset; the message says which."""
-
-
-def index_name(split: str) -> str:
-    """The index file name of a split, relative to the dataset folder."""
-    return INDEX_NAME.format(split=split)
 
 
 def field_name(column: str) -> str:

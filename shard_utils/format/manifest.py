@@ -15,15 +15,13 @@ from typing import Any, Callable, Mapping, Sequence
 from shard_utils import storage
 from shard_utils.format import names, schema
 from shard_utils.format.tfrecord import FOOTER, HEADER
-from shard_utils.sharding.plan import SHARD_PATTERN, InternalError
+from shard_utils.errors import InternalError
+from shard_utils.format.layout import MANIFEST_NAME, REJECTED_NAME, SHARD_PATTERN, SKIPPED_NAME  # noqa: F401
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
 # Version 2 also carries, once a dataset has been appended to, `generations` and each later shard's `generation`;
 # both are optional, so a manifest without them (a dataset built once) is unchanged.
-MANIFEST_NAME = "manifest.json"
-REJECTED_NAME = "rejected.jsonl"
-SKIPPED_NAME = "skipped.jsonl"
 MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")

@@ -33,7 +33,7 @@ def split_name_problem(name: object) -> str | None:
 def path_part_problem(part: str) -> str | None:
     """Why one '/'-separated part of a relative path cannot name a file or folder inside a dataset, or None."""
     if part in ("", ".", ".."):
-        return f"has an empty, '.' or '..' part"
+        return "has an empty, '.' or '..' part"
     if len(part) > MAX_NAME:
         return f"has a part longer than {MAX_NAME} characters"
     if any(unicodedata.category(c)[0] == "C" for c in part):

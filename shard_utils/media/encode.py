@@ -10,13 +10,13 @@ import operator
 from dataclasses import dataclass, field, replace
 from typing import Union
 
-from shard_utils.sharding import plan
 from shard_utils.format import schema
 from shard_utils.media.images import ImageOptions, Rejected, prepare_image
 from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
 from shard_utils.format.tfrecord import frame
 from shard_utils.media.video import VideoOptions, prepare_video
+from shard_utils.format.order import choose_split, sort_key
 
 
 @dataclass(frozen=True)
@@ -140,9 +140,9 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
         **media, label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id,
         sha256=sha256, labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
         extras=_extras(item, settings.extras))
-    split = item.split or plan.choose_split(list(settings.splits), settings.seed, item.source_id)
+    split = item.split or choose_split(list(settings.splits), settings.seed, item.source_id)
     data = frame(schema.encode_example(record)) if settings.frame_now else b""
-    meta = RecordMeta(plan.sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,
+    meta = RecordMeta(sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,
                       record.height, record.width, item.extras)
     if settings.frame_now:  # as framed() would make it, without a Prepared record and a copy of its meta
         return Encoded(split, meta, data, passed_through, trailer)

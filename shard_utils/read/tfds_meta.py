@@ -25,14 +25,13 @@ import posixpath
 import re
 from typing import Any
 
-from shard_utils.sharding import plan
 from shard_utils.format import schema
-from shard_utils.format.generations import generation_split
+from shard_utils.format import layout
+from shard_utils.format.layout import generation_split
 from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format.layout import SHARD_PATTERN
 
-DATASET_INFO = "dataset_info.json"
-FEATURES = "features.json"
-LABELS = "image.class.label.labels.txt"  # TFDS names a ClassLabel's file after its key, '/' made '.'
+DATASET_INFO, FEATURES, LABELS = layout.TFDS_DATASET_INFO, layout.TFDS_FEATURES, layout.TFDS_LABELS
 GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000
 _SPLIT = re.compile(r"^[A-Za-z0-9_-]+$")  # TFDS split names: word characters and '-'
 _FEATURES = "tensorflow_datasets.core.features."
@@ -117,7 +116,7 @@ def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:
 def _template(split: str, stored_as: str, paths: list[str]) -> str:
     """TFDS's filepathTemplate for our shard names (stored under `stored_as`, read as TFDS split `split`);
     refuses names it would not reproduce exactly."""
-    first = re.match(plan.SHARD_PATTERN, posixpath.basename(paths[0]))
+    first = re.match(SHARD_PATTERN, posixpath.basename(paths[0]))
     folder = posixpath.dirname(paths[0])
     prefix = "{SPLIT}" if stored_as == split else stored_as
     template = posixpath.join(folder, prefix + "-{SHARD_X_OF_Y}." + first["extension"]) if first else ""

@@ -159,7 +159,7 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
 def _jpeg_problems(encoded: bytes) -> Iterator[str]:
     from PIL import Image
 
-    from shard_utils.media.images import TooManyScans, jpeg_primary_end
+    from shard_utils.format.jpeg import TooManyScans, jpeg_primary_end
 
     try:
         jpeg_primary_end(encoded)

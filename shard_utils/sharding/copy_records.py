@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from shard_utils.sharding import plan
 from shard_utils.format import schema
 from shard_utils import storage
 from shard_utils.media.encode import RecordMeta
@@ -18,6 +17,7 @@ from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import IndexRow, field_name
 from shard_utils.format.manifest import Shard
 from shard_utils.format.tfrecord import FramingError, frame, iter_records
+from shard_utils.format.order import sort_key
 
 
 class DamagedShard(ValueError):
@@ -76,7 +76,7 @@ def meta_from_row(row: IndexRow, length: int, seed: int, extras: Sequence[schema
     for spec in extras:
         value = values.get(field_name(spec.name))
         pairs.append((spec.name, tuple(value) if isinstance(value, list) else (() if value is None else (value,))))
-    return RecordMeta(plan.sort_key(seed, row.source_id), row.source_id, length, tuple(row.labels), row.sha256,
+    return RecordMeta(sort_key(seed, row.source_id), row.source_id, length, tuple(row.labels), row.sha256,
                       row.height, row.width, tuple(pairs))
 
 
@@ -102,5 +102,5 @@ def meta_from_record(data: bytes, length: int, seed: int, label_offset: int, ext
         found = fields.get(spec.key, [])
         pairs.append((spec.name, tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in found)))
     labels = tuple(int(v) - label_offset for v in fields.get(schema.LABEL, []))
-    return RecordMeta(plan.sort_key(seed, source_id), source_id, length, labels, text(schema.SHA256),
+    return RecordMeta(sort_key(seed, source_id), source_id, length, labels, text(schema.SHA256),
                       number(schema.IMAGE_HEIGHT), number(schema.IMAGE_WIDTH), tuple(pairs))

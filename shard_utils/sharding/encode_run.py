@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from shard_utils.sharding import plan
 from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject
 from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
+from shard_utils.errors import InternalError
+from shard_utils.format.order import sort_key
 
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given
@@ -47,7 +48,7 @@ class EncodedRun:
 
 def item_order(item: MediaItem, seed: int) -> tuple[int, str]:
     """An item's place in its split's order: what its record's sort key and source id will be."""
-    return plan.sort_key(seed, item.source_id), item.source_id
+    return sort_key(seed, item.source_id), item.source_id
 
 
 def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: Embed | None = None,
@@ -66,7 +67,7 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
                 rejected.append(outcome)
                 continue
             if outcome.split != task.split:
-                raise plan.InternalError(f"run {task.run} of split {task.split!r} got a record of split "
+                raise InternalError(f"run {task.run} of split {task.split!r} got a record of split "
                                          f"{outcome.split!r} ({outcome.meta.source_id})")
             writer.add(outcome.framed, outcome.meta)
             records += 1
@@ -89,7 +90,7 @@ def _outcomes(items: Sequence[MediaItem], settings: EncodeSettings, embed: Embed
         yield from encoded
         return
     if embed is None:
-        raise plan.InternalError("records wait for an embedding, but no model was given")
+        raise InternalError("records wait for an embedding, but no model was given")
     waiting: list = []  # rejections keep their place among the prepared records
     for outcome in encoded:
         waiting.append(outcome)

@@ -19,7 +19,8 @@ from typing import Container, Iterable, Iterator, Mapping
 
 from shard_utils import storage
 from shard_utils.media.encode import Encoded, RecordMeta
-from shard_utils.sharding.plan import InternalError, SplitPlan
+from shard_utils.sharding.plan import SplitPlan
+from shard_utils.errors import InternalError
 
 META_CHUNK = 1024  # records per pickled chunk of a metadata file: a slice reads only the chunks it needs
 READ_BUDGET = 16 * 2**20  # bytes a shard writer holds of its slices at once, shared by all of them

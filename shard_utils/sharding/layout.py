@@ -24,6 +24,7 @@ import numpy as np
 
 from shard_utils.sharding import plan
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS, bucket_of
+from shard_utils.errors import InternalError, PlanError
 
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing), when nothing better is known
@@ -49,7 +50,7 @@ class BucketCounts:
 
     def merge(self, other: "BucketCounts") -> None:
         if other.bits != self.bits:
-            raise plan.InternalError(f"bucket counts of {self.bits} and {other.bits} bits cannot be merged")
+            raise InternalError(f"bucket counts of {self.bits} and {other.bits} bits cannot be merged")
         self._merge(other.buckets, other.counts)
 
     def _merge(self, buckets: np.ndarray, counts: np.ndarray) -> None:
@@ -71,7 +72,7 @@ class BucketCounts:
         ends = np.cumsum(self.counts)
         wanted = np.asarray(ranks, dtype=np.int64)
         if wanted.min() < 0 or wanted.max() >= (ends[-1] if len(ends) else 0):
-            raise plan.InternalError(f"rank outside the {self.total} keys counted")
+            raise InternalError(f"rank outside the {self.total} keys counted")
         at = np.searchsorted(ends, wanted, side="right")
         before = np.where(at > 0, ends[np.maximum(at - 1, 0)], 0)
         return [(int(self.buckets[i]), int(r - b)) for i, r, b in zip(at, wanted, before)]
@@ -154,7 +155,7 @@ class SplitLayout:
     def run_of(self, key: OrderKey) -> int:
         """The run an item of this key belongs to."""
         if self.boundaries is None:
-            raise plan.InternalError(f"split {self.split!r}: run boundaries are not known yet")
+            raise InternalError(f"split {self.split!r}: run boundaries are not known yet")
         return bisect.bisect_right(self.boundaries, tuple(key))
 
 
@@ -167,7 +168,7 @@ def plan_layout(split: str, totals: ListingTotals, sample: SizeSample, *, num_co
     try:
         count = plan.num_shards(totals.count, estimate, num_cores=num_cores, num_hosts=num_hosts,
                                 target_shard_bytes=target_shard_bytes, forced=forced, split=split)
-    except plan.PlanError:
+    except PlanError:
         count = totals.count
     runs = count - spill_shards(count)
     starts = plan.shard_starts(totals.count, runs)[1:]
@@ -181,10 +182,10 @@ def plan_layouts(totals: Mapping[str, ListingTotals], sample: SizeSample, *, exp
     """Layouts for every split that has listed items; a split named in --splits that got none is a PlanError."""
     found = {name: t for name, t in totals.items() if t.count}
     if not found:
-        raise plan.PlanError("no input file could be used (0 records)")
+        raise PlanError("no input file could be used (0 records)")
     missing = [name for name in expected_splits if name not in found]
     if missing:
-        raise plan.PlanError(f"split {missing[0]!r} received no records from --splits; give it a larger fraction or "
+        raise PlanError(f"split {missing[0]!r} received no records from --splits; give it a larger fraction or "
                              "add images")
     return {name: plan_layout(name, t, sample, num_cores=num_cores, num_hosts=num_hosts,
                               target_shard_bytes=target_shard_bytes, forced=forced)
@@ -207,7 +208,7 @@ class BoundaryFinder:
         for slot, (b, position) in enumerate(layout.boundary_slots):
             if b == bucket:
                 if position >= len(ordered):
-                    raise plan.InternalError(f"split {layout.split!r}: bucket {bucket} holds {len(ordered)} keys, "
+                    raise InternalError(f"split {layout.split!r}: bucket {bucket} holds {len(ordered)} keys, "
                                              f"a run starts at its key {position}")
                 out.append((slot, ordered[position]))
         return out
@@ -217,6 +218,6 @@ class BoundaryFinder:
         """The layout with its boundaries, from every (slot, key) the buckets gave."""
         found = dict(picked)
         if sorted(found) != list(range(len(layout.boundary_slots))):
-            raise plan.InternalError(f"split {layout.split!r}: {len(found)} of its "
+            raise InternalError(f"split {layout.split!r}: {len(found)} of its "
                                      f"{len(layout.boundary_slots)} run boundaries were found")
         return replace(layout, boundaries=tuple(tuple(found[i]) for i in range(len(found))))

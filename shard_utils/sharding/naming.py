@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from shard_utils.format import generations
-from shard_utils.sharding import plan
+from shard_utils.format import generations, layout
+from shard_utils.format.layout import SHARD_EXTENSIONS
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,8 @@ class ShardNaming:
 
     def name(self, split: str, shard: int, count: int) -> str:
         """The file name of the planner's shard `shard` of `count`."""
-        return generations.shard_name(split, self.generation, self.position(split, shard, count), count,
-                                      self.extension)
+        return layout.shard_name(split, self.position(split, shard, count), count, self.extension,
+                                 generation=self.generation)
 
     def position(self, split: str, shard: int, count: int) -> int:
         """The shard's place within its generation."""
@@ -38,6 +38,6 @@ class ShardNaming:
 
     @staticmethod
     def for_build(extension: str) -> "ShardNaming":
-        if extension not in plan.SHARD_EXTENSIONS:
-            raise ValueError(f"shard extension {extension!r} is not one of {', '.join(plan.SHARD_EXTENSIONS)}")
+        if extension not in SHARD_EXTENSIONS:
+            raise ValueError(f"shard extension {extension!r} is not one of {', '.join(SHARD_EXTENSIONS)}")
         return ShardNaming(extension)

@@ -1,58 +1,18 @@
 """Shard planning: how many shards a split gets and which records go in each.
 
 Pure functions over plain numbers, so the balance guarantees are tested without a
-pipeline. Records are ordered by a seeded hash of their key (`sort_key`); shard i
+pipeline. Records are ordered by a seeded hash of their key (`format.order.sort_key`); shard i
 of S holds a contiguous run of that order, and run lengths differ by at most one.
 """
 from __future__ import annotations
 
 import bisect
-import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-SHARD_EXTENSIONS = ("tfrecord", "tfrec")  # tfrec: what Kaggle's TPU notebooks glob for
-SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.{extension}"
-SHARD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>tfrecord|tfrec)$"
+from shard_utils.errors import InternalError, PlanError
+
 MB = 1_000_000
-
-
-class PlanError(ValueError):
-    """A split cannot be sharded as asked (too few records for the cores, bad --num-shards...)."""
-
-
-class InternalError(RuntimeError):
-    """A consistency check inside the job failed: a bug, not bad input (exit code 3, never retried as input)."""
-
-
-def shard_name(split: str, index: int, count: int, extension: str = "tfrecord") -> str:
-    """The file name of shard `index` of `count` in `split`."""
-    return SHARD_NAME.format(split=split, index=index, count=count, extension=extension)
-
-
-def sort_key(seed: int, key: str) -> int:
-    """A 64-bit seeded hash of a record key: the global shuffle order."""
-    return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode("utf-8")).digest()[:8], "big")
-
-
-def unit_hash(seed: int, key: str) -> float:
-    """A seeded hash of a key mapped to [0, 1): used to assign splits by fraction."""
-    digest = hashlib.sha256(f"split:{seed}:{key}".encode("utf-8")).digest()[:8]
-    return int.from_bytes(digest, "big") / 2**64
-
-
-def choose_split(fractions: list[tuple[str, float]], seed: int, key: str) -> str:
-    """The split whose cumulative fraction range holds the key's hash."""
-    if len(fractions) == 1:  # the usual one split: no hash needed to know where every key goes
-        return fractions[0][0]
-    u = unit_hash(seed, key)
-    total = sum(f for _, f in fractions)
-    acc = 0.0
-    for name, frac in fractions:
-        acc += frac / total
-        if u < acc:
-            return name
-    return fractions[-1][0]
 
 
 def num_shards(num_records: int, num_bytes: int, *, num_cores: int = 8, num_hosts: int = 1,

@@ -21,7 +21,7 @@ import google_crc32c
 
 from shard_utils import storage
 from shard_utils.media.encode import RecordMeta
-from shard_utils.sharding.plan import InternalError
+from shard_utils.errors import InternalError
 
 CHUNK_BYTES = 16 * 2**20  # gs:// runs are parts of about this size
 UPLOAD_THREADS = 4  # parts uploaded at once per process (one per run being written)

@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 
 from shard_utils.sharding import plan
 from shard_utils.sharding.layout import SplitLayout
+from shard_utils.errors import InternalError, PlanError
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,9 @@ def shard_count(layout: SplitLayout, usable: int, *, num_cores: int, num_hosts: 
     unit = num_cores * num_hosts
     where = f"split {layout.split!r}: "
     if forced is not None and usable < forced:
-        raise plan.PlanError(f"{where}--num-shards {forced} is more than its {usable} records; shards would be empty")
+        raise PlanError(f"{where}--num-shards {forced} is more than its {usable} records; shards would be empty")
     if usable < unit:
-        raise plan.PlanError(
+        raise PlanError(
             f"{where}{usable} records cannot fill {unit} shards (num_cores x num_hosts) without empty ones; "
             f"add images, lower --num-cores/--num-hosts, or change --splits")
     return min(layout.num_shards, usable // unit * unit)
@@ -87,7 +88,7 @@ def plan_split_shards(layout: SplitLayout, runs: Sequence[RunCount], *, num_core
     """Every shard of the split as pieces of its runs (see the module's docstring)."""
     ordered = sorted(runs, key=lambda r: r.run)
     if [r.run for r in ordered] != list(range(layout.num_runs)):
-        raise plan.InternalError(f"split {layout.split!r}: expected runs 0..{layout.num_runs - 1}, got "
+        raise InternalError(f"split {layout.split!r}: expected runs 0..{layout.num_runs - 1}, got "
                                  f"{len(ordered)} runs")
     usable = sum(r.records for r in ordered)
     count = shard_count(layout, usable, num_cores=num_cores, num_hosts=num_hosts, forced=forced)
@@ -104,7 +105,7 @@ def plan_split_shards(layout: SplitLayout, runs: Sequence[RunCount], *, num_core
                   (run.first_dropped is None or run.first_dropped >= size))
         shards.append(ShardPlan(layout.split, shard, count, tuple(pieces), prefix))
     if not tails.exhausted():
-        raise plan.InternalError(f"split {layout.split!r}: records were left over after every shard was filled")
+        raise InternalError(f"split {layout.split!r}: records were left over after every shard was filled")
     return SplitShards(layout.split, usable, tuple(shards))
 
 
@@ -121,7 +122,7 @@ class _Tails:
             if self._current is None:
                 self._current = next(self._pieces, None)
                 if self._current is None:
-                    raise plan.InternalError("the runs' tails ran out before every shard was filled")
+                    raise InternalError("the runs' tails ran out before every shard was filled")
             p = self._current
             got = min(n, p.count)
             out.append(Piece(p.run, p.first, got))

@@ -11,9 +11,9 @@ from typing import Iterator, Mapping, Sequence
 
 from shard_utils.format import index, schema
 from shard_utils import storage
-from shard_utils.sharding.plan import InternalError
 from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
 from shard_utils.sharding.shards import ShardPlan
+from shard_utils.errors import InternalError
 
 COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
 

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 
 from shard_utils import storage
 
-LOCK_NAME = ".tpu-shards-lock.json"
+LOCK_NAME = ".tpu-shards-lock.json"  # the output's lock, beside the dataset
+
 LEASE_SECONDS = 15 * 60
 
 

@@ -1,0 +1,56 @@
+"""Every file name of a dataset folder, in one place: shards, indexes, reports, the manifest, TFDS's files, and
+the job's own bookkeeping (its lock and its temporary folder).
+
+Generation g >= 1 of a split (an append) is stored exactly like a split named `<split>-g00g`; the index and the
+reports covering generations 0..g get a new name per generation, because the previous manifest names the old
+ones, which must stay as they are until the new manifest replaces it.
+"""
+from __future__ import annotations
+
+import re
+
+from shard_utils.storage.lock import LOCK_NAME  # noqa: F401 - the output's lock, named by the lock
+
+MANIFEST_NAME = "manifest.json"
+REJECTED_NAME = "rejected.jsonl"
+SKIPPED_NAME = "skipped.jsonl"
+TEMP_ROOT = ".tpu-shards-tmp"  # runs' temporary folders, when no --temp_location is given
+TFDS_DATASET_INFO = "dataset_info.json"
+TFDS_FEATURES = "features.json"
+TFDS_LABELS = "image.class.label.labels.txt"  # TFDS names a ClassLabel's file after its key, '/' made '.'
+TFDS_LABELS_BEFORE = "image-class-label.labels.txt"  # what earlier versions called it (an overwrite removes it)
+
+SHARD_EXTENSIONS = ("tfrecord", "tfrec")  # tfrec: what Kaggle's TPU notebooks glob for
+SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.{extension}"
+SHARD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>tfrecord|tfrec)$"
+INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
+INDEX_PATTERN = r"^[A-Za-z0-9_.-]+\.index\.avro$"
+GENERATION_TAG = "g{:03d}"
+REPORT_PATTERN = r"^(rejected|skipped)\.g\d{3,}\.jsonl$"  # cumulative reports of a generation
+
+SHARD_FILE = re.compile(SHARD_PATTERN)
+INDEX_FILE = re.compile(INDEX_PATTERN)
+REPORT_FILE = re.compile(REPORT_PATTERN)
+
+
+def generation_split(split: str, generation: int) -> str:
+    """The name generation `generation` of `split` is stored under (and TFDS reads it as): `train`, `train-g001`."""
+    return split if generation == 0 else f"{split}-{GENERATION_TAG.format(generation)}"
+
+
+def shard_name(split: str, index: int, count: int, extension: str = "tfrecord", generation: int = 0) -> str:
+    """The file name of shard `index` of `count` of a split (of one generation of it)."""
+    return SHARD_NAME.format(split=generation_split(split, generation), index=index, count=count, extension=extension)
+
+
+def index_name(split: str, generation: int = 0) -> str:
+    """The name of a split's index (covering generations 0..generation), relative to the dataset folder."""
+    if generation == 0:
+        return INDEX_NAME.format(split=split)
+    return f"{split}.{GENERATION_TAG.format(generation)}.index.avro"
+
+
+def report_name(name: str, generation: int) -> str:
+    """`rejected.jsonl` -> `rejected.g001.jsonl`: the report covering generations 0..generation."""
+    stem, dot, ext = name.partition(".")
+    return name if generation == 0 else f"{stem}.{GENERATION_TAG.format(generation)}{dot}{ext}"

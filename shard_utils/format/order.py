@@ -1,0 +1,29 @@
+"""The seeded order of a dataset's records, and which split each one goes to: pure functions of a source id."""
+from __future__ import annotations
+
+import hashlib
+
+
+def sort_key(seed: int, key: str) -> int:
+    """A 64-bit seeded hash of a record key: the global shuffle order."""
+    return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode("utf-8")).digest()[:8], "big")
+
+
+def unit_hash(seed: int, key: str) -> float:
+    """A seeded hash of a key mapped to [0, 1): used to assign splits by fraction."""
+    digest = hashlib.sha256(f"split:{seed}:{key}".encode("utf-8")).digest()[:8]
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def choose_split(fractions: list[tuple[str, float]], seed: int, key: str) -> str:
+    """The split whose cumulative fraction range holds the key's hash."""
+    if len(fractions) == 1:  # the usual one split: no hash needed to know where every key goes
+        return fractions[0][0]
+    u = unit_hash(seed, key)
+    total = sum(f for _, f in fractions)
+    acc = 0.0
+    for name, frac in fractions:
+        acc += frac / total
+        if u < acc:
+            return name
+    return fractions[-1][0]
