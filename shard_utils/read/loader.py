@@ -133,6 +133,8 @@ def make_dataset(
     features: str = "media",
     repeat: bool = True,
     steps_per_execution: int = 1,
+    start_step: int | None = None,
+    start_example: int | None = None,
 ) -> tf.data.Dataset:
     """Batches of one split for this input pipeline, with fully static shapes.
 
@@ -150,6 +152,11 @@ def make_dataset(
     `random_flip` apply only when training, identically to every frame of a clip. Training
     repeats forever; evaluation repeats its exact pass of `eval_steps(...)` batches unless
     `repeat=False`. Pass Keras' `steps_per_execution` here and to `eval_steps` alike.
+
+    `start_step` (0 for a new run) makes training resumable: with a `seed`, global step k holds exactly the
+    records `shard_utils.epochs` assigns it, on any number of pipelines, and the dataset starts at step
+    `start_step` without reading what came before. After a change of global batch, give `start_example`
+    (the examples consumed) instead. See docs/resume.md.
     """
     m = load_manifest(manifest)
     _check_batch(batch_size, "batch_size")
@@ -163,7 +170,14 @@ def make_dataset(
     paths = m.shard_paths(split)
     if check_files:
         _check_shards_exist(paths)
-    if training:
+    resumable = start_step is not None or start_example is not None
+    if resumable:
+        ds = _resumable_records(m, split, n, index, seed, batch_size * local_replicas, training, shuffle_buffer_size,
+                                start_step, start_example)
+        # In order (deterministic map): batch boundaries fall exactly between global steps.
+        ds = ds.map(decoder.with_seeds, num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.batch(batch_size, drop_remainder=True)
+    elif training:
         ds = _training_records(m, split, paths, n, index, seed, batch_size, shuffle_buffer_size)
         if decoder.needs_seeds:
             # Per-record seeds for the stateless random ops keep the map function pure.
@@ -177,7 +191,7 @@ def make_dataset(
     if not as_dict:
         ds = ds.map(decoder.to_tuple(with_weight=not training), num_parallel_calls=AUTOTUNE)
     ds = ds.prefetch(AUTOTUNE)
-    return ds.with_options(_options(training, sharded=input_context is not None))
+    return ds.with_options(_options(deterministic=resumable or not training, sharded=input_context is not None))
 
 
 def _check_batch(value: int, name: str) -> None:
@@ -292,6 +306,25 @@ def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: 
     return records.repeat().shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
 
+def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | None, per_step: int, training: bool,
+                       buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
+    """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
+    from shard_utils.read import epochs, loader_resume
+
+    if not training:
+        raise ValueError("start_step and start_example are for training; an evaluation pass is exact and "
+                         "starts over whole, so it needs no position")
+    if seed is None:
+        raise ValueError("a resumable run needs seed=: the order of every epoch is a function of it (give the "
+                         "same seed when resuming)")
+    if buffer is not None:
+        raise ValueError("shuffle_buffer_size has no effect on a resumable run: every epoch is a full seeded "
+                         "permutation; drop it")
+    origin, first_step = loader_resume.stream_origin(start_step, start_example, per_step * n)
+    share = epochs.share(per_step * n, n, index)
+    return loader_resume.training_records(m, split, seed=seed, share=share, origin=origin, first_step=first_step)
+
+
 def _warn_record_sharding(split: str, num_shards: int, n: int) -> None:
     """Say why every pipeline reads every shard (as TF Model Garden's InputReader falls back)."""
     warnings.warn(f"split {split!r} has {num_shards} shards for {n} input pipelines: every pipeline reads every "
@@ -338,10 +371,11 @@ def _padding_element(element_spec: dict[str, tf.TensorSpec]) -> dict[str, tf.Ten
     return {k: tf.zeros(s.shape, s.dtype) for k, s in element_spec.items()}
 
 
-def _options(training: bool, sharded: bool) -> tf.data.Options:
-    """Autotuned parallelism; order not guaranteed when training; no auto-sharding when we sharded ourselves."""
+def _options(deterministic: bool, sharded: bool) -> tf.data.Options:
+    """Autotuned parallelism; order not guaranteed when training unless resumable; no auto-sharding when we
+    sharded ourselves."""
     options = tf.data.Options()
-    options.deterministic = not training
+    options.deterministic = deterministic
     options.autotune.enabled = True
     if sharded:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
