@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Topology", "TopologyError", "lookup", "TABLE"]
+__all__ = ["Topology", "TopologyError", "lookup", "shard_division", "TABLE"]
 
 
 class TopologyError(ValueError):
@@ -70,3 +70,15 @@ def lookup(name: str) -> Topology:
         raise TopologyError(f"unknown TPU type {name!r}: {shown}")
     hosts, per_host = TABLE[canonical]
     return Topology(canonical, hosts, per_host)
+
+
+def shard_division(num_shards: int, num_pipelines: int) -> str | None:
+    """None when shard i -> pipeline i % n gives every pipeline as many shards; else how many each reads."""
+    if num_pipelines < 1 or num_shards % num_pipelines == 0 or num_shards < num_pipelines:
+        return None
+    more, fewer = num_shards % num_pipelines, num_shards // num_pipelines
+
+    def who(first: int, last: int, count: int) -> str:
+        return f"pipeline {first} reads {count}" if first == last else f"pipelines {first}-{last} read {count}"
+
+    return f"{who(0, more - 1, fewer + 1)} shards, {who(more, num_pipelines - 1, fewer)}"

@@ -109,3 +109,27 @@ def test_bad_resume_arguments_say_what_to_change(train, kwargs, message):
     _, m, _ = train
     with pytest.raises(ValueError, match=message):
         loader.make_dataset(m, "train", 4, **kwargs)
+
+
+def test_pipelines_that_do_not_divide_the_shards_are_told_once_and_resumable_runs_need_not_be(train):
+    """8 shards on 3 hosts: shuffled training warns in one line, saying what it does; the resumable input splits
+    every step exactly, so it says nothing and still sees each record once per epoch."""
+    import warnings
+
+    _, m, ids = train
+    ctx = tf.distribute.InputContext(3, 0, 3)
+    with pytest.warns(UserWarning) as caught:
+        loader.make_dataset(m, "train", 2, input_context=ctx, seed=SEED)
+    (message,) = [str(w.message) for w in caught]
+    assert "\n" not in message
+    assert message.startswith("split 'train' has 8 shards (built for 8 cores x 1 hosts) for 3 input pipelines: "
+                              "pipelines 0-1 read 3 shards, pipeline 2 reads 2") and "start_step=" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        steps = []
+        for p in range(3):
+            ds = loader.make_dataset(m, "train", 2, input_context=tf.distribute.InputContext(3, p, 3), seed=SEED,
+                                     start_step=0, as_dict=True)
+            steps.append([[s.decode() for s in b["source_id"].numpy()] for b in ds.take(11)])  # 11 steps of 6
+    stream = [s for k in range(11) for p in range(3) for s in steps[p][k]]
+    assert sorted(stream[:63]) == sorted(ids)

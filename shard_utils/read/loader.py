@@ -286,6 +286,7 @@ def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: 
     """Shuffled, repeated serialized records of this pipeline's shards (record-level sharding if too few)."""
     counts = [s.num_records for s in m.split(split).shards]
     if len(paths) >= n:
+        _warn_uneven_shards(m, split, n)
         mine = list(range(index, len(paths), n))
         # The set of files is fixed by (index, n); only their order changes, every epoch.
         records = _read([paths[i] for i in mine], [counts[i] for i in mine], m.location, deterministic=False,
@@ -323,6 +324,20 @@ def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | 
     origin, first_step = loader_resume.stream_origin(start_step, start_example, per_step * n)
     share = epochs.share(per_step * n, n, index)
     return loader_resume.training_records(m, split, seed=seed, share=share, origin=origin, first_step=first_step)
+
+
+def _warn_uneven_shards(m: Manifest, split: str, n: int) -> None:
+    """Say, in one line, that n pipelines do not divide the shards evenly and what shuffled training does then."""
+    from shard_utils import topology
+
+    division = topology.shard_division(len(m.split(split).shards), n)
+    if division is None:
+        return
+    built = m.tpu or f"{m.num_cores} cores x {m.num_hosts} hosts"
+    warnings.warn(f"split {split!r} has {len(m.split(split).shards)} shards (built for {built}) for {n} input "
+                  f"pipelines: {division}, and each repeats its own, so the records of the pipelines with fewer "
+                  "shards are seen more often per pass. For exact epochs on any host count pass seed= and "
+                  "start_step= (docs/resume.md), or rebuild with --tpu for this slice", stacklevel=4)
 
 
 def _warn_record_sharding(split: str, num_shards: int, n: int) -> None:
