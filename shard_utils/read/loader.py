@@ -310,7 +310,7 @@ def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: 
 def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | None, per_step: int, training: bool,
                        buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
     """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
-    from shard_utils.read import epochs, loader_resume
+    from shard_utils.read import epochs, loader_resume, resume
 
     if not training:
         raise ValueError("start_step and start_example are for training; an evaluation pass is exact and "
@@ -321,7 +321,7 @@ def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | 
     if buffer is not None:
         raise ValueError("shuffle_buffer_size has no effect on a resumable run: every epoch is a full seeded "
                          "permutation; drop it")
-    origin, first_step = loader_resume.stream_origin(start_step, start_example, per_step * n)
+    origin, first_step = resume.stream_origin(start_step, start_example)
     share = epochs.share(per_step * n, n, index)
     return loader_resume.training_records(m, split, seed=seed, share=share, origin=origin, first_step=first_step)
 
