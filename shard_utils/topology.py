@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Topology", "TopologyError", "lookup", "shard_division", "TABLE"]
+__all__ = ["TABLE", "Topology", "TopologyError", "lookup", "shard_division"]
 
 
 class TopologyError(ValueError):

@@ -61,11 +61,11 @@ def test_augmentation_is_the_same_for_a_step_whatever_the_start_and_pipelines(tr
     _, m, _ = train
     options = dict(seed=SEED, random_crop=True, random_flip=True, as_dict=True)
     whole = loader.make_dataset(m, "train", GLOBAL, start_step=0, **options)
-    step_7 = list(whole.skip(7).take(1))[0]
-    halves = [list(loader.make_dataset(m, "train", GLOBAL // 2, input_context=tf.distribute.InputContext(2, p, 2),
-                                       start_step=7, **options).take(1))[0] for p in range(2)]
+    step_7 = next(iter(whole.skip(7)))
+    halves = [next(iter(loader.make_dataset(m, "train", GLOBAL // 2, input_context=tf.distribute.InputContext(2, p, 2),
+                                            start_step=7, **options))) for p in range(2)]
     np.testing.assert_array_equal(step_7["image"].numpy(), np.concatenate([h["image"].numpy() for h in halves]))
-    plain = list(loader.make_dataset(m, "train", GLOBAL, start_step=7, seed=SEED, as_dict=True).take(1))[0]
+    plain = next(iter(loader.make_dataset(m, "train", GLOBAL, start_step=7, seed=SEED, as_dict=True)))
     assert not np.array_equal(plain["image"].numpy(), step_7["image"].numpy())  # augmentation did apply
 
 

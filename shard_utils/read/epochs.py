@@ -137,7 +137,7 @@ def batch_rows(seed: int, num_records: int, global_batch_size: int, step: int, o
 
 
 def record_seeds(seed: int, epochs: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """int64 [k, 2] stateless-op seeds of each (epoch, row): augmentation that is the same on any resume or host count."""
+    """int64 [k, 2] stateless-op seeds of each (epoch, row): the same augmentation on any resume or host count."""
     epochs, rows = np.asarray(epochs, dtype=np.int64), np.asarray(rows, dtype=np.int64)
     base = np.array([int(_key(seed, -1)[0]) & ((1 << 63) - 1)], dtype=np.int64)
     return np.stack([np.broadcast_to(base, epochs.shape) ^ epochs, rows], axis=-1)

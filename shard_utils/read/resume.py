@@ -16,7 +16,8 @@ run on P processes is restored by `it.set_state(state)` on P' processes, with th
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
