@@ -133,3 +133,16 @@ def test_pipelines_that_do_not_divide_the_shards_are_told_once_and_resumable_run
             steps.append([[s.decode() for s in b["source_id"].numpy()] for b in ds.take(11)])  # 11 steps of 6
     stream = [s for k in range(11) for p in range(3) for s in steps[p][k]]
     assert sorted(stream[:63]) == sorted(ids)
+
+
+def test_resumable_steps_read_from_a_bucket(train, gcs):
+    """gs:// through the project's storage layer (the emulator here): the same steps as from the local copy."""
+    from shard_utils.format.manifest import load
+
+    out, m, ids = train
+    bucket = gcs.new_bucket("resume")
+    gcs.upload_tree(out, bucket, "ds")
+    remote = load(f"gs://{bucket}/ds")
+    ds = loader.make_dataset(remote, "train", GLOBAL, seed=SEED, start_step=3, as_dict=True, check_files=False)
+    got = [[s.decode() for s in b["source_id"].numpy()] for b in ds.take(2)]
+    assert got == [[ids[r] for r in epochs.batch_rows(SEED, len(ids), GLOBAL, k)] for k in (3, 4)]
