@@ -146,3 +146,19 @@ def test_resumable_steps_read_from_a_bucket(train, gcs):
     ds = loader.make_dataset(remote, "train", GLOBAL, seed=SEED, start_step=3, as_dict=True, check_files=False)
     got = [[s.decode() for s in b["source_id"].numpy()] for b in ds.take(2)]
     assert got == [[ids[r] for r in epochs.batch_rows(SEED, len(ids), GLOBAL, k)] for k in (3, 4)]
+
+
+def test_a_manifest_naming_a_tpu_this_version_does_not_know_still_loads_and_is_named(train, tmp_path):
+    """A newer tpu-shards may record a slice this table lacks: the manifest loads, the loader's message names it."""
+    import json
+
+    out, _, _ = train
+    copy = tmp_path / "ds"
+    shutil.copytree(out, copy)
+    raw = json.loads((copy / "manifest.json").read_text())
+    raw["options"]["tpu"] = "v9-64"
+    (copy / "manifest.json").write_text(json.dumps(raw))
+    m = loader.load_manifest(str(copy))
+    assert m.tpu == "v9-64"
+    with pytest.warns(UserWarning, match=r"has 8 shards \(built for v9-64\) for 3 input pipelines"):
+        loader.make_dataset(m, "train", 2, input_context=tf.distribute.InputContext(3, 1, 3), seed=SEED)
