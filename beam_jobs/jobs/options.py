@@ -252,7 +252,7 @@ def embed_spec(args: argparse.Namespace):
 
 
 def tpu_layout(tpu: str | None, num_cores: int | None, num_hosts: int | None) -> tuple[str | None, int, int]:
-    """(canonical --tpu name or None, cores per host, hosts) from --tpu or --num-cores/--num-hosts (8 x 1 by default)."""
+    """(canonical --tpu name or None, cores per host, hosts) from --tpu, else --num-cores and --num-hosts (8 x 1)."""
     if tpu is not None:
         given = [o for o, v in (("--num-cores", num_cores), ("--num-hosts", num_hosts)) if v is not None]
         if given:

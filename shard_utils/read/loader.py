@@ -27,7 +27,9 @@ from typing import Any, Union
 
 import tensorflow as tf
 
+from shard_utils import topology
 from shard_utils.format import schema
+from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
 from shard_utils.format.manifest import Manifest, ManifestError
 from shard_utils.format.manifest import load as _load_manifest
@@ -310,8 +312,6 @@ def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: 
 def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | None, per_step: int, training: bool,
                        buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
     """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
-    from shard_utils.read import epochs, loader_resume, resume
-
     if not training:
         raise ValueError("start_step and start_example are for training; an evaluation pass is exact and "
                          "starts over whole, so it needs no position")
@@ -328,8 +328,6 @@ def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | 
 
 def _warn_uneven_shards(m: Manifest, split: str, n: int) -> None:
     """Say, in one line, that n pipelines do not divide the shards evenly and what shuffled training does then."""
-    from shard_utils import topology
-
     division = topology.shard_division(len(m.split(split).shards), n)
     if division is None:
         return
