@@ -115,3 +115,23 @@ def test_internal_consistency_failures_are_not_reported_as_bad_input(capsys):
     assert guarded(broken, []) == 3
     err = capsys.readouterr().err.strip()
     assert err.startswith("tpu-shards: internal error: InternalError: shard 3") and "\n" not in err
+
+
+def test_a_tpu_by_name_sets_cores_and_hosts_and_is_recorded(images, tmp_path):
+    assert options.tpu_layout("v4-32", None, None) == ("v4-32", 4, 4)
+    assert options.tpu_layout("V5litepod-16", None, None) == ("v5e-16", 4, 4)
+    assert options.tpu_layout(None, None, None) == (None, 8, 1)
+    m = run_job(images, tmp_path / "out", "--tpu", "v5e-4", "--image-size", "16")
+    assert (m.tpu, m.num_cores, m.num_hosts) == ("v5e-4", 4, 1) and len(m.splits["train"].shards) % 4 == 0
+    untagged = run_job(images, tmp_path / "plain", "--num-cores", "2", "--image-size", "16")
+    assert untagged.tpu is None  # a manifest without a TPU name loads as before
+
+
+@pytest.mark.parametrize("argv,fragments", [
+    (["--tpu", "v5e-12"], ["--tpu: unknown TPU type 'v5e-12'", "v5e-8, v5e-16"]),
+    (["--tpu", "v9-8"], ["--tpu: unknown TPU type 'v9-8'", "v4-N and v5p-N"]),
+    (["--tpu", "v4-32", "--num-cores", "4"], ["--tpu sets the cores and hosts; drop --num-cores"]),
+])
+def test_unknown_tpu_names_and_conflicts_are_one_line(capsys, images, tmp_path, argv, fragments):
+    one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], *fragments)
+    assert not (tmp_path / "out").exists()

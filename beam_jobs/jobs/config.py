@@ -57,6 +57,7 @@ class BuildConfig:
     image: ImageOptions = ImageOptions()
     num_cores: int = 8
     num_hosts: int = 1
+    tpu: str | None = None  # --tpu: the accelerator type num_cores and num_hosts came from
     target_shard_mb: float = 128.0
     num_shards: int | None = None
     seed: int = 0
@@ -115,6 +116,7 @@ class BuildConfig:
             "validate": self.image.validate,
             "num_cores": self.num_cores,
             "num_hosts": self.num_hosts,
+            "tpu": self.tpu,
             "target_shard_mb": self.target_shard_mb,
             "num_shards": self.num_shards,
             "seed": self.seed,

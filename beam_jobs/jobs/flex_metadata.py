@@ -30,6 +30,7 @@ GCS_TYPES = {"input": "GCS_READ_FOLDER", "output": "GCS_WRITE_FOLDER"}
 FORMATS = {
     "image_size": r"^[0-9]+(,[0-9]+)?$",
     "background": r"^[0-9]+,[0-9]+,[0-9]+$",
+    "tpu": r"^([vV][0-9]+[a-zA-Z]*|v5litepod)-[0-9]+$",
 }
 
 
@@ -65,7 +66,7 @@ def long_option(action: argparse.Action) -> str:
     return next(s for s in action.option_strings if s.startswith("--"))
 
 
-ACRONYMS = {"jpeg": "JPEG", "mb": "MB"}
+ACRONYMS = {"jpeg": "JPEG", "mb": "MB", "tpu": "TPU"}
 
 
 def _label(dest: str) -> str:

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import shard_utils
 from shard_utils import inputs, storage
+from shard_utils.format import topology
 from shard_utils.format import names, schema
 from shard_utils.format.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from shard_utils.inputs import listings
@@ -47,8 +48,10 @@ def parser() -> OneLineParser:
                     help="fill: cover then centre-crop to exactly HxW (default); stretch: exactly HxW; "
                          "fit: inside HxW keeping aspect")
     ap.add_argument("--jpeg-quality", type=int, default=95, help="JPEG quality 1-100 for re-encoded images")
-    ap.add_argument("--num-cores", type=int, default=8, help="TPU cores per host (default 8)")
-    ap.add_argument("--num-hosts", type=int, default=1, help="TPU hosts reading the data (default 1)")
+    ap.add_argument("--tpu", help="the TPU slice the data is for, by accelerator type (e.g. v4-32, v5e-16): sets "
+                                  "--num-cores and --num-hosts from its devices per host and hosts")
+    ap.add_argument("--num-cores", type=int, help="TPU cores (devices) per host (default 8)")
+    ap.add_argument("--num-hosts", type=int, help="TPU hosts reading the data (default 1)")
     ap.add_argument("--target-shard-mb", type=float, default=128.0, help="aim for shards of this size (MB, 10^6)")
     ap.add_argument("--num-shards", type=int, help="force this many shards per split (a multiple of cores x hosts)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the split assignment and record order")
@@ -262,6 +265,24 @@ def embed_spec(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
 
 
+def tpu_layout(tpu: str | None, num_cores: int | None, num_hosts: int | None) -> tuple[str | None, int, int]:
+    """(canonical --tpu name or None, cores per host, hosts) from --tpu, else --num-cores and --num-hosts (8 x 1)."""
+    if tpu is not None:
+        given = [o for o, v in (("--num-cores", num_cores), ("--num-hosts", num_hosts)) if v is not None]
+        if given:
+            raise UsageError(f"--tpu sets the cores and hosts; drop {' and '.join(given)} (or --tpu)")
+        try:
+            slice_ = topology.lookup(tpu)
+        except topology.TopologyError as exc:
+            raise UsageError(f"--tpu: {exc}") from None
+        return slice_.name, slice_.devices_per_host, slice_.hosts
+    cores, hosts = 8 if num_cores is None else num_cores, 1 if num_hosts is None else num_hosts
+    for name, value in (("--num-cores", cores), ("--num-hosts", hosts)):
+        if not 1 <= value <= 65536:
+            raise UsageError(f"{name} must be in 1..65536")
+    return None, cores, hosts
+
+
 def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, temp_root: str,
                 run_id: str | None, created: str | None,
                 listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
@@ -284,10 +305,8 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
             raise UsageError(f"--image-size {size[0]}x{size[1]} is more than {MAX_IMAGE_PIXELS} pixels per image")
     if not 1 <= args.jpeg_quality <= 100:
         raise UsageError(f"--jpeg-quality {args.jpeg_quality} must be in 1..100")
-    for name in ("num_cores", "num_hosts"):
-        if not 1 <= getattr(args, name) <= 65536:
-            raise UsageError(f"--{name.replace('_', '-')} must be in 1..65536")
-    unit = args.num_cores * args.num_hosts
+    tpu, cores, hosts = tpu_layout(args.tpu, args.num_cores, args.num_hosts)
+    unit = cores * hosts
     if args.num_shards is not None and (args.num_shards < 1 or args.num_shards % unit):
         raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of num_cores x num_hosts = {unit}")
     if not 0 < args.target_shard_mb <= 100_000:
@@ -311,7 +330,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         input=args.input, output=args.output, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple(splits), split_dirs=split_dirs,
         image=image, video=video, embed=embed, embed_key=args.embed_key,
-        num_cores=args.num_cores, num_hosts=args.num_hosts, target_shard_mb=args.target_shard_mb,
+        num_cores=cores, num_hosts=hosts, tpu=tpu, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,

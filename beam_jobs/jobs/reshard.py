@@ -250,7 +250,7 @@ def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], dama
                              f"(tpu-shards verify {source.location} --deep lists every problem)")
     if failure:
         raise PlanError(f"{failure[0]}; nothing was written")
-    new_options = (("num_cores", config.num_cores), ("num_hosts", config.num_hosts),
+    new_options = (("num_cores", config.num_cores), ("num_hosts", config.num_hosts), ("tpu", config.tpu),
                    ("target_shard_mb", config.target_shard_mb), ("num_shards", config.num_shards),
                    ("seed", config.seed))
     return publish.plan_publication(results, config, failure=[], known_labels=source.labels,
@@ -339,6 +339,7 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
     return BuildConfig(
         input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple((name, 1.0) for name in source.splits), num_cores=cores, num_hosts=hosts,
+        tpu=source.tpu if (cores, hosts) == (source.num_cores, source.num_hosts) else None,  # no stale --tpu
         target_shard_mb=target, num_shards=args.num_shards,
         seed=args.seed if args.seed is not None else int(source.options.get("seed") or 0),
         tool_version=shard_utils.__version__, label_offset=source.label_offset,

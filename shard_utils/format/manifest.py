@@ -114,6 +114,13 @@ class Manifest:
     location: str = field(default="", compare=False)
 
     @property
+    def tpu(self) -> str | None:
+        """The TPU slice the build was balanced for (`--tpu`, e.g. "v5e-16"), or None (given as cores x hosts, or a
+        build before --tpu existed)."""
+        value = self.options.get("tpu")
+        return value if isinstance(value, str) and value else None
+
+    @property
     def num_classes(self) -> int:
         return len(self.labels)
 

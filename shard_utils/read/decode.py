@@ -135,6 +135,10 @@ class RecordDecoder:
         out["weight"] = tf.constant(1.0, tf.float32)
         return out
 
+    def with_seeds(self, serialized: tf.Tensor, seeds: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The map function for (record, seeds) pairs: seeds are used only when augmenting."""
+        return self(serialized, seeds if self.needs_seeds else None)
+
     def to_tuple(self, with_weight: bool):
         """Map function from batched dicts to (input, label) or (input, label, weight)."""
         key = self.input_key

@@ -30,8 +30,10 @@ from typing import Any, Union
 import tensorflow as tf
 
 from shard_utils import storage
+from shard_utils.format import topology
 from shard_utils.format import schema
 from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, read_manifest_bytes
+from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.format.manifest import load as _load_manifest
 from shard_utils.format.tfrecord import FramingError, count_from_headers
 from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
@@ -140,6 +142,8 @@ def make_dataset(
     features: str = "media",
     repeat: bool = True,
     steps_per_execution: int = 1,
+    start_step: int | None = None,
+    start_example: int | None = None,
 ) -> tf.data.Dataset:
     """Batches of one split for this input pipeline, with fully static shapes.
 
@@ -157,6 +161,11 @@ def make_dataset(
     `random_flip` apply only when training, identically to every frame of a clip. Training
     repeats forever; evaluation repeats its exact pass of `eval_steps(...)` batches unless
     `repeat=False`. Pass Keras' `steps_per_execution` here and to `eval_steps` alike.
+
+    `start_step` (0 for a new run) makes training resumable: with a `seed`, global step k holds exactly the
+    records `shard_utils.epochs` assigns it, on any number of pipelines, and the dataset starts at step
+    `start_step` without reading what came before. After a change of global batch, give `start_example`
+    (the examples consumed) instead. See docs/resume.md.
     """
     m = load_manifest(manifest)
     _check_batch(batch_size, "batch_size")
@@ -170,8 +179,16 @@ def make_dataset(
     paths = m.shard_paths(split)
     if check_files:
         _check_shards_exist(paths)
+    resumable = start_step is not None or start_example is not None
+    if check_files and not resumable:  # the resumable input reads records itself, each framing checked
         _check_local_shards(m, split, _own_shards(len(paths), n, index))
-    if training:
+    if resumable:
+        ds = _resumable_records(m, split, n, index, seed, batch_size * local_replicas, training, shuffle_buffer_size,
+                                start_step, start_example)
+        # In order (deterministic map): batch boundaries fall exactly between global steps.
+        ds = ds.map(decoder.with_seeds, num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.batch(batch_size, drop_remainder=True)
+    elif training:
         ds = _training_records(m, split, paths, n, index, seed, batch_size, shuffle_buffer_size)
         if decoder.needs_seeds:
             # Per-record seeds for the stateless random ops keep the map function pure.
@@ -185,7 +202,7 @@ def make_dataset(
     if not as_dict:
         ds = ds.map(decoder.to_tuple(with_weight=not training), num_parallel_calls=AUTOTUNE)
     ds = ds.prefetch(AUTOTUNE)
-    return ds.with_options(_options(training, sharded=input_context is not None))
+    return ds.with_options(_options(deterministic=resumable or not training, sharded=input_context is not None))
 
 
 def _check_batch(value: int, name: str) -> None:
@@ -308,6 +325,7 @@ def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: 
     """Shuffled, repeated serialized records of this pipeline's shards (record-level sharding if too few)."""
     counts = [s.num_records for s in m.split(split).shards]
     if len(paths) >= n:
+        _warn_uneven_shards(m, split, n)
         mine = list(range(index, len(paths), n))
         # The set of files is fixed by (index, n); only their order changes, every epoch.
         records = _read([paths[i] for i in mine], [counts[i] for i in mine], m.location, deterministic=False,
@@ -326,6 +344,35 @@ def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: 
         raise ValueError(f"input pipeline {index} of {n} holds {count} records of split {split!r}, fewer than one "
                          f"batch of {batch_size}; use a smaller batch size")
     return records.repeat().shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+
+def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | None, per_step: int, training: bool,
+                       buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
+    """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
+    if not training:
+        raise ValueError("start_step and start_example are for training; an evaluation pass is exact and "
+                         "starts over whole, so it needs no position")
+    if seed is None:
+        raise ValueError("a resumable run needs seed=: the order of every epoch is a function of it (give the "
+                         "same seed when resuming)")
+    if buffer is not None:
+        raise ValueError("shuffle_buffer_size has no effect on a resumable run: every epoch is a full seeded "
+                         "permutation; drop it")
+    origin, first_step = resume.stream_origin(start_step, start_example)
+    share = epochs.share(per_step * n, n, index)
+    return loader_resume.training_records(m, split, seed=seed, share=share, origin=origin, first_step=first_step)
+
+
+def _warn_uneven_shards(m: Manifest, split: str, n: int) -> None:
+    """Say, in one line, that n pipelines do not divide the shards evenly and what shuffled training does then."""
+    division = topology.shard_division(len(m.split(split).shards), n)
+    if division is None:
+        return
+    built = m.tpu or f"{m.num_cores} cores x {m.num_hosts} hosts"
+    warnings.warn(f"split {split!r} has {len(m.split(split).shards)} shards (built for {built}) for {n} input "
+                  f"pipelines: {division}, and each repeats its own, so the records of the pipelines with fewer "
+                  "shards are seen more often per pass. For exact epochs on any host count pass seed= and "
+                  "start_step= (docs/resume.md), or rebuild with --tpu for this slice", stacklevel=4)
 
 
 def _warn_record_sharding(split: str, num_shards: int, n: int) -> None:
@@ -374,10 +421,11 @@ def _padding_element(element_spec: dict[str, tf.TensorSpec]) -> dict[str, tf.Ten
     return {k: tf.zeros(s.shape, s.dtype) for k, s in element_spec.items()}
 
 
-def _options(training: bool, sharded: bool) -> tf.data.Options:
-    """Autotuned parallelism; order not guaranteed when training; no auto-sharding when we sharded ourselves."""
+def _options(deterministic: bool, sharded: bool) -> tf.data.Options:
+    """Autotuned parallelism; order not guaranteed when training unless resumable; no auto-sharding when we
+    sharded ourselves."""
     options = tf.data.Options()
-    options.deterministic = not training
+    options.deterministic = deterministic
     options.autotune.enabled = True
     if sharded:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
