@@ -53,6 +53,8 @@ setup(
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip
             "mkdocs>=1.6",  # tests/test_docs.py builds the docs site with warnings as errors
             "mkdocstrings[python]>=1.0",
+            "ruff>=0.6",  # tests/test_checks.py: the lint pyproject.toml configures
+            "mypy>=1.10",  # and its type check of the public modules
         ],
         "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=1.0"],  # mkdocs serve / mkdocs build (mkdocs.yml)
     },

@@ -116,3 +116,15 @@ def small_dataset(tmp_path_factory):
 
 # The gs:// tests' storage emulator (one per session, shared by test_gcs.py and test_dataflow.py).
 from gcs_fixtures import gcs  # noqa: E402,F401
+
+
+def pytest_collection_modifyitems(config, items):
+    """Markers for choosing a subset: `gcs` (uses the storage emulator) and `tf` (imports TensorFlow), beside
+    `slow` (over about 5 s, marked by hand). `pytest -m "not slow and not gcs and not tf"` is the fast loop."""
+    for item in items:
+        if "gcs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gcs)
+        module = getattr(item, "module", None)
+        if module is not None and any(getattr(v, "__name__", "").split(".")[0] == "tensorflow"
+                                      for v in vars(module).values()):
+            item.add_marker(pytest.mark.tf)

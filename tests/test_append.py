@@ -58,6 +58,7 @@ def appended(tmp_path_factory):
     return SimpleNamespace(root=root, out=out, first=first, before=before, grown=grown, printed=printed)
 
 
+@pytest.mark.slow
 def test_old_shards_and_reports_are_byte_identical_and_a_generation_is_added(appended):
     first, grown, out = appended.first, appended.grown, appended.out
     after = files(out)
@@ -191,6 +192,7 @@ def test_other_options_than_the_first_build_are_refused(small):
     assert nothing.returncode == 2 and "build it first without --append" in nothing.stderr
 
 
+@pytest.mark.slow
 def test_dedup_drops_new_files_with_the_bytes_of_a_record(small):
     root, out = small
     (root / "bird").mkdir()
@@ -208,6 +210,7 @@ def test_dedup_drops_new_files_with_the_bytes_of_a_record(small):
     assert done.returncode == 0 and "nothing to append" in done.stdout and "16 already in it" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["publish-start", "publish-renaming", "publish-before-manifest"])
 def test_kill_while_publishing_an_append_leaves_the_old_dataset(small, stage):
     root, out = small
@@ -288,6 +291,7 @@ def test_manifest_generations_are_checked(appended):
         manifest.from_dict(bad)
 
 
+@pytest.mark.slow
 def test_a_build_with_overwrite_replaces_every_generation(small):
     root, out = small
     add_images(root, "bird", 4, seed=7500)
@@ -300,6 +304,7 @@ def test_a_build_with_overwrite_replaces_every_generation(small):
     assert verify(str(out), deep=True) == []
 
 
+@pytest.mark.slow
 def test_an_append_without_the_first_builds_label_options_is_refused_and_changes_nothing(tmp_path):
     """A multi-label listing built with --label-separator: an append that leaves it out would turn 'cat flower'
     into a new label of its own (and grow the label set); it is refused naming the option."""

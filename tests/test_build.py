@@ -58,6 +58,7 @@ def test_records_are_shuffled_across_shards_with_proportional_classes(tmp_path):
     assert order != sorted(order)
 
 
+@pytest.mark.slow
 def test_same_input_gives_identical_bytes_across_workers_and_modes(images, tmp_path):
     one = tmp_path / "one"
     run_job(images, one, "--splits", "train=0.7,validation=0.3")
@@ -70,6 +71,7 @@ def test_same_input_gives_identical_bytes_across_workers_and_modes(images, tmp_p
     assert first.splits == second.splits
 
 
+@pytest.mark.slow
 def test_a_worker_crash_loses_only_its_file_though_the_worker_held_other_records(tmp_path, monkeypatch):
     """A decoder that crashes its worker process costs only that file: the run it was in is encoded again
     without it, and the shards equal those of a build where the file is merely undecodable."""
@@ -88,6 +90,7 @@ def test_a_worker_crash_loses_only_its_file_though_the_worker_held_other_records
     assert shard_bytes(tmp_path / "crashed") == shard_bytes(tmp_path / "clean")
 
 
+@pytest.mark.slow
 def test_seed_changes_order_not_content(images, tmp_path):
     a = run_job(images, tmp_path / "a", "--seed", "1")
     b = run_job(images, tmp_path / "b", "--seed", "2")
@@ -162,6 +165,7 @@ def test_files_outside_label_folders_are_rejected_not_lost(images, tmp_path):
     assert m.files_seen == m.splits["train"].num_records + m.rejected["count"] + m.skipped["count"]
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_whole_dataset(images, tmp_path):
     out = tmp_path / "out"
     run_job(images, out, "--num-shards", "16")
@@ -177,6 +181,7 @@ def test_summary_is_printed(images, tmp_path, capsys):
     assert "train: 36 records in 8 shards of 4/5 records" in text and "files seen 36" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bits", [0, 2])
 def test_every_hash_bucket_size_gives_the_same_bytes_on_one_and_two_workers(tmp_path, bits):
     """Tiny buckets (about 4 records each with 2 bits on 16 records a split) and one bucket for everything
@@ -249,6 +254,7 @@ def test_when_every_file_is_rejected_the_error_names_reasons_and_where_they_are(
     assert report.name == "rejected.jsonl" and report.read_text().count("\n") == 6
 
 
+@pytest.mark.slow
 def test_too_many_rejects_fail_the_build_and_publish_nothing(images, tmp_path):
     for i in range(3):
         (images / "cat" / f"broken{i}.jpg").write_bytes(b"nope")

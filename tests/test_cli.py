@@ -83,6 +83,7 @@ def test_bad_options(in_process, images, tmp_path, args, fragment):
     assert done.returncode == 2 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [(), ("--direct_num_workers=2", "--direct_running_mode=multi_processing")])
 def test_too_few_records_for_the_cores_fails_cleanly_and_writes_nothing(tmp_path, workers):
     """Also with worker processes: a planning failure is not raised inside a worker (which prints a traceback)."""
@@ -99,6 +100,7 @@ def test_all_files_rejected_fails_cleanly(tmp_path):
     assert_one_line_error(done, "0 records")
 
 
+@pytest.mark.slow
 def test_failed_rerun_keeps_the_previous_dataset(images, tmp_path):
     out = tmp_path / "out"
     assert run_cli("build", "--input", images, "--output", out).returncode == 0

@@ -26,6 +26,7 @@ def inputs(tmp_path_factory):
     return base, shard_bytes(reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", STAGES)
 def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     base, expected = inputs
@@ -45,6 +46,7 @@ def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     assert verify(str(out)) == []
 
 
+@pytest.mark.slow
 def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs, tmp_path):
     """Killed before publishing, a first build leaves only its lock and temporary folder: a rerun needs no
     --overwrite, takes over the dead run's lock and removes its temporary data."""
@@ -57,3 +59,35 @@ def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs
     assert again.returncode == 0, again.stderr
     assert shard_bytes(out) == expected
     assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES])
+
+
+def test_a_rerun_removes_the_temporary_files_a_killed_write_left_beside_the_dataset(inputs, tmp_path):
+    """A kill between a local write and its rename leaves `.<name>.<8 characters>.tmp` beside the file (the lock
+    renewed at that moment, the manifest being written): the next run into the output removes them, and only
+    them."""
+    base, expected = inputs
+    out = tmp_path / "out"
+    shutil.copytree(base / "old_built", out)
+    leftovers = ["..tpu-shards-lock.json.k3j4h5g6.tmp", ".manifest.json.a1b2c3d4.tmp",
+                 ".train-00000-of-00008.tfrecord.zz9y8x7w.tmp"]
+    for name in leftovers:
+        (out / name).write_bytes(b"half written")
+    (out / ".notes.txt.abcdefgh.tmp").write_text("not ours: stays")
+    rerun = run_cli("build", "--input", base / "new", "--output", out, "--overwrite")
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES, ".notes.txt.abcdefgh.tmp"])
+
+
+def test_an_append_that_finds_nothing_new_removes_what_a_killed_append_left(inputs, tmp_path):
+    """A killed append can leave its new index and a temporary file; a rerun with nothing new to add leaves the
+    dataset exactly as its manifest names it."""
+    base, _ = inputs
+    out = tmp_path / "out"
+    shutil.copytree(base / "old_built", out)
+    before = sorted(p.name for p in out.iterdir())
+    (out / "train.g001.index.avro").write_bytes(b"an index of a generation never published")
+    (out / ".manifest.json.q1w2e3r4.tmp").write_bytes(b"half written")
+    again = run_cli("build", "--append", "--input", base / "old", "--output", out, "--num-shards", "16")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to append" in again.stdout
+    assert sorted(p.name for p in out.iterdir()) == before

@@ -62,6 +62,7 @@ def test_notebook_is_valid_and_installs_from_the_repository():
     assert all(not c.outputs for c in nb.cells if c.cell_type == "code")  # stored without outputs
 
 
+@pytest.mark.slow
 def test_notebook_trains_two_epochs_on_eight_devices(small_dataset, tmp_path):
     out = run_notebook(tmp_path, small_dataset, devices=8, epochs=2, batch_per_replica=2)
     assert "using MirroredStrategy over 8 devices" in out and "MirroredStrategy with 8 replicas" in out
@@ -72,6 +73,7 @@ def test_notebook_trains_two_epochs_on_eight_devices(small_dataset, tmp_path):
     assert "'image': ((8, 32, 32, 3), 'float32')" in out
 
 
+@pytest.mark.slow
 def test_notebook_trains_on_a_multi_label_dataset(tmp_path):
     """Multi-hot labels switch the notebook to per-class sigmoids; the stored label offset is invisible."""
     labels = ["cat", "dog", "fish"]

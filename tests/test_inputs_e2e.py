@@ -8,6 +8,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 from conftest import photo, run_cli, run_job, write_images
 from readers import by_source, rejected
 
@@ -82,6 +83,7 @@ def test_labels_from_file_names(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--label-from-name" in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_folder_of_symbolic_links_builds_with_follow_symlinks(tmp_path):
     store = tmp_path / "store"
     write_images(store, {"x": 10})

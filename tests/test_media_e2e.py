@@ -102,6 +102,7 @@ def model(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_embeddings_are_stored_per_record_identically_on_one_and_two_workers(model, tmp_path):
     write_images(tmp_path / "in", {"a": 9, "b": 9}, size=(40, 30))
     one, two = tmp_path / "one", tmp_path / "two"
@@ -165,6 +166,7 @@ def test_an_embedding_build_writes_only_its_own_lines(model, tmp_path):
     assert done.stdout.startswith(f"tpu-shards: wrote {tmp_path / 'out'} in ") and "oneDNN" not in done.stdout
 
 
+@pytest.mark.slow
 def test_progress_shows_on_a_terminal_and_not_in_a_pipe(tmp_path):
     write_images(tmp_path / "in", {"a": 20, "b": 20})
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "COLUMNS": "100"}

@@ -117,6 +117,7 @@ def test_internal_consistency_failures_are_not_reported_as_bad_input(capsys):
     assert err.startswith("tpu-shards: internal error: InternalError: shard 3") and "\n" not in err
 
 
+@pytest.mark.slow
 def test_a_tpu_by_name_sets_cores_and_hosts_and_is_recorded(images, tmp_path):
     assert options.tpu_layout("v4-32", None, None) == ("v4-32", 4, 4)
     assert options.tpu_layout("V5litepod-16", None, None) == ("v5e-16", 4, 4)

@@ -169,3 +169,23 @@ def test_bars_show_on_a_terminal_with_the_base_install_alone(tmp_path):
                                   "--output", str(tmp_path / "out"), "--num-cores", "2"], cwd=REPO, env=env)
     assert code == 0, text
     assert "encoding : 100%" in text and "writing  : 100%" in text and "12/12" in text
+
+
+def test_listing_counts_files_as_they_are_listed_not_when_the_listing_ends(tmp_path):
+    """A big folder's listing shows its progress chunk by chunk: after the first chunk comes out, the bar
+    already counts it, while the rest of the folder is still to be walked."""
+    from beam_jobs.pipeline import listing
+    from beam_jobs.pipeline.listing import ListTask, list_task
+    from beam_jobs.jobs.config import BuildConfig
+
+    for i in range(listing.LIST_CHUNK * 2 + 5):
+        (tmp_path / f"{i:05d}.jpg").write_bytes(b"x")
+    config = BuildConfig(input=str(tmp_path), output=str(tmp_path / "out"), temp_root=str(tmp_path / "tmp"))
+    with progress.showing(True, io.StringIO()):
+        assert progress.counts() == {}
+        outputs = list_task(ListTask(""), config, True)
+        first = next(outputs)
+        assert progress.counts() == {"list": (len(first), None)}
+        rest = list(outputs)
+        assert progress.counts() == {"list": (len(first) + sum(len(c) for c in rest), None)}
+        assert progress.counts()["list"][0] == listing.LIST_CHUNK * 2 + 5

@@ -142,6 +142,7 @@ def test_a_damaged_shard_fails_with_one_line_naming_it(source, tmp_path):
     assert not dst.exists()
 
 
+@pytest.mark.slow
 def test_an_appended_dataset_reshards_into_one_generation_with_its_label_ids(tmp_path):
     root = tmp_path / "images"
     write_images(root, {"cat": 5, "dog": 5}, size=(40, 30))

@@ -53,6 +53,7 @@ def photos(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "gcs"])
 def test_a_second_build_into_a_live_output_is_refused_and_the_first_completes(request, photos, tmp_path, where):
     if where == "local":
@@ -100,6 +101,7 @@ def processes_tagged(tag: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_random_moments_gives_one_line_exit_130_and_no_orphans(tmp_path):
     src = tmp_path / "in"
     write_images(src, {"a": 150, "b": 150}, size=(160, 120))

@@ -50,6 +50,7 @@ def shard_bytes(result) -> bytes:
     return storage.read_bytes(result.temp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "gcs"])
 def test_each_shard_written_twice_or_twice_at_once_is_the_same(request, tmp_path, where):
     if where == "local":

@@ -569,6 +569,7 @@ def test_two_processes_racing_to_create_one_file(cas_root):
         assert storage.read_bytes(uri) == f"owner {winners[0]}".encode()
 
 
+@pytest.mark.slow
 def test_compare_and_swap_loses_no_update_between_processes(cas_root):
     uri = storage.join(cas_root, "counter")
     storage.write_bytes(uri, b"0")

@@ -49,6 +49,7 @@ def installed(tmp_path_factory):
     return wheel, target
 
 
+@pytest.mark.slow
 def test_wheel_built_by_the_documented_command_installs_a_working_loader(installed, tmp_path):
     wheel, target = installed
     assert wheel.name == f"tpu_shards-{__version__}-py3-none-any.whl"

@@ -252,6 +252,7 @@ def open_dataset(config: BuildConfig) -> manifest.Manifest:
             raise UsageError(f"cannot append to {out}: {exc}") from None
         check_appendable(old, config)
         publish.clean_stale_runs(config.temp_root, config.run_id)
+        publish.remove_unfinished_writes(out)
     except BaseException:
         runlock.release(out, config.run_id)
         raise

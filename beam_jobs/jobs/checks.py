@@ -110,6 +110,7 @@ def prepare_output(config: BuildConfig) -> bool:
             running.remove_if_empty(path)
         raise UsageError(f"output {path} is not writable: {exc.reason}") from None
     publish.clean_stale_runs(config.temp_root, config.run_id)
+    publish.remove_unfinished_writes(path)
     return created
 
 

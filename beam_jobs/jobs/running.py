@@ -47,6 +47,7 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     result = None
     try:
         with lease, progress.showing(show_progress if local else False):
+            progress.advance("list", 0)  # the listing bar shows from the start: listing a bucket can take minutes
             start_local_pool(config, opts)
             pipeline = beam.Pipeline(options=opts)
             build(pipeline)

@@ -76,11 +76,11 @@ def list_task(task: ListTask, config: BuildConfig, final: bool) -> Iterator:
     if final:
         walked = storage.walk(root, follow, start=task.folder, after=task.after, end=task.end) \
             if (task.after or task.end) else storage.walk(root, follow, start=task.folder)
-        yield from chunked(walked)
+        yield from listed(chunked(walked))
         return
     entries, folders, more = storage.list_level(root, task.folder, follow, after=task.after, end=task.end,
                                                 max_pages=PAGES_PER_TASK)
-    yield from chunked(entries)
+    yield from listed(chunked(entries))
     for folder in folders:
         yield beam.pvalue.TaggedOutput("tasks", ListTask(folder))
     if more is not None:
@@ -88,6 +88,13 @@ def list_task(task: ListTask, config: BuildConfig, final: bool) -> Iterator:
         starts = [(more, False)] + [(c, True) for c in cuts]
         for start, stop in zip(starts, cuts + [task.end]):
             yield beam.pvalue.TaggedOutput("tasks", ListTask(task.folder, start, stop))
+
+
+def listed(chunks: Iterable[list]) -> Iterator[list]:
+    """The chunks, each counted on the progress bar as it is listed (not when the listing is over)."""
+    for chunk in chunks:
+        progress.advance("list", len(chunk))
+        yield chunk
 
 
 def chunked(entries: Iterable, size: int = LIST_CHUNK) -> Iterator[list]:
@@ -102,7 +109,6 @@ def classify_chunk(entries: list[storage.Entry], config: BuildConfig):
                                      config.video is not None)
     tally = Tally(seen=found.seen)
     count("files_matched", found.seen)
-    progress.advance("list", found.seen)
     for entry in found.rejected:
         yield rejected(entry)
     for source, reason, extension in found.skipped:
@@ -142,7 +148,6 @@ class ListListedMedia(beam.PTransform):
 
 def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:
     count("files_matched", len(chunk))
-    progress.advance("list", len(chunk))
     progress.expect("encode", len(chunk))
     return chunk
 

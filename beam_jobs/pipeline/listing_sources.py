@@ -24,6 +24,8 @@ from shard_utils.inputs import listing_files, listings
 from shard_utils.inputs.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.inputs.listings import ListingOptions, ListingRow
 
+from beam_jobs import progress
+
 ID_SAMPLE_ROWS = 20  # rows read at launch to tell a listing of ids from one of file paths
 
 
@@ -90,6 +92,7 @@ class ListingItems(beam.PTransform):
 
 
 def _row_to_item(row: ListingRow, options: ListingOptions, root: str | None):
+    progress.advance("list")  # as the row is read, not once the listing is over
     out = listings.item_from_row(row, options, root)
     if isinstance(out, listings.Rejection):
         yield beam.pvalue.TaggedOutput("rejected", out.as_dict())

@@ -61,7 +61,7 @@ def decide_run(config: BuildConfig, now: datetime.datetime | None = None) -> Run
 def take_lock(run: RunInfo, config: BuildConfig) -> RunInfo:
     """Take the output's lock for this run and apply the --overwrite rule; running it again for the same run
     gives the same answer. Temporary folders of dead earlier runs are removed once the lock is ours."""
-    from beam_jobs.publish import clean_stale_runs, output_content
+    from beam_jobs.publish import clean_stale_runs, output_content, remove_unfinished_writes
 
     try:
         runlock.acquire(config.output, run.run_id, run.created)
@@ -71,6 +71,7 @@ def take_lock(run: RunInfo, config: BuildConfig) -> RunInfo:
         runlock.release(config.output, run.run_id)
         raise UsageError(f"output {config.output} is not empty; pass --overwrite to replace the dataset there")
     clean_stale_runs(config.temp_root, run.run_id)
+    remove_unfinished_writes(config.output)
     return run
 
 

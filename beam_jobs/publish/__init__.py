@@ -96,6 +96,18 @@ def clean_stale_runs(temp_root: str, run_id: str) -> None:
                 pass  # tried again by the next run
 
 
+def remove_unfinished_writes(output: str) -> None:
+    """Remove the temporary files a killed run left beside the dataset's own files (only while this run holds
+    the lock, so no other run can be writing them)."""
+    ours = {MANIFEST_NAME, LOCK_NAME, *_DATASET_FILES}
+    for temp, name in storage.unfinished_writes(output):
+        if name in ours or is_dataset_file(name):
+            try:
+                storage.delete(storage.join(output, temp))
+            except storage.StorageError:
+                pass  # tried again by the next run
+
+
 def remove_run_folder(temp_root: str, temp_dir: str) -> None:
     """Remove a finished run's temporary folder, and the folder of runs if nothing else is left in it."""
     try:

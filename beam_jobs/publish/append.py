@@ -19,8 +19,8 @@ from shard_utils.format.manifest import FORMAT_VERSION, REJECTED_NAME, SKIPPED_N
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message,
-                               remove_run_folder, write_reports)
+from beam_jobs.publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message, is_dataset_file,
+                               named_files, remove_run_folder, write_reports)
 from shard_utils.errors import InternalError, PlanError
 
 
@@ -49,7 +49,7 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     nothing_new = all(r["reason"] == "duplicate" for r in rejected) and len(rejected) + sum(
         tally.skipped.values()) == tally.seen  # every new file was a copy of a record (or there were none)
     if not sum(counts.values()) and nothing_new:
-        _give_up(config, run)  # the dataset stays as it is
+        _give_up(config, run, old)  # the dataset stays as it is
         return None
     if not sum(encoded):
         write_reports(report, rejected, skipped_files)
@@ -66,7 +66,13 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     return grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present))
 
 
-def _give_up(config: BuildConfig, run: RunInfo) -> None:
+def _give_up(config: BuildConfig, run: RunInfo, old: Manifest) -> None:
+    """Leave the dataset as it is: this run's temporary data, and the files an interrupted earlier append left
+    that the manifest does not name, removed; the lock given back."""
+    keep = named_files(old)
+    for name in storage.list_names(config.output):
+        if is_dataset_file(name) and name not in keep:
+            storage.delete(storage.join(config.output, name))
     remove_run_folder(config.temp_root, run.temp_dir)
     runlock.release(config.output, run.run_id)
 

@@ -133,7 +133,6 @@ def top_functions(stats: pstats.Stats, n: int, base: pstats.Stats | None = None,
 
 def driver_rows(stats: pstats.Stats, wall: float) -> list[tuple[str, float]]:
     """(stage, seconds) of the driver's main thread; nested stages are indented by two spaces."""
-    run = cum(stats, RUN) or wall
     graph, beam_run = cum(stats, GRAPH), cum(stats, BEAM_RUN)
     checks, after = cum(stats, *CHECKS), cum(stats, *AFTER)
     flush, read = cum(stats, FLUSH), cum(stats, READ_RANGE)

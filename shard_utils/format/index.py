@@ -29,7 +29,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence, cast
 
 from shard_utils import storage
 from shard_utils.format.manifest import IndexFile
@@ -71,7 +71,8 @@ def field_name(column: str) -> str:
 
 
 def _extra_fields(extras: Sequence[ExtraSpec]) -> list[dict[str, Any]]:
-    fields, seen = [], {}
+    fields: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
     for spec in extras:
         name = field_name(spec.name)
         if name.lower() in seen:  # BigQuery column names are case-insensitive
@@ -239,7 +240,7 @@ def write_index(fileobj: BinaryIO, rows: Iterable[IndexRow], schema: Mapping[str
             count += 1
             yield row.to_avro()
 
-    fastavro.writer(out, parsed, records(), codec=_CODEC, sync_interval=_SYNC_INTERVAL,
+    fastavro.writer(cast(IO[bytes], out), parsed, records(), codec=_CODEC, sync_interval=_SYNC_INTERVAL,
                     sync_marker=_sync_marker(schema), strict=True)
     out.flush()
     return IndexWritten(count, out.digest.size, out.digest.crc32c, out.digest.sha256)
@@ -295,7 +296,7 @@ def merge_index_parts(fileobj: BinaryIO, parts: Iterable[BinaryIO], schema: Mapp
     parsed = fastavro.parse_schema(dict(schema))
     expected = to_parsing_canonical_form(parsed)
     out = _Digesting(fileobj)
-    writer = fastavro.write.Writer(out, parsed, codec=_CODEC, sync_interval=_SYNC_INTERVAL,
+    writer = fastavro.write.Writer(cast(IO[bytes], out), parsed, codec=_CODEC, sync_interval=_SYNC_INTERVAL,
                                    sync_marker=_sync_marker(schema))
     count, last = 0, -1
     for number, part in enumerate(parts):
@@ -358,7 +359,8 @@ def _bounded_rows(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None,
     reader = fastavro.parse_schema(dict(reader_schema)) if reader_schema is not None else None
     while (count := _read_long(stream, at_end=True)) is not None:
         size = _read_long(stream)
-        if count < 0 or max_rows is not None and count > max_rows - seen:
+        assert size is not None  # _read_long returns None only at the end of the file, when at_end is True
+        if count < 0 or (max_rows is not None and count > max_rows - seen):
             raise _damaged(f"a block declares {count} rows, which makes more than the {max_rows} the manifest "
                                    "lists" if count >= 0 else f"a block declares {count} rows")
         if not 0 <= size <= MAX_BLOCK_BYTES:
@@ -370,7 +372,7 @@ def _bounded_rows(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None,
         if stream.read(len(sync)) != sync:
             raise _damaged("a block is not followed by the file's sync marker")
         for _ in range(count):
-            yield fastavro.schemaless_reader(block, writer_schema, reader)
+            yield cast(dict[str, Any], fastavro.schemaless_reader(block, writer_schema, reader))
         if block.tell() != len(block.getbuffer()):
             raise _damaged(f"a block holds bytes after its {count} rows")
         seen += count
@@ -394,7 +396,7 @@ def _header(stream: _Recent) -> tuple[dict[str, Any], str]:
     import fastavro
 
     try:
-        header = fastavro.block_reader(stream)  # reads the header only
+        header = fastavro.block_reader(cast(IO[bytes], stream))  # reads the header only
         written, codec = header.writer_schema, header.metadata.get("avro.codec", "null")
     except Exception as exc:
         raise IndexFormatError(f"not an Avro index file: {storage.problem(exc)}") from None
@@ -405,7 +407,7 @@ def _header(stream: _Recent) -> tuple[dict[str, Any], str]:
         raise IndexFormatError(f"not a tpu-shards index: fields {', '.join(missing)} are missing")
     if codec not in ("null", "deflate"):
         raise IndexFormatError(f"the index is compressed with {codec!r}; tpu-shards writes null or deflate")
-    return fastavro.parse_schema(written), codec
+    return cast(dict[str, Any], fastavro.parse_schema(written)), codec
 
 
 def _inflate(data: bytes, codec: str) -> bytes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import BinaryIO, Callable, Iterator
+from typing import IO, BinaryIO, Callable, Iterator
 
 from shard_utils.extras import require
 
@@ -39,7 +39,7 @@ def frame(record: bytes) -> bytes:
     return b"".join((length, struct.pack("<I", masked_crc(length)), record, struct.pack("<I", masked_crc(record))))
 
 
-def count_from_headers(stream: BinaryIO, size: int) -> int:
+def count_from_headers(stream: IO[bytes], size: int) -> int:
     """The records of a TFRecord file of `size` bytes, counted from their headers alone: each length's checksum
     must hold and each record must end inside the file, or FramingError names the first that does not. Reads 12
     bytes per record, so a reader that trusts lengths (TensorFlow's allocates them) can be given the file after."""

@@ -250,6 +250,7 @@ class _IndexRows:
     def __init__(self, m: Manifest, split_name: str, read_shards: bool, deep: bool, reader=None):
         self.m, self.split, self.read_shards, self.deep = m, m.split(split_name), read_shards, deep
         self.reader = reader  # shard index -> bytes (or None when unreadable), when the caller reads shards
+        assert self.split.index is not None  # a split without an index is not checked row by row
         self.where = self.split.index.path
         self.problems: list[str] = []
         self.found = 0  # problems found, kept or not

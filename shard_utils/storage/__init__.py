@@ -443,6 +443,15 @@ def move_prefix(src: str, dst: str, length: int) -> None:
         _backend(src).move_prefix(src, dst, length)
 
 
+def unfinished_writes(folder: str) -> list[tuple[str, str]]:
+    """(temp file, the name it was being written as) of the writes a killed process left in a local folder; none on
+    gs://, where an object appears whole or not at all."""
+    if is_gcs(folder):
+        return []
+    with _failing("list", folder):
+        return _backend(folder).unfinished_writes(folder)
+
+
 def delete(uri: str) -> None:
     """Remove a file; a missing one is fine."""
     with _failing("delete", uri):

@@ -10,6 +10,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -188,6 +189,18 @@ def checksum(path: str) -> tuple[int, str] | None:
             crc.update(block)
             total += len(block)
     return total, storage.crc32c_base64(int.from_bytes(crc.digest(), "big"))
+
+
+_UNFINISHED = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")  # what _TempFile names a write before its rename
+
+
+def unfinished_writes(folder: str) -> list[tuple[str, str]]:
+    """(temp file, the name it was being written as) of every write a killed process left in folder."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return [(n, m.group("name")) for n in names if (m := _UNFINISHED.match(n))]
 
 
 class _TempFile:
