@@ -52,7 +52,8 @@ def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs
     --overwrite, takes over the dead run's lock and removes its temporary data."""
     base, expected = inputs
     out = tmp_path / "out"
-    run_cli("build", "--input", base / "new", "--output", out, env=faults(kill="write"))
+    killed = run_cli("build", "--input", base / "new", "--output", out, env=faults(kill="write"))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (out / "manifest.json").exists()
     assert sorted(p.name for p in out.iterdir()) == [".tpu-shards-lock.json", ".tpu-shards-tmp"]
     again = run_cli("build", "--input", base / "new", "--output", out)

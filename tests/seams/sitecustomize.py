@@ -23,11 +23,14 @@ _WRAPS: dict[str, list] = {}
 
 
 def _calls() -> int:
-    """This call's number among every process's calls (one byte appended per call to the counter file)."""
+    """This call's number among every process's calls (one byte appended per call to the counter file).
+
+    The offset after an O_APPEND write is where this very write ended: the file's size may already include a
+    byte another process appended since, and two calls at once would both read 2."""
     fd = os.open(os.environ["TPU_SHARDS_TEST_COUNTER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, b".")
-        return os.fstat(fd).st_size
+        return os.lseek(fd, 0, os.SEEK_CUR)
     finally:
         os.close(fd)
 
