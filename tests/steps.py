@@ -166,3 +166,17 @@ def encoded_runs(config: BuildConfig, laid: dict[str, list], labels: list[str]) 
         return {"runs": (keyed | EncodeRuns(config, layouts, names, run_)).runs}
 
     return outputs(build)[0]["runs"]
+
+
+def planned_shards(config: BuildConfig, laid: dict[str, list], runs: list, dropped: list | None = None) -> dict:
+    """PlanShards' outputs (tasks, plans, failure) for encoded runs."""
+    from shard_utils.sharding.naming import ShardNaming
+
+    from beam_jobs.pipeline.shards import PlanShards
+
+    def build(p):
+        drops = created(p, "Dropped", dropped) if dropped is not None else None
+        naming = ShardNaming.for_build(config.shard_extension)
+        return created(p, "Runs", runs) | PlanShards(config, created(p, "Layouts", laid["layouts"]), naming, drops)
+
+    return outputs(build)[0]
