@@ -22,7 +22,8 @@ def planned(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("encode")
     write_images(tmp_path / "in", {"cat": 5, "dog": 4})
     (tmp_path / "in" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
-    config = step_config(tmp_path, tmp_path / "in", "--splits", "train=0.6,validation=0.4")
+    config = step_config(tmp_path, tmp_path / "in", "--splits", "train=0.6,validation=0.4", "--num-cores", "2",
+                         "--num-shards", "2")  # runs of several records each
     chunks = media_chunks(config)
     return config, laid_out(config, chunks), labels_of(chunks)
 
@@ -58,6 +59,7 @@ def test_each_run_holds_its_items_in_key_order_and_a_broken_file_is_rejected(pla
     keyed = {item.source_id: (split, order) for chunk in laid["keyed"] for split, order, item in chunk}
     assert [(split, run) for split, run, _, _ in runs] == [(s, r) for s in sorted(layouts)
                                                            for r in range(layouts[s].num_runs)]
+    assert max(records for _, _, records, _ in runs) >= 3  # an order within runs to check
     for split, run_, records, entries in runs:
         orders = [order for order, _ in entries]
         assert records == len(entries) and orders == sorted(orders)
