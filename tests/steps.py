@@ -21,7 +21,7 @@ from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import NAMESPACE
 
 CREATED = "2026-01-02T03:04:05+00:00"
-_KEPT: dict[str, list] = {}  # what kept() saw, by token (the in-process runner runs steps in this process)
+_KEPT: dict[str, list] = {}  # what kept() saw, by token: the FnApiRunner runs the steps in this process
 _LOCK = threading.Lock()
 
 
@@ -79,7 +79,7 @@ def kept(pcoll, label: str) -> Callable[[], list]:
     with _LOCK:
         _KEPT[token] = []
     _ = pcoll | label >> beam.Map(_keep, token)
-    return lambda: list(_KEPT[token])
+    return lambda: _KEPT.pop(token)
 
 
 def _keep(value, token: str) -> None:
