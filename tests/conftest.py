@@ -122,8 +122,9 @@ def pytest_collection_modifyitems(config, items):
     """Markers for choosing a subset: `gcs` (uses the storage emulator) and `tf` (imports TensorFlow), beside
     `slow` (over about 5 s, marked by hand). `pytest -m "not slow and not gcs and not tf"` is the fast loop."""
     for item in items:
-        if "gcs" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.gcs)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "gcs" in getattr(item, "fixturenames", ()) or "gcs" in params.values():
+            item.add_marker(pytest.mark.gcs)  # the fixture, or a "gcs" case that asks for it when it runs
         module = getattr(item, "module", None)
         if module is not None and any(getattr(v, "__name__", "").split(".")[0] == "tensorflow"
                                       for v in vars(module).values()):

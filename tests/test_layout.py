@@ -125,6 +125,18 @@ def test_the_public_import_paths_still_work():
     from shard_utils.manifest import load  # noqa: F401
     from shard_utils.random_access import RandomAccessSource  # noqa: F401
     from shard_utils.read.loader import make_dataset as moved
+    from shard_utils.read.report import write_report as reexported
+    from shard_utils.read.report.page import write_report as written
+    from shard_utils.report import contact_sheet, write_report  # noqa: F401
     from shard_utils.verify import verify  # noqa: F401
 
     assert make_dataset is moved
+    assert write_report is reexported is written
+
+
+def test_the_report_is_imported_through_its_package(graph):
+    """The report's parts (sample, sheets, charts, rejects, page) are its own: other modules import
+    `shard_utils.read.report`, so the parts can move without breaking anyone."""
+    package = "shard_utils.read.report"
+    assert sorted(m for m, deps in graph.items() if m != package and not m.startswith(package + ".")
+                  and any(d.startswith(package + ".") for d in deps)) == []

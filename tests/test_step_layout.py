@@ -1,0 +1,70 @@
+"""PlanLayout on its own: real JPEGs listed in chunks in, each item keyed, each split's runs and their exact
+boundaries out (or the one line that says why there are none)."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that, equal_to
+from conftest import write_images
+from steps import counters, media_chunks, outputs, pipeline, run, step_config
+
+from shard_utils.format.order import choose_split
+from shard_utils.sharding.encode_run import item_order
+
+from beam_jobs.pipeline.layout import PlanLayout
+
+SPLITS = ("--splits", "train=0.7,validation=0.3")
+
+
+def planned(config, chunks):
+    def build(p):
+        out = p | beam.Create(chunks) | PlanLayout(config)
+        return {"keyed": out["keyed"], "layouts": out["layouts"], "failure": out["failure"]}
+
+    return outputs(build)
+
+
+def test_every_item_is_keyed_by_its_split_and_order(tmp_path):
+    write_images(tmp_path / "in", {"cat": 6, "dog": 5})
+    config = step_config(tmp_path, tmp_path / "in", *SPLITS, "--seed", "3")
+    chunks = media_chunks(config)
+    p = pipeline()
+    out = p | beam.Create(chunks) | PlanLayout(config)
+    expected = [(choose_split([("train", 0.7), ("validation", 0.3)], 3, item.source_id), item_order(item, 3),
+                 item.source_id) for chunk in chunks for item in chunk]
+    assert_that(out["keyed"] | beam.FlatMap(lambda chunk: [(s, o, item.source_id) for s, o, item in chunk]),
+                equal_to(expected), label="Keyed")
+    assert_that(out["failure"], equal_to([]), label="NoFailure")
+    run(p)
+
+
+def test_each_split_is_cut_into_runs_at_keys_of_its_items(tmp_path):
+    write_images(tmp_path / "in", {"cat": 6, "dog": 5})
+    (tmp_path / "in" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8 not a whole jpeg")
+    config = step_config(tmp_path, tmp_path / "in", *SPLITS)
+    out, result = planned(config, media_chunks(config))
+    assert out["failure"] == [] and len(out["layouts"]) == 1
+    layouts = out["layouts"][0]
+    keyed = [entry for chunk in out["keyed"] for entry in chunk]
+    assert sorted(layouts) == ["train", "validation"]
+    for split, layout in layouts.items():
+        orders = sorted(order for s, order, _ in keyed if s == split)
+        assert layout.num_listed == len(orders)
+        assert len(layout.boundaries) == layout.num_runs - 1 and set(layout.boundaries) <= set(orders)
+        assert sorted({layout.run_of(order) for order in orders}) == list(range(layout.num_runs))  # no empty run
+    assert counters(result)["sample_encoded"] == 11  # the broken file is left out of the size sample
+
+
+def test_the_layout_does_not_depend_on_how_the_listing_was_chunked(tmp_path):
+    write_images(tmp_path / "in", {"cat": 9, "dog": 8})
+    config = step_config(tmp_path, tmp_path / "in", *SPLITS)
+    by_fives, _ = planned(config, media_chunks(config, 5))
+    singles, _ = planned(config, list(reversed(media_chunks(config, 1))))
+    assert by_fives["layouts"] == singles["layouts"] and len(by_fives["layouts"]) == 1
+
+
+def test_a_listing_that_cannot_be_laid_out_gives_its_reason_and_no_layout(tmp_path):
+    write_images(tmp_path / "in", {"cat": 1})
+    config = step_config(tmp_path, tmp_path / "in", "--splits", "train=0.5,validation=0.5")
+    out, _ = planned(config, media_chunks(config))
+    assert out["layouts"] == [] and len(out["failure"]) == 1
+    assert "received no records from --splits" in out["failure"][0]
