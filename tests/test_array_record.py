@@ -230,3 +230,34 @@ def test_a_build_killed_while_writing_a_twin_leaves_no_partial_file_and_a_rerun_
            {n: b for n, b in dataset(datasets.both[0]).items() if n != "manifest.json"}
     assert load(str(out)).splits == datasets.both[1].splits
 
+
+def split_records(out: Path) -> dict[str, list[bytes]]:
+    """Every split's records (from TFRecord shards, else ArrayRecord ones), sorted: the dataset as a multiset."""
+    m = load(str(out))
+    found = {}
+    for name, split in m.splits.items():
+        if m.shard_format == "tfrecord":
+            found[name] = sorted(r for s in split.shards for r in tf_records(out / s.path))
+        else:
+            found[name] = sorted(r for s in split.shards for r in ar_records(out / s.path))
+    return found
+
+
+@pytest.mark.slow
+def test_reshard_between_formats_copies_the_records_as_they_are(datasets, tmp_path):
+    from beam_jobs.jobs.reshard import run as reshard
+
+    src_out, src = datasets.tfrecord
+    with contextlib.redirect_stdout(io.StringIO()):
+        to_ar = reshard([str(src_out), str(tmp_path / "ar"), "--num-cores", "1", "--format", "array_record"])
+        back = reshard([str(tmp_path / "ar"), str(tmp_path / "back"), "--num-cores", "2", "--format", "tfrecord"])
+        both = reshard([str(tmp_path / "ar"), str(tmp_path / "both"), "--num-cores", "2", "--format", "both"])
+    assert to_ar.formats == ("array_record",) and to_ar.options["format"] == "array_record"
+    assert back.formats == ("tfrecord",) and both.formats == ("tfrecord", "array_record")
+    assert split_records(tmp_path / "ar") == split_records(tmp_path / "back") == split_records(src_out)
+    # Back at the source's topology and seed, the TFRecord shards are the source's, byte for byte.
+    assert shard_bytes(tmp_path / "back") == shard_bytes(src_out) == shard_bytes(tmp_path / "both")
+    assert back.splits["train"].index is not None
+    for out in ("ar", "back", "both"):
+        assert verify(str(tmp_path / out), deep=True) == []
+    assert [len(s.shards) for s in to_ar.splits.values()] != [len(s.shards) for s in src.splits.values()]
