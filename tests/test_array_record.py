@@ -261,3 +261,71 @@ def test_reshard_between_formats_copies_the_records_as_they_are(datasets, tmp_pa
     for out in ("ar", "back", "both"):
         assert verify(str(tmp_path / out), deep=True) == []
     assert [len(s.shards) for s in to_ar.splits.values()] != [len(s.shards) for s in src.splits.values()]
+
+
+@pytest.mark.slow
+def test_append_grows_both_and_array_record_datasets_with_the_same_records(tmp_path):
+    root = tmp_path / "images"
+    write_images(root, {"cat": 8, "dog": 8}, size=(40, 30))
+    outs = {fmt: tmp_path / fmt for fmt in ("tfrecord", "both", "array_record")}
+    for fmt, out in outs.items():
+        built(root, out, "--format", fmt)
+    write_images(root / "new", {"bird": 6, "cat": 5}, size=(40, 30), seed=50)
+    grown = {}
+    for fmt, out in outs.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            grown[fmt] = run_job(root, out, *OPTS, "--format", fmt, "--append")
+        assert len(grown[fmt].generations) == 2 and verify(str(out), deep=True) == []
+    both, alone = grown["both"], grown["array_record"]
+    assert both.formats == ("tfrecord", "array_record") and alone.formats == ("array_record",)
+    assert split_records(outs["both"]) == split_records(outs["array_record"]) == split_records(outs["tfrecord"])
+    for name, split in both.splits.items():
+        assert [t.generation for t in split.array_record_shards] == [s.generation for s in split.shards]
+        assert [s.num_records for s in alone.splits[name].shards] == [s.num_records for s in split.shards]
+        for shard, twin, single in zip(split.shards, split.array_record_shards, alone.splits[name].shards):
+            assert ar_records(outs["both"] / twin.path) == tf_records(outs["both"] / shard.path) == \
+                ar_records(outs["array_record"] / single.path)
+    again = run_cli("build", "--append", "--input", root, "--output", outs["array_record"], *OPTS, "--format",
+                    "array_record")
+    assert again.returncode == 0 and "nothing to append" in again.stdout, again.stderr
+    wrong = run_cli("build", "--append", "--input", root, "--output", outs["both"], *OPTS)
+    assert wrong.returncode == 2 and "--format both" in wrong.stderr, wrong.stderr
+
+
+def test_inspect_and_extract_read_array_record_datasets(datasets, tmp_path):
+    from shard_utils.read.extract import extract
+    from shard_utils.read.report import sample_split
+
+    ar_out, m = datasets.array_record
+    tf_out, ref = datasets.tfrecord
+    sample = sample_split(m, "train")
+    assert sample.problems == [] and sample.scanned == m.num_records("train")
+    def tiles(groups):
+        return {c: [(t.source_id, t.index, t.shard.rsplit(".", 1)[0]) for t in ts] for c, ts in groups.items()}
+
+    assert tiles(sample.groups) == tiles(sample_split(ref, "train").groups)
+    extract(str(ar_out), str(tmp_path / "ar"))
+    extract(str(tf_out), str(tmp_path / "tf"))
+    def files(folder):  # the records' files, and the map naming their shards
+        return {p.relative_to(folder): p.read_bytes().replace(b".array_record,", b".tfrecord,")
+                for p in folder.rglob("*") if p.is_file()}
+
+    assert len(files(tmp_path / "ar")) == m.files_seen + 1
+    assert files(tmp_path / "ar") == files(tmp_path / "tf")
+    summary = run_cli("inspect", ar_out)
+    assert summary.returncode == 0 and "train" in summary.stdout, summary.stderr
+
+
+def test_the_resumable_grain_dataset_gives_the_same_steps_from_array_record_shards(datasets):
+    grain = pytest.importorskip("grain")
+    from shard_utils.read.random_access import RandomAccessSource
+    from shard_utils.read.resume import grain_dataset
+
+    out, m = datasets.both
+    indexed = grain_dataset(RandomAccessSource(m, "train"), seed=5, global_batch_size=4, process_index=1,
+                            process_count=2)
+    source = grain.sources.ArrayRecordDataSource(m.array_record_paths("train"))
+    direct = grain_dataset(source, seed=5, global_batch_size=4, process_index=1, process_count=2)
+    steps = [12, 0, 7, 3]  # in any order: element k is step k's records, whatever came before
+    assert [list(direct[k]) for k in steps] == [list(indexed[k]) for k in steps]
+    assert len({r for k in range(8) for r in direct[k]}) > 4
