@@ -329,3 +329,35 @@ def test_the_resumable_grain_dataset_gives_the_same_steps_from_array_record_shar
     steps = [12, 0, 7, 3]  # in any order: element k is step k's records, whatever came before
     assert [list(direct[k]) for k in steps] == [list(indexed[k]) for k in steps]
     assert len({r for k in range(8) for r in direct[k]}) > 4
+
+
+@pytest.mark.slow
+def test_the_docs_grain_loop_runs_as_written(datasets, tmp_path):
+    """docs/random-access.md's marked snippet, unchanged, beside an ArrayRecord dataset named `ds`."""
+    import re
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "random-access.md").read_text(encoding="utf-8")
+    [snippet] = re.findall(r"<!-- test: snippet -->\n```python\n(.*?)```", page, re.S)
+    shutil.copytree(datasets.array_record[0], tmp_path / "ds")
+    done = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert [line.split()[:3] for line in lines] == [[str(k), "(8,", "24,"] for k in range(3)]
+
+
+@pytest.mark.slow
+def test_without_the_package_array_record_is_one_line_naming_the_extra_and_tfrecord_needs_nothing(images, tmp_path):
+    from base_install import environment
+
+    env = environment(tmp_path / "site", {"array_record"})
+    done = run_cli("build", "--input", images, "--output", tmp_path / "out", "--format", "both", env=env)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert 'pip install -e ".[array_record]"' in lines[0] and "needs array_record" in lines[0]
+    plain = run_cli("build", "--input", images, "--output", tmp_path / "plain", "--num-cores", "2", env=env)
+    assert plain.returncode == 0, plain.stderr
