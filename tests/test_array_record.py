@@ -90,6 +90,10 @@ def test_array_record_alone_publishes_only_array_record_shards_of_the_same_recor
     assert verify(str(out)) == [] and verify(str(out), deep=True) == []
     with pytest.raises(ManifestError, match="ArrayRecord shards only"):
         m.shard_paths("train")
+    from shard_utils.read.random_access import RandomAccessSource
+
+    with pytest.raises(ValueError, match=r"ArrayRecordDataSource\(manifest.array_record_paths\('train'\)\)"):
+        RandomAccessSource(m, "train")
 
 
 def test_the_same_build_gives_the_same_array_record_bytes(datasets, tmp_path):

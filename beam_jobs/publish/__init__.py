@@ -273,7 +273,8 @@ def shard_moves(results: Sequence[ShardResult], formats: Sequence[str]) -> tuple
     return tuple(moves)
 
 
-def _twin_entry(r: ShardResult) -> Shard:
+def twin_entry(r: ShardResult) -> Shard:
+    """The manifest entry of a shard's ArrayRecord twin."""
     if r.array_record is None:
         raise InternalError(f"shard {r.name} has no ArrayRecord twin")
     t = r.array_record
@@ -304,7 +305,7 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         for r in mine:
             classes.update(dict(r.class_counts))
         tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine]
-        twins = [_twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
+        twins = [twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
         shards = tfrecords if "tfrecord" in config.formats else twins or []
         splits[split] = Split(
             num_records=sum(r.num_records for r in mine), num_bytes=sum(s.num_bytes for s in shards),

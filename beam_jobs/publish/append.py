@@ -20,7 +20,7 @@ from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, R
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, _jsonl, _twin_entry, failure_message,
+from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, _jsonl, twin_entry, failure_message,
                                is_dataset_file, named_files, remove_run_folder, shard_moves, write_reports)
 from shard_utils.errors import InternalError, PlanError
 
@@ -140,7 +140,7 @@ def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequ
     """The split with generation g's shards (and their ArrayRecord twins) after its own, in their places; its index
     is written when publishing."""
     tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
-    twins = [dataclasses.replace(_twin_entry(r), generation=g) for r in mine] \
+    twins = [dataclasses.replace(twin_entry(r), generation=g) for r in mine] \
         if layout.ARRAY_RECORD in formats else None
     shards = tfrecords if "tfrecord" in formats else twins or []
     all_twins = list(split.array_record_shards or []) + twins if twins is not None and shards is tfrecords else None

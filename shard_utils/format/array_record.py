@@ -76,6 +76,7 @@ def write_shard(records: Iterable[bytes], dst: str) -> Written:
             writer.close()
         digest = _file_digest(temp)
         if local:
+            _sync(temp)
             os.chmod(temp, 0o644)
             os.replace(temp, dst)
         else:
@@ -91,6 +92,15 @@ def upload(local: str, dst: str) -> None:
     with open(local, "rb") as src, storage.open_write(dst) as out:
         while block := src.read(storage.READ_CHUNK_SIZE):
             out.write(block)
+
+
+def _sync(path: str) -> None:
+    """Make a local file durable before it is renamed into place, as the storage layer's own writes are."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _file_digest(path: str) -> storage.Digest:

@@ -12,6 +12,7 @@ from typing import BinaryIO, Iterator
 from shard_utils.format import array_record, schema
 from shard_utils import storage
 from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format.layout import ARRAY_RECORD
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -92,7 +93,7 @@ def open_shard(m: Manifest, shard: Shard) -> BinaryIO:
 def iter_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
     """Every record of one shard (TFRecord or ArrayRecord), in order; a broken frame or record is a ShardReadError
     naming both."""
-    if m.shard_format == array_record.EXTRA:
+    if m.shard_format == ARRAY_RECORD:
         yield from _array_record_shard(m, split, shard)
         return
     with open_shard(m, shard) as stream:

@@ -13,6 +13,7 @@ from shard_utils import storage
 from shard_utils.format import array_record, schema
 from shard_utils.format.index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
 from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
+from shard_utils.format.layout import ARRAY_RECORD
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -24,7 +25,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         return [str(exc)]
     problems: list[str] = []
     for split_name, split in m.splits.items():
-        if m.shard_format == array_record.EXTRA:
+        if m.shard_format == ARRAY_RECORD:
             problems.extend(p for shard in split.shards for p in check_array_record_shard(m, shard, deep))
             continue
         shard_problems: dict[int, list[str]] = {}
