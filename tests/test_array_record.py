@@ -165,6 +165,7 @@ def test_verify_finds_a_damaged_twin_and_a_twin_of_other_records(datasets, tmp_p
     (lambda s: s["array_record_shards"][0].update(num_records=1), "is not the twin"),
     (lambda s: s["array_record_shards"][0].update(path="../train-00000-of-00002.array_record"), "leaves"),
     (lambda s: s["array_record_shards"][0].update(path=s["shards"][1]["path"]), "array_record"),
+    (lambda s: s.pop("array_record_shards"), "every split or for none"),
 ])
 def test_manifest_twins_are_validated_on_load(datasets, change, message):
     raw = json.loads((datasets.both[0] / "manifest.json").read_text())

@@ -344,6 +344,8 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         raise ManifestError(f"manifest: shard_format array_record needs format_version {ARRAY_RECORD_VERSION}, "
                             f"got {version}")
     splits = {name: _split(name, s, shard_format) for name, s in splits_raw.items()}
+    if len({s.array_record_shards is None for s in splits.values()}) > 1:
+        raise ManifestError("manifest: array_record_shards must be given for every split or for none")
     image_size = _image_size(obj.get("image_size"))
     rejected, skipped = _get(obj, "rejected", dict, "manifest"), _get(obj, "skipped", dict, "manifest")
     n_rejected, n_skipped = _count(rejected, "count", "rejected"), _count(skipped, "count", "skipped")
