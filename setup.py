@@ -34,6 +34,7 @@ setup(
     extras_require={
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
         "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
+        "array_record": ["array-record>=0.8"],  # --format array_record/both: Grain's random-access shards
         "report": ["matplotlib>=3.8"],  # `tpu-shards inspect --report`; not needed to build or load
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
         "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
@@ -49,6 +50,7 @@ setup(
             "nbformat>=5",
             "matplotlib>=3.8",
             "grain>=0.2.18",  # random access is tested against the real Grain and TFDS
+            "array-record>=0.8",  # ArrayRecord shards are written and read with the real package
             "tensorflow-datasets>=4.9.10,<4.10",
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip
             "mkdocs>=1.6",  # tests/test_docs.py builds the docs site with warnings as errors

@@ -62,6 +62,9 @@ KILL_AT = {
     "publish-old-removed": "beam_jobs.publish:move_shard",
     "publish-renaming": "beam_jobs.publish:move_shard:2",
     "publish-before-manifest": "beam_jobs.publish:commit",
+    # The second ArrayRecord twin: locally while its temporary file is written, on gs:// as its upload starts.
+    "array-record-write": "shard_utils.format.array_record:write_shard:2",
+    "array-record-upload": "shard_utils.format.array_record:upload:2",
 }
 
 

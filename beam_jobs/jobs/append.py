@@ -8,7 +8,8 @@ The graph is the build's, with one step more before encoding and a different fin
              (anti-join on source id with the dataset's index and reports)
 
 A file is new when no record, rejection or listed skip of the dataset has its source id; with --dedup a
-new file whose bytes equal a record's (SHA-256, from the index) is rejected `duplicate`. Existing shards
+new file whose bytes equal a record's (SHA-256, from the index) is rejected `duplicate`. A dataset of
+ArrayRecord shards only has no index: its records' own fields name them (each shard read once). Existing shards
 are never rewritten: see `append_publish` for how the new generation is published and
 `shard_utils.format.generations` for its names.
 """
@@ -22,7 +23,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
 
-from shard_utils.format import index, manifest
+from shard_utils.format import array_record, index, layout, manifest, schema
 from shard_utils import inputs, storage
 from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
@@ -78,8 +79,12 @@ class ReadDataset(beam.PTransform):
 
 def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str, int]]:
     """(kind, uri, split, rows) of every file that names the dataset's source ids; rows: an index's row count."""
-    parts = [("record", storage.join(m.location, s.index.path), name, s.index.num_rows)
-             for name, s in m.splits.items()]
+    if m.shard_format == layout.ARRAY_RECORD:
+        parts = [("array_record", storage.join(m.location, shard.path), name, shard.num_records)
+                 for name, s in m.splits.items() for shard in s.shards]
+    else:
+        parts = [("record", storage.join(m.location, s.index.path), name, s.index.num_rows)
+                 for name, s in m.splits.items()]
     for kind, part in (("rejected", m.rejected), ("skipped", m.skipped)):
         if part.get("path") and part.get("count"):
             parts.append((kind, storage.join(m.location, part["path"]), "", 0))
@@ -92,9 +97,11 @@ def read_part(part: tuple[str, str, str, int], hashes: bool):
     try:
         if kind == "record":
             yield from _index_ids(uri, split, rows, hashes)
+        elif kind == "array_record":
+            yield from _record_ids(uri, split, hashes)
         else:
             yield from ((entry["source"], kind) for entry in _report(uri))
-    except (index.IndexFormatError, storage.StorageError) as exc:
+    except (index.IndexFormatError, storage.StorageError, array_record.ArrayRecordError, ValueError) as exc:
         raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
                                      "tpu-shards verify lists every problem") from None
 
@@ -105,6 +112,17 @@ def _index_ids(uri: str, split: str, rows: int, hashes: bool):
             yield row.source_id, "record"
             if hashes:
                 yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, split)))
+
+
+def _record_ids(uri: str, split: str, hashes: bool):
+    """The source ids (and SHA-256s) an ArrayRecord shard's records carry."""
+    for data in array_record.read_records(uri):
+        fields = schema.decode_lists(data)
+        source_id = b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
+        yield source_id, "record"
+        if hashes:
+            sha = b"".join(fields.get(schema.SHA256, [])).decode("utf-8", "replace")
+            yield beam.pvalue.TaggedOutput("hashes", (sha, (source_id, split)))
 
 
 def _report(uri: str) -> list[dict]:
@@ -190,7 +208,10 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
     where = f"cannot append to {config.output}"
     if old.media != "image" or old.embedding is not None:
         raise UsageError(f"{where}: appending supports image datasets without embeddings")
-    missing = [name for name, s in old.splits.items() if s.index is None]
+    if layout.formats_of(config.format) != old.formats:
+        raise UsageError(f"{where}: it holds {' and '.join(old.formats)} shards, this append asks for --format "
+                         f"{config.format}; give --format {old.options.get('format') or _format_of(old)}")
+    missing = [name for name, s in old.splits.items() if s.index is None and old.shard_format == "tfrecord"]
     if missing:
         raise UsageError(f"{where}: split {missing[0]!r} has no record index (an older tpu-shards built it); reshard "
                          "it into a new folder (tpu-shards reshard SRC DST writes one) and append there")
@@ -209,6 +230,10 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
         if generation_split(name, g) in old.splits:
             raise UsageError(f"{where}: split {generation_split(name, g)!r} is also the name of generation {g} of "
                              f"split {name!r}")
+
+
+def _format_of(m: manifest.Manifest) -> str:
+    return "both" if len(m.formats) == 2 else m.formats[0]
 
 
 def _same(value) -> str:

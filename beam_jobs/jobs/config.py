@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_utils import storage
+from shard_utils.format import layout
 from shard_utils.media.embed import EmbedSpec
 from shard_utils.media.images import ImageOptions
 from shard_utils.inputs.listings import ListingOptions
@@ -65,6 +66,7 @@ class BuildConfig:
     workers: int = 1
     label_offset: int = 0
     shard_extension: str = "tfrecord"
+    format: str = "tfrecord"  # --format: which shards are published (tfrecord, array_record or both)
     max_rejected: RejectLimit = RejectLimit(fraction=0.5)
     bucket_bits: int = DEFAULT_BUCKET_BITS
     fragment_bytes: int = 64 * 2**20  # an encoder writes its buffered records as one sorted fragment at this size
@@ -88,6 +90,16 @@ class BuildConfig:
     def splits_from_data(self) -> bool:
         """Whether every item's split comes from the input (split folders or a split column), not --splits."""
         return self.split_dirs or self.listing.split_column is not None
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The shard formats published: ("tfrecord",), ("array_record",) or both, TFRecord first."""
+        return layout.formats_of(self.format)
+
+    @property
+    def array_record(self) -> bool:
+        """Whether ArrayRecord twins of the shards are written."""
+        return layout.ARRAY_RECORD in self.formats
 
     @property
     def uses_listing(self) -> bool:
@@ -122,6 +134,7 @@ class BuildConfig:
             "seed": self.seed,
             "label_offset": self.label_offset,
             "shard_extension": self.shard_extension,
+            "format": self.format,
             "max_rejected": str(self.max_rejected),
             "dedup": self.dedup,
             "follow_symlinks": self.follow_symlinks,

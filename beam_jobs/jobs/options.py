@@ -26,7 +26,7 @@ from beam_jobs.pipeline import listing_sources as listing_io
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RejectLimit
 from beam_jobs.errors import OneLineParser, UsageError, unknown_option
-from shard_utils.format.layout import SHARD_EXTENSIONS
+from shard_utils.format.layout import FORMATS, SHARD_EXTENSIONS
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
@@ -69,6 +69,10 @@ def parser() -> OneLineParser:
                          "ResNet parser); recorded in the manifest, and the loader subtracts it back")
     ap.add_argument("--shard-extension", choices=SHARD_EXTENSIONS, default="tfrecord",
                     help="shard file extension: tfrecord (default) or tfrec (what Kaggle's TPU notebooks glob)")
+    ap.add_argument("--format", choices=FORMATS, default="tfrecord",
+                    help="shards to publish: tfrecord (default), array_record (Grain's random-access format; needs "
+                         "the array_record extra) or both, from one pass over the media: the same records in the same "
+                         "order and balance")
     ap.add_argument("--workers", type=int,
                     help="local builds: processes that encode images (default: every core this process may use). "
                          "Refused above 1 on Dataflow, where each vCPU already runs its own worker process")
@@ -265,6 +269,21 @@ def embed_spec(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
 
 
+def check_format(value: str, shard_extension: str) -> str:
+    """--format, checked: ArrayRecord needs the array_record package (MissingExtra naming the pip command), and
+    --shard-extension names TFRecord shards, which --format array_record does not publish."""
+    if value not in FORMATS:
+        raise UsageError(f"--format {value!r} must be one of {', '.join(FORMATS)}")
+    if value == "array_record" and shard_extension != "tfrecord":
+        raise UsageError(f"--shard-extension {shard_extension} names TFRecord shards; --format array_record publishes "
+                         "none (use --format both)")
+    if value != "tfrecord":
+        from shard_utils.format import array_record
+
+        array_record.check_installed()
+    return value
+
+
 def tpu_layout(tpu: str | None, num_cores: int | None, num_hosts: int | None) -> tuple[str | None, int, int]:
     """(canonical --tpu name or None, cores per host, hosts) from --tpu, else --num-cores and --num-hosts (8 x 1)."""
     if tpu is not None:
@@ -321,6 +340,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError("--run-part-mb must be more than 0 and at most 4096")
     if not 0 < args.max_file_mb <= 65536:
         raise UsageError("--max-file-mb must be more than 0 and at most 65536")
+    shard_format = check_format(args.format, args.shard_extension)
     background = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
                          background=background, validate=args.validate)
@@ -332,7 +352,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         image=image, video=video, embed=embed, embed_key=args.embed_key,
         num_cores=cores, num_hosts=hosts, tpu=tpu, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
-        workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension,
+        workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension, format=shard_format,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         run_part_bytes=int(args.run_part_mb * 2**20), max_file_bytes=int(args.max_file_mb * 2**20),
         overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,

@@ -32,7 +32,7 @@ from shard_utils.sharding import fragments, plan
 from shard_utils.format import generations, index, manifest, schema
 from shard_utils.inputs import listings
 from shard_utils import storage
-from shard_utils.sharding.copy_records import DamagedShard, shard_records
+from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
 from shard_utils.media.encode import Encoded
 from shard_utils.format.index import IndexFormatError, IndexRow
 from shard_utils.inputs.listings import ListingOptions
@@ -50,7 +50,7 @@ from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
 from shard_utils.errors import PlanError
-from shard_utils.format.layout import SHARD_PATTERN
+from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -140,13 +140,13 @@ class CopyRecords(beam.PTransform):
     def expand(self, tasks):
         return (tasks
                 | "Spread" >> beam.Reshuffle()
-                | "Copy" >> beam.ParDo(_CopyFn(self.config, self.source.location),
+                | "Copy" >> beam.ParDo(_CopyFn(self.config, self.source.location, self.source.shard_format),
                                        beam.pvalue.AsSingleton(self.run)).with_outputs("damaged", main="fragments"))
 
 
 class _CopyFn(beam.DoFn):
-    def __init__(self, config: BuildConfig, location: str):
-        self.config, self.location = config, location
+    def __init__(self, config: BuildConfig, location: str, shard_format: str = "tfrecord"):
+        self.config, self.location, self.shard_format = config, location, shard_format
 
     def start_bundle(self):
         self._buffer = fragments.FragmentBuffer(self.config.fragment_bytes)
@@ -155,9 +155,13 @@ class _CopyFn(beam.DoFn):
     def process(self, task: ShardTask, run: RunInfo):
         self._run = run
         cfg = self.config
+        uri = storage.join(self.location, task.shard.path)
+        records = array_record_shard_records(uri, task.shard, seed=cfg.seed, label_offset=cfg.label_offset,
+                                             extras=cfg.listing.extras) if self.shard_format == ARRAY_RECORD else \
+            shard_records(uri, task.shard, task.rows, seed=cfg.seed, label_offset=cfg.label_offset,
+                          extras=cfg.listing.extras)
         try:
-            for meta, framed in shard_records(storage.join(self.location, task.shard.path), task.shard, task.rows,
-                                              seed=cfg.seed, label_offset=cfg.label_offset, extras=cfg.listing.extras):
+            for meta, framed in records:
                 if self._buffer.add(Encoded(task.split, meta, framed, passed_through=True)):
                     yield from self._flush()
         except DamagedShard as exc:
@@ -252,7 +256,7 @@ def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], dama
         raise PlanError(f"{failure[0]}; nothing was written")
     new_options = (("num_cores", config.num_cores), ("num_hosts", config.num_hosts), ("tpu", config.tpu),
                    ("target_shard_mb", config.target_shard_mb), ("num_shards", config.num_shards),
-                   ("seed", config.seed))
+                   ("seed", config.seed), ("format", config.format))
     return publish.plan_publication(results, config, failure=[], known_labels=source.labels,
                                     adjust=Carried(source, new_options), **side)
 
@@ -293,6 +297,9 @@ def parser() -> OneLineParser:
                                                           "source's, else 128)")
     ap.add_argument("--num-shards", type=int, help="force this many shards per split (a multiple of cores x hosts)")
     ap.add_argument("--seed", type=int, help="seed of the record order (default: the source's)")
+    ap.add_argument("--format", choices=FORMATS,
+                    help="shards of the new dataset: tfrecord, array_record or both (default: the source's); records "
+                         "are copied between the formats as they are")
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in DST")
     ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
     ap.add_argument("--fragment-mb", type=float, default=64.0, help=argparse.SUPPRESS)
@@ -317,6 +324,11 @@ def source_extras(source: Manifest) -> tuple[schema.ExtraSpec, ...]:
                  for k, v in source.features.items() if k.startswith(schema.EXTRA_PREFIX))
 
 
+def source_format(source: Manifest) -> str:
+    """The --format that built the source: tfrecord, array_record or both."""
+    return "both" if len(source.formats) == 2 else source.formats[0]
+
+
 def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, created: str | None,
                 local: bool) -> BuildConfig:
     """The reshard's settings, checked; UsageError naming the option."""
@@ -336,6 +348,9 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
     if not 0 <= args.hash_bucket_bits <= 20 or not 0 < args.fragment_mb <= 4096:
         raise UsageError("--hash-bucket-bits must be in 0..20 and --fragment-mb in (0, 4096]")
     first = re.match(SHARD_PATTERN, posixpath.basename(next(iter(source.splits.values())).shards[0].path))
+    shard_format = args.format or source_format(source)
+    if shard_format != "tfrecord":
+        options.check_format(shard_format, first["extension"] if first and shard_format == "both" else "tfrecord")
     return BuildConfig(
         input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple((name, 1.0) for name in source.splits), num_cores=cores, num_hosts=hosts,
@@ -343,7 +358,7 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         target_shard_mb=target, num_shards=args.num_shards,
         seed=args.seed if args.seed is not None else int(source.options.get("seed") or 0),
         tool_version=shard_utils.__version__, label_offset=source.label_offset,
-        shard_extension=first["extension"] if first else "tfrecord", max_rejected=NO_REJECT_LIMIT,
+        shard_extension=first["extension"] if first else "tfrecord", max_rejected=NO_REJECT_LIMIT, format=shard_format,
         bucket_bits=args.hash_bucket_bits, fragment_bytes=int(args.fragment_mb * 2**20), overwrite=args.overwrite,
         listing=ListingOptions(extras=source_extras(source)), local=local)
 

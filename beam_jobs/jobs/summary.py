@@ -40,8 +40,12 @@ def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1)
     lines = [f"tpu-shards: wrote {m.location} in {seconds:.1f}s ({how})"]
     for name, split in m.splits.items():
         sizes = sorted({s.num_records for s in split.shards})
-        lines.append(f"  {name}: {split.num_records} records in {len(split.shards)} shards "
+        kind = " ArrayRecord" if m.shard_format != "tfrecord" else ""
+        lines.append(f"  {name}: {split.num_records} records in {len(split.shards)}{kind} shards "
                      f"of {'/'.join(map(str, sizes))} records, {split.num_bytes / 1e6:.1f} MB")
+        if split.array_record_shards:
+            twins = sum(s.num_bytes for s in split.array_record_shards)
+            lines.append(f"    and their ArrayRecord twins, {twins / 1e6:.1f} MB")
 
     def reasons(part: dict) -> str:
         return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""

@@ -139,7 +139,8 @@ class _WriteFn(PooledDoFn):
         split_plan = plans[0][split]
         name = shard_name(split, shard, split_plan.num_shards, self.config.shard_extension)
         task = FragmentShardTask(split, shard, tuple(pieces), split_plan, name)
-        return write_fragment_shard, (task, run.temp_dir, self.config.listing.extras), {}, None
+        return write_fragment_shard, (task, run.temp_dir, self.config.listing.extras), {
+            "array_record_twin": self.config.array_record}, None
 
     def done(self, context, result: ShardResult) -> Iterable[ShardResult]:
         count("fragment_bytes_read", result.bytes_copied)

@@ -4,7 +4,8 @@ A shard that is a prefix of a run is that run's first bytes: moved and cut local
 parts by Cloud Storage on gs://; any other shard is copied from byte ranges of the runs, read in large
 blocks (`shard_utils.sharding.writer`). The copies are written first: taking a prefix locally moves the
 run's file and cuts its tail off, which copies may need. Shards are spread over the workers; locally they
-are written in the build's worker processes.
+are written in the build's worker processes. With --format array_record or both, each shard's ArrayRecord
+twin is written from the finished shard by the same call (`writer.write_twin`).
 """
 from __future__ import annotations
 
@@ -50,11 +51,14 @@ class _WriteShardFn(PooledDoFn):
         self.config = config
 
     def call(self, task: ShardTask, run: RunInfo):
-        return write_shard, (task, run.temp_dir, self.config.listing.extras), {}, None
+        return write_shard, (task, run.temp_dir, self.config.listing.extras), {
+            "array_record_twin": self.config.array_record}, None
 
     def done(self, context, result: ShardResult) -> Iterable[ShardResult]:
         count("shards_written")
         count("bytes_written", result.num_bytes)
+        if result.array_record is not None:
+            count("array_record_bytes_written", result.array_record.num_bytes)
         count("images_written", result.num_records)
         count("shard_bytes_copied", result.bytes_copied)
         progress.advance("write", result.num_records)

@@ -22,13 +22,15 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from shard_utils.format import index, schema
-from shard_utils.format.layout import INDEX_FILE, LOCK_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE
+from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, INDEX_FILE, LOCK_NAME, REPORT_FILE, SHARD_FILE,
+                                       TEMP_ROOT, TFDS_LABELS_BEFORE)
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.read import tfds_meta
 from shard_utils.format.generations import label_order
-from shard_utils.format.manifest import (MANIFEST_NAME, REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest,
-                                         ManifestError, Shard, Split, assemble, load, parse)
+from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, MANIFEST_NAME, REJECTED_NAME,
+                                         SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
+                                         parse)
 from shard_utils.media.reads import prefetched
 from shard_utils.sharding.writer import ShardResult
 
@@ -246,14 +248,37 @@ def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, pla
         raise PlanError(failure_message(
             f"{len(rejected)} of {tally.seen} files were rejected, more than --max-rejected {config.max_rejected} "
             "allows; nothing was published", rejected, tally, report))
-    moves = tuple(Move(r.temp_path, r.name, r.num_bytes) for r in sorted(results, key=lambda r: r.name))
+    moves = shard_moves(results, config.formats)
     extras = tuple(config.listing.extras)
     indexes = tuple(IndexJob(name, index.index_name(name), tuple(r.index_part for r in _in_place_order(results, name)),
-                             split.num_records, extras) for name, split in manifest.splits.items())
+                             split.num_records, extras) for name, split in manifest.splits.items()
+                    if "tfrecord" in config.formats)
     reports = [(REJECTED_NAME, _jsonl(rejected))]
     if skipped_files:
         reports.append((SKIPPED_NAME, _jsonl(skipped_files)))
     return Publication(run, manifest, moves, indexes, tuple(reports))
+
+
+def shard_moves(results: Sequence[ShardResult], formats: Sequence[str]) -> tuple[Move, ...]:
+    """The shards to move into the output: TFRecord shards, ArrayRecord twins, or both. Without TFRecord, the
+    TFRecord shards stay in the run's temporary folder (what the twins were written from) and go with it."""
+    moves = []
+    for r in sorted(results, key=lambda r: r.name):
+        if "tfrecord" in formats:
+            moves.append(Move(r.temp_path, r.name, r.num_bytes))
+        if ARRAY_RECORD in formats:
+            if r.array_record is None:
+                raise InternalError(f"shard {r.name} has no ArrayRecord twin")
+            moves.append(Move(r.array_record.temp_path, r.array_record.name, r.array_record.num_bytes))
+    return tuple(moves)
+
+
+def twin_entry(r: ShardResult) -> Shard:
+    """The manifest entry of a shard's ArrayRecord twin."""
+    if r.array_record is None:
+        raise InternalError(f"shard {r.name} has no ArrayRecord twin")
+    t = r.array_record
+    return Shard(t.name, t.num_records, t.num_bytes, t.crc32c, t.sha256)
 
 
 def _in_place_order(results: Sequence[ShardResult], split: str) -> list[ShardResult]:
@@ -279,10 +304,13 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         classes: Counter = Counter()
         for r in mine:
             classes.update(dict(r.class_counts))
+        tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine]
+        twins = [twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
+        shards = tfrecords if "tfrecord" in config.formats else twins or []
         splits[split] = Split(
-            num_records=sum(r.num_records for r in mine), num_bytes=sum(r.num_bytes for r in mine),
+            num_records=sum(r.num_records for r in mine), num_bytes=sum(s.num_bytes for s in shards),
             class_counts={name: classes.get(i, 0) for i, name in enumerate(names)},
-            shards=[Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine])
+            shards=shards, array_record_shards=twins if shards is tfrecords else None)
     image = config.image
     multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
     video = config.video
@@ -303,7 +331,9 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         options=config.manifest_options(), features=features, labels=names, multi_label=multi_label,
         media="video" if video else "image", embedding=embedding,
         image_size=list(image.size) if image.size and image.resize != "fit" else None,
-        num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset)
+        num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset,
+        shard_format="tfrecord" if "tfrecord" in config.formats else ARRAY_RECORD,
+        format_version=FORMAT_VERSION if "tfrecord" in config.formats else ARRAY_RECORD_VERSION)
 
 
 # ---------------------------------------------------------------------------------------------- the steps
@@ -441,7 +471,8 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
 
 def with_indexes(m: Manifest, indexes: Mapping[str, IndexFile]) -> Manifest:
     """The manifest with the index entries of the splits that got a new one."""
-    missing = [name for name, s in m.splits.items() if s.index is None and name not in indexes]
+    missing = [name for name, s in m.splits.items() if s.index is None and name not in indexes
+               and m.shard_format == "tfrecord"]
     if missing:
         raise InternalError(f"split {missing[0]!r} has no index")
     splits = {name: replace(s, index=indexes.get(name, s.index)) for name, s in m.splits.items()}
@@ -466,6 +497,7 @@ def publish_here(pub: Publication, config: BuildConfig) -> str:
 def named_files(m: Manifest) -> set[str]:
     """Every file a manifest names: shards, indexes, reports."""
     names = {s.path for split in m.splits.values() for s in split.shards}
+    names |= {s.path for split in m.splits.values() for s in split.array_record_shards or ()}
     names |= {split.index.path for split in m.splits.values() if split.index is not None}
     names |= {part["path"] for part in (m.rejected, m.skipped) if part.get("path")}
     return names
@@ -473,5 +505,6 @@ def named_files(m: Manifest) -> set[str]:
 
 def is_dataset_file(name: str) -> bool:
     """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
-    return bool(SHARD_FILE.match(name) or INDEX_FILE.match(name) or REPORT_FILE.match(name)
+    return bool(SHARD_FILE.match(name) or ARRAY_RECORD_FILE.match(name) or INDEX_FILE.match(name)
+                or REPORT_FILE.match(name)
                 or name in (REJECTED_NAME, SKIPPED_NAME))

@@ -15,12 +15,13 @@ from typing import Sequence
 from shard_utils.format import generations, schema, layout
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
-from shard_utils.format.manifest import FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation, Manifest, Shard, Split
+from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation,
+                                         Manifest, Shard, Split)
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import (IndexJob, Move, Publication, ShardResult, Tally, _jsonl, failure_message, is_dataset_file,
-                               named_files, remove_run_folder, write_reports)
+from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, _jsonl, twin_entry, failure_message,
+                               is_dataset_file, named_files, remove_run_folder, shard_moves, write_reports)
 from shard_utils.errors import InternalError, PlanError
 
 
@@ -87,6 +88,7 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     index (the old one, then the new shards' rows) and the cumulative reports."""
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
+    tfrecord = "tfrecord" in config.formats
     splits, moves, indexes, gen_records, gen_shards = {}, [], [], {}, {}
     for split_name, split in old.splits.items():
         mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.place)
@@ -96,12 +98,13 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
         count = plans[split_name].num_shards
         if sorted(r.index for r in mine) != list(range(count)):
             raise InternalError(f"split {split_name!r}: expected {count} new shards, got {len(mine)}")
-        if split.index is None:
+        if split.index is None and tfrecord:
             raise InternalError(f"split {split_name!r} has no index to grow")
-        splits[split_name] = _grown_split(g, split, mine, names)
-        moves += [Move(r.temp_path, r.name, r.num_bytes) for r in mine]
-        indexes.append(IndexJob(split_name, layout.index_name(split_name, g), tuple(r.index_part for r in mine),
-                                sum(r.num_records for r in mine), tuple(config.listing.extras), split.index))
+        splits[split_name] = _grown_split(g, split, mine, names, config.formats)
+        moves += shard_moves(mine, config.formats)
+        if tfrecord:
+            indexes.append(IndexJob(split_name, layout.index_name(split_name, g), tuple(r.index_part for r in mine),
+                                    sum(r.num_records for r in mine), tuple(config.listing.extras), split.index))
         gen_records[split_name], gen_shards[split_name] = sum(r.num_records for r in mine), count
     skipped_count = sum(tally.skipped.values())
     if tally.seen != sum(gen_records.values()) + len(rejected) + skipped_count:
@@ -126,22 +129,29 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
         old, splits=splits, labels=names, features=_features(old, results, config), created=run.created,
         tool_version=config.tool_version, files_seen=old.files_seen + tally.seen, rejected=rejected_part,
         skipped=skipped_part, duplicates=_duplicates(old, config, rejected, cross_split),
-        generations=generations.generations_of(old) + [generation], format_version=FORMAT_VERSION,
+        generations=generations.generations_of(old) + [generation],
+        format_version=FORMAT_VERSION if tfrecord else ARRAY_RECORD_VERSION,
         location=config.output)
     return Publication(run, new, tuple(moves), tuple(indexes), tuple(sorted(reports.items())), grows=old)
 
 
-def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequence[str]) -> Split:
-    """The split with generation g's shards after its own (in their places); its index is written when publishing."""
-    shards = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
+def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequence[str],
+                 formats: Sequence[str]) -> Split:
+    """The split with generation g's shards (and their ArrayRecord twins) after its own, in their places; its index
+    is written when publishing."""
+    tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
+    twins = [dataclasses.replace(twin_entry(r), generation=g) for r in mine] \
+        if layout.ARRAY_RECORD in formats else None
+    shards = tfrecords if "tfrecord" in formats else twins or []
+    all_twins = list(split.array_record_shards or []) + twins if twins is not None and shards is tfrecords else None
     classes: Counter = Counter()
     for r in mine:
         classes.update(dict(r.class_counts))
     new_counts = {labels[i]: n for i, n in classes.items()}
     return Split(num_records=split.num_records + sum(r.num_records for r in mine),
-                 num_bytes=split.num_bytes + sum(r.num_bytes for r in mine),
+                 num_bytes=split.num_bytes + sum(s.num_bytes for s in shards),
                  class_counts=generations.merged_counts(split.class_counts, new_counts, labels),
-                 shards=list(split.shards) + shards, index=None)
+                 shards=list(split.shards) + shards, index=None, array_record_shards=all_twins)
 
 
 def _grown_part(part: dict, new_reasons: Counter, new_count: int) -> dict:

@@ -21,14 +21,18 @@ TFDS_LABELS = "image.class.label.labels.txt"  # TFDS names a ClassLabel's file a
 TFDS_LABELS_BEFORE = "image-class-label.labels.txt"  # what earlier versions called it (an overwrite removes it)
 
 SHARD_EXTENSIONS = ("tfrecord", "tfrec")  # tfrec: what Kaggle's TPU notebooks glob for
+FORMATS = ("tfrecord", "array_record", "both")  # --format: which shards a build publishes
+ARRAY_RECORD = "array_record"  # the ArrayRecord shards' extension, and TFDS's name for the format
 SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.{extension}"
 SHARD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>tfrecord|tfrec)$"
+ARRAY_RECORD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>array_record)$"
 INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 INDEX_PATTERN = r"^[A-Za-z0-9_.-]+\.index\.avro$"
 GENERATION_TAG = "g{:03d}"
 REPORT_PATTERN = r"^(rejected|skipped)\.g\d{3,}\.jsonl$"  # cumulative reports of a generation
 
 SHARD_FILE = re.compile(SHARD_PATTERN)
+ARRAY_RECORD_FILE = re.compile(ARRAY_RECORD_PATTERN)
 INDEX_FILE = re.compile(INDEX_PATTERN)
 REPORT_FILE = re.compile(REPORT_PATTERN)
 
@@ -41,6 +45,21 @@ def generation_split(split: str, generation: int) -> str:
 def shard_name(split: str, index: int, count: int, extension: str = "tfrecord", generation: int = 0) -> str:
     """The file name of shard `index` of `count` of a split (of one generation of it)."""
     return SHARD_NAME.format(split=generation_split(split, generation), index=index, count=count, extension=extension)
+
+
+def array_record_name(shard: str) -> str:
+    """The ArrayRecord twin of a TFRecord shard's name: `train-00000-of-00008.tfrecord` -> `...array_record`."""
+    found = SHARD_FILE.match(shard)
+    if not found:
+        raise ValueError(f"{shard!r} is not a TFRecord shard name")
+    return shard[:found.start("extension")] + ARRAY_RECORD
+
+
+def formats_of(option: str) -> tuple[str, ...]:
+    """The shard formats a --format value publishes: ("tfrecord",), ("array_record",) or both."""
+    if option not in FORMATS:
+        raise ValueError(f"--format {option!r} is not one of {', '.join(FORMATS)}")
+    return ("tfrecord", ARRAY_RECORD) if option == "both" else (option,)
 
 
 def index_name(split: str, generation: int = 0) -> str:

@@ -16,12 +16,18 @@ from shard_utils import storage
 from shard_utils.format import names, schema
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
-from shard_utils.format.layout import MANIFEST_NAME, REJECTED_NAME, SHARD_PATTERN, SKIPPED_NAME  # noqa: F401
+from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
+                                       SHARD_PATTERN, SKIPPED_NAME, array_record_name)
 
 FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
+ARRAY_RECORD_VERSION = 3  # a dataset of ArrayRecord shards only: readers of versions 1 and 2 must refuse it
+READABLE_VERSIONS = (1, 2, 3)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
 # Version 2 also carries, once a dataset has been appended to, `generations` and each later shard's `generation`;
-# both are optional, so a manifest without them (a dataset built once) is unchanged.
+# both are optional, so a manifest without them (a dataset built once) is unchanged. A dataset built with
+# --format both stays version 2: its `shards` are TFRecord as before, and each split's `array_record_shards`
+# (twins, one per shard, the same records in the same order) are ignored by older readers. Version 3 has
+# `shard_format: "array_record"`: its `shards` are ArrayRecord files and it has no index.
+SHARD_FORMATS = ("tfrecord", ARRAY_RECORD)
 MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
@@ -85,6 +91,7 @@ class Split:
     class_counts: dict[str, int]
     shards: list[Shard]
     index: IndexFile | None = None
+    array_record_shards: list[Shard] | None = None  # --format both: each shard's ArrayRecord twin, in shard order
 
 
 @dataclass
@@ -110,6 +117,7 @@ class Manifest:
     embedding: dict[str, Any] | None = None  # key, dim, shape, model, model_sha256, preprocess, input_size
     duplicates: dict[str, Any] | None = None  # with --dedup: count, cross_split {"train|test": n}
     generations: list[Generation] | None = None  # None: built once (every shard is generation 0)
+    shard_format: str = "tfrecord"  # what `shards` are: tfrecord, or array_record (--format array_record)
     format_version: int = FORMAT_VERSION
     location: str = field(default="", compare=False)
 
@@ -133,9 +141,37 @@ class Manifest:
     def num_records(self, split: str) -> int:
         return self.split(split).num_records
 
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The shard formats the dataset holds: ("tfrecord",), ("array_record",) or both."""
+        if self.shard_format == ARRAY_RECORD:
+            return (ARRAY_RECORD,)
+        twins = any(s.array_record_shards for s in self.splits.values())
+        return ("tfrecord", ARRAY_RECORD) if twins else ("tfrecord",)
+
     def shard_paths(self, split: str) -> list[str]:
-        """Full paths (local or gs://) of a split's shards, in shard order."""
+        """Full paths (local or gs://) of a split's TFRecord shards, in shard order; ManifestError for a dataset of
+        ArrayRecord shards only."""
+        if self.shard_format != "tfrecord":
+            raise ManifestError(f"split {split!r} holds ArrayRecord shards only (built with --format array_record): "
+                                "read them with grain.sources.ArrayRecordDataSource(manifest.array_record_paths("
+                                f"{split!r})), or reshard to TFRecord")
         return [storage.join(self.location, s.path) for s in self.split(split).shards]
+
+    def array_record_shards(self, split: str) -> list[Shard]:
+        """A split's ArrayRecord shards in shard order; ManifestError when the dataset has none."""
+        entry = self.split(split)
+        if self.shard_format == ARRAY_RECORD:
+            return list(entry.shards)
+        if entry.array_record_shards is None:
+            raise ManifestError(f"split {split!r} has no ArrayRecord shards (build with --format both or "
+                                "array_record, or reshard with --format array_record)")
+        return list(entry.array_record_shards)
+
+    def array_record_paths(self, split: str) -> list[str]:
+        """Full paths (local or gs://) of a split's ArrayRecord shards, in shard order: what
+        grain.sources.ArrayRecordDataSource takes (local paths; a gs:// dataset is copied locally first)."""
+        return [storage.join(self.location, s.path) for s in self.array_record_shards(split)]
 
     @property
     def media_key(self) -> str:
@@ -148,14 +184,18 @@ class Manifest:
         for split in out["splits"].values():
             if split["index"] is None:
                 split.pop("index")
-            for shard in split["shards"]:
+            if split["array_record_shards"] is None:
+                split.pop("array_record_shards")
+            for shard in split["shards"] + (split.get("array_record_shards") or []):
                 if not shard["generation"]:
                     shard.pop("generation")
         order = ["format_version", "tool_version", "created", "input", "options", "media", "features", "labels",
                  "label_offset", "multi_label", "image_size", "embedding", "num_cores", "num_hosts", "files_seen",
-                 "splits", "rejected", "skipped", "duplicates", "generations"]
+                 "shard_format", "splits", "rejected", "skipped", "duplicates", "generations"]
         if out["generations"] is None:
             order.remove("generations")
+        if out["shard_format"] == "tfrecord":
+            order.remove("shard_format")
         return {k: out[k] for k in order}
 
     def to_json(self) -> str:
@@ -197,11 +237,13 @@ def _count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> in
     return value
 
 
-def _shard(obj: Any, where: str) -> Shard:
+def _shard(obj: Any, where: str, shard_format: str = "tfrecord") -> Shard:
     if not isinstance(obj, Mapping):
         raise ManifestError(f"{where}: must be an object")
     path = safe_relative_path(_get(obj, "path", str, where))
-    if not re.match(SHARD_PATTERN, posixpath.basename(path)):
+    if shard_format == ARRAY_RECORD and not re.match(ARRAY_RECORD_PATTERN, posixpath.basename(path)):
+        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.array_record")
+    if shard_format != ARRAY_RECORD and not re.match(SHARD_PATTERN, posixpath.basename(path)):
         raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.tfrecord (or .tfrec)")
     crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
     if not _CRC32C.match(crc):
@@ -210,13 +252,13 @@ def _shard(obj: Any, where: str) -> Shard:
         raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
     generation = _count(obj, "generation", where) if "generation" in obj else 0
     num_records, num_bytes = _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1)
-    if num_records * (HEADER + FOOTER) > num_bytes:
+    if shard_format != ARRAY_RECORD and num_records * (HEADER + FOOTER) > num_bytes:
         raise ManifestError(f"{where}: {num_records} records cannot fit in {num_bytes} bytes (a record takes at least "
                             f"{HEADER + FOOTER})")
     return Shard(path, num_records, num_bytes, crc, sha, generation)
 
 
-def _split(name: str, obj: Any) -> Split:
+def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
     problem = names.split_name_problem(name)
     if problem:
         raise ManifestError(f"manifest: split name {names.shown(name)} {problem}; refused (it would become part of "
@@ -227,7 +269,7 @@ def _split(name: str, obj: Any) -> Split:
     shards_raw = _get(obj, "shards", list, where)
     if not shards_raw:
         raise ManifestError(f"{where}: has no shards")
-    shards = [_shard(s, f"{where} shard {i}") for i, s in enumerate(shards_raw)]
+    shards = [_shard(s, f"{where} shard {i}", shard_format) for i, s in enumerate(shards_raw)]
     num_records, num_bytes = _count(obj, "num_records", where), _count(obj, "num_bytes", where)
     if sum(s.num_records for s in shards) != num_records:
         raise ManifestError(f"{where}: num_records {num_records} is not the sum of its shards' records")
@@ -241,7 +283,26 @@ def _split(name: str, obj: Any) -> Split:
         raise ManifestError(f"{where}: class_counts gives {names.shown(impossible[0][0])} {impossible[0][1]} records; "
                             f"a count must be in 0..{num_records}, the split's records")
     index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
-    return Split(num_records, num_bytes, dict(counts), shards, index)
+    if index is not None and shard_format == ARRAY_RECORD:
+        raise ManifestError(f"{where}: a split of ArrayRecord shards has no index (its shards give random access)")
+    twins = _twins(obj["array_record_shards"], shards, where) if obj.get("array_record_shards") is not None else None
+    if twins is not None and shard_format == ARRAY_RECORD:
+        raise ManifestError(f"{where}: array_record_shards are the twins of TFRecord shards; this dataset's shards "
+                            "are ArrayRecord already")
+    return Split(num_records, num_bytes, dict(counts), shards, index, twins)
+
+
+def _twins(raw: Any, shards: Sequence[Shard], where: str) -> list[Shard]:
+    """A split's ArrayRecord twins: one per TFRecord shard, beside it, named after it, as many records."""
+    if not isinstance(raw, list) or len(raw) != len(shards):
+        raise ManifestError(f"{where}: array_record_shards must list one ArrayRecord shard per shard ({len(shards)})")
+    twins = [_shard(t, f"{where} array_record shard {i}", ARRAY_RECORD) for i, t in enumerate(raw)]
+    for i, (shard, twin) in enumerate(zip(shards, twins)):
+        expected = posixpath.join(posixpath.dirname(shard.path), array_record_name(posixpath.basename(shard.path)))
+        if twin.path != expected or twin.num_records != shard.num_records or twin.generation != shard.generation:
+            raise ManifestError(f"{where} array_record shard {i}: {twin.path!r} ({twin.num_records} records) is not "
+                                f"the twin of {shard.path!r} ({shard.num_records} records)")
+    return twins
 
 
 def _index(obj: Any, where: str, num_records: int) -> IndexFile:
@@ -275,7 +336,16 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     splits_raw = _get(obj, "splits", dict, "manifest")
     if not splits_raw:
         raise ManifestError("manifest: has no splits")
-    splits = {name: _split(name, s) for name, s in splits_raw.items()}
+    shard_format = obj.get("shard_format", "tfrecord")
+    if shard_format not in SHARD_FORMATS:
+        raise ManifestError(f"manifest: shard_format must be one of {', '.join(SHARD_FORMATS)}, got "
+                            f"{names.shown(shard_format)}")
+    if shard_format == ARRAY_RECORD and version < ARRAY_RECORD_VERSION:
+        raise ManifestError(f"manifest: shard_format array_record needs format_version {ARRAY_RECORD_VERSION}, "
+                            f"got {version}")
+    splits = {name: _split(name, s, shard_format) for name, s in splits_raw.items()}
+    if len({s.array_record_shards is None for s in splits.values()}) > 1:
+        raise ManifestError("manifest: array_record_shards must be given for every split or for none")
     image_size = _image_size(obj.get("image_size"))
     rejected, skipped = _get(obj, "rejected", dict, "manifest"), _get(obj, "skipped", dict, "manifest")
     n_rejected, n_skipped = _count(rejected, "count", "rejected"), _count(skipped, "count", "skipped")
@@ -320,7 +390,7 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         media=media, label_offset=label_offset, multi_label=multi_label,
         embedding=dict(embedding) if embedding is not None else None,
         duplicates=dict(duplicates) if duplicates is not None else None, generations=generations,
-        format_version=version, location=location)
+        shard_format=shard_format, format_version=version, location=location)
 
 
 def _image_size(value: Any) -> list[int] | None:
@@ -344,6 +414,8 @@ def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, An
     owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself"}
     named = [(shard.path, f"split {name!r} shard {i}") for name, split in splits.items()
              for i, shard in enumerate(split.shards)]
+    named += [(twin.path, f"split {name!r} array_record shard {i}") for name, split in splits.items()
+              for i, twin in enumerate(split.array_record_shards or ())]
     named += [(split.index.path, f"split {name!r} index") for name, split in splits.items() if split.index]
     named += [(part["path"], f"the {what} report") for part, what in ((rejected, "rejected"), (skipped, "skipped"))
               if "path" in part]

@@ -88,6 +88,10 @@ def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES
                reader: Callable[[str], bytes] = storage.read_bytes) -> SplitIndex:
     """Read and check one split's index file against the manifest (size, CRC32C, every row's place)."""
     entry = m.split(split)
+    if entry.index is None and m.shard_format != "tfrecord":
+        raise IndexFormatError(f"split {split!r} holds ArrayRecord shards only (--format array_record), which give "
+                               "random access without an index: use grain.sources.ArrayRecordDataSource("
+                               f"manifest.array_record_paths({split!r}))")
     if entry.index is None:
         raise IndexFormatError(f"split {split!r} has no index in its manifest; rebuild the dataset with a "
                                "tpu-shards that writes indexes")

@@ -13,6 +13,8 @@ Grain dataset of those shares whose iterator state is the global step (so it res
 Element k of the dataset is this process's part of global step k (`shard_utils.epochs` decides which records),
 so Grain's own iterator state, `{"next_index": k}`, means the same step on every process: a state saved by a
 run on P processes is restored by `it.set_state(state)` on P' processes, with the global batch unchanged.
+The source may also be Grain's `ArrayRecordDataSource(manifest.array_record_paths(split))`: it holds the same
+records in the same order, so the same seed gives the same steps.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def stream_origin(start_step: int | None, start_example: int | None) -> tuple[in
 
 class ShareReader:
     """One input pipeline's share of a global step: its serialized records, read with one batched, coalesced
-    `_getitems` of a RandomAccessSource (CRCs checked), and their augmentation seeds.
+    `_getitems` of a RandomAccessSource (CRCs checked), or `__getitems__` of an ArrayRecordDataSource, and their
+    augmentation seeds.
 
     Picklable and stateless (the source opens files per read), so any thread or worker process can call it.
     """
@@ -60,7 +63,8 @@ class ShareReader:
     def __call__(self, step: int) -> tuple[np.ndarray, np.ndarray]:
         rows, eps = self.rows(step)
         records = np.empty(len(rows), dtype=object)
-        records[:] = self.source._getitems(rows.tolist())
+        read = getattr(self.source, "_getitems", None) or self.source.__getitems__
+        records[:] = read(rows.tolist())
         return records, epochs.record_seeds(self.seed, eps, rows)
 
 
@@ -93,7 +97,7 @@ def grain_dataset(source, *, seed: int, global_batch_size: int, process_index: i
     except ImportError:
         raise ImportError("grain_dataset needs Grain: pip install grain") from None
     if len(source) < global_batch_size:
-        raise ValueError(f"split {source.split!r} has {len(source)} records, fewer than one global batch of "
-                         f"{global_batch_size}; use a smaller batch size")
+        raise ValueError(f"split {getattr(source, 'split', '')!r} has {len(source)} records, fewer than one global "
+                         f"batch of {global_batch_size}; use a smaller batch size")
     reader = ShareReader(source, seed, epochs.share(global_batch_size, process_count, process_index))
     return grain.MapDataset.range(ENDLESS).map(_DecodedShare(reader, decode))

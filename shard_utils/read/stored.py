@@ -9,9 +9,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from shard_utils.format import schema
+from shard_utils.format import array_record, schema
 from shard_utils import storage
 from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format.layout import ARRAY_RECORD
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -90,7 +91,11 @@ def open_shard(m: Manifest, shard: Shard) -> BinaryIO:
 
 
 def iter_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
-    """Every record of one shard, in order; a broken frame or record is a ShardReadError naming both."""
+    """Every record of one shard (TFRecord or ArrayRecord), in order; a broken frame or record is a ShardReadError
+    naming both."""
+    if m.shard_format == ARRAY_RECORD:
+        yield from _array_record_shard(m, split, shard)
+        return
     with open_shard(m, shard) as stream:
         index = 0
         try:
@@ -102,6 +107,20 @@ def iter_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
                 yield StoredRecord(split, shard.path, index, fields)
         except FramingError as exc:
             raise ShardReadError(f"{shard.path}: {exc}; run `tpu-shards verify` on the dataset") from None
+
+
+def _array_record_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
+    try:
+        for index, data in enumerate(array_record.read_records(storage.join(m.location, shard.path), shard.path)):
+            try:
+                fields = schema.decode_lists(data)
+            except ValueError as exc:
+                raise ShardReadError(f"{shard.path}: record {index}: {exc}; run `tpu-shards verify`") from None
+            yield StoredRecord(split, shard.path, index, fields)
+    except array_record.ArrayRecordError as exc:
+        raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
+    except storage.StorageError as exc:
+        raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
 
 
 def iter_split(m: Manifest, split: str) -> Iterator[StoredRecord]:

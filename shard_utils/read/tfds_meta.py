@@ -29,7 +29,7 @@ from shard_utils.format import schema
 from shard_utils.format import layout
 from shard_utils.format.layout import generation_split
 from shard_utils.format.manifest import Manifest, Shard
-from shard_utils.format.layout import SHARD_PATTERN
+from shard_utils.format.layout import ARRAY_RECORD, ARRAY_RECORD_PATTERN, SHARD_PATTERN
 
 DATASET_INFO, FEATURES, LABELS = layout.TFDS_DATASET_INFO, layout.TFDS_FEATURES, layout.TFDS_LABELS
 GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000
@@ -44,10 +44,13 @@ def tfds_files(m: Manifest, *, name: str = "tpu_shards", version: str = "1.0.0")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise ValueError(f"TFDS needs a snake_case dataset name and an x.y.z version, got {name!r}, {version!r}")
     names = class_names(m)
-    info = {"name": name, "version": version, "fileFormat": "tfrecord", "description": _description(m),
-            "splits": [info for split in m.splits for info in _split_infos(split, m)],
-            "supervisedKeys": {"tuple": {"items": [{"featureKey": schema.IMAGE_ENCODED},
-                                                   {"featureKey": schema.LABEL}]}}}
+    info: dict[str, Any] = {"name": name, "version": version, "fileFormat": m.formats[0],
+                            "description": _description(m),
+                            "splits": [info for split in m.splits for info in _split_infos(split, m)],
+                            "supervisedKeys": {"tuple": {"items": [{"featureKey": schema.IMAGE_ENCODED},
+                                                                   {"featureKey": schema.LABEL}]}}}
+    if _both(m):
+        info["alternativeFileFormats"] = [ARRAY_RECORD]
     return {
         DATASET_INFO: _json(info),
         FEATURES: _json(_features(m, len(names))),
@@ -96,6 +99,13 @@ def _by_generation(shards: list[Shard]) -> dict[int, list[Shard]]:
     return groups
 
 
+def _both(m: Manifest) -> bool:
+    """Whether TFDS can read either format: ArrayRecord twins beside `.tfrecord` shards (TFDS names a format by
+    its file suffix, so twins of `.tfrec` shards are not offered to it)."""
+    return len(m.formats) == 2 and all(re.match(SHARD_PATTERN, posixpath.basename(s.path))["extension"] == "tfrecord"
+                                       for split in m.splits.values() for s in split.shards)
+
+
 def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:
     """One TFDS split per generation of `split`."""
     if not _SPLIT.match(split):
@@ -109,20 +119,24 @@ def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:
         out.append({"name": name, "numBytes": str(sum(s.num_bytes for s in shards)),
                     "shardLengths": [str(s.num_records) for s in shards],
                     "filepathTemplate": _template(name, generation_split(split, generation),
-                                                  [s.path for s in shards])})
+                                                  [s.path for s in shards], _both(m))})
     return out
 
 
-def _template(split: str, stored_as: str, paths: list[str]) -> str:
+def _template(split: str, stored_as: str, paths: list[str], any_format: bool = False) -> str:
     """TFDS's filepathTemplate for our shard names (stored under `stored_as`, read as TFDS split `split`);
-    refuses names it would not reproduce exactly."""
-    first = re.match(SHARD_PATTERN, posixpath.basename(paths[0]))
+    refuses names it would not reproduce exactly. `any_format`: the suffix is TFDS's {FILEFORMAT}, so the
+    template names the TFRecord shards and their ArrayRecord twins alike."""
+    first = re.match(SHARD_PATTERN, posixpath.basename(paths[0])) or re.match(ARRAY_RECORD_PATTERN,
+                                                                             posixpath.basename(paths[0]))
     folder = posixpath.dirname(paths[0])
     prefix = "{SPLIT}" if stored_as == split else stored_as
-    template = posixpath.join(folder, prefix + "-{SHARD_X_OF_Y}." + first["extension"]) if first else ""
+    suffix = "{FILEFORMAT}" if any_format else first["extension"] if first else ""
+    template = posixpath.join(folder, prefix + "-{SHARD_X_OF_Y}." + suffix) if first else ""
     digits = max(len(str(len(paths))), 5)  # TFDS pads index and count to this width
     for i, path in enumerate(paths):
-        expected = template.format(SPLIT=split, SHARD_X_OF_Y=f"{i:0{digits}d}-of-{len(paths):0{digits}d}")
+        expected = template.format(SPLIT=split, SHARD_X_OF_Y=f"{i:0{digits}d}-of-{len(paths):0{digits}d}",
+                                   FILEFORMAT="tfrecord")
         if path != expected:
             raise ValueError(f"split {split!r}: shard {path!r} is not named as TFDS expects ({expected!r})")
     return template
@@ -149,3 +163,19 @@ def _features(m: Manifest, num_classes: int) -> dict[str, Any]:
 
 def _json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def array_record_builder(dataset: str):
+    """`tfds.builder_from_directory(dataset)` reading the ArrayRecord shards, for `as_data_source`: a dataset
+    built with --format both lists them as TFDS's alternative format, which TFDS 4.9's own `file_format=`
+    argument refuses to switch to ("File format is already set"); the builder's format is switched here."""
+    from shard_utils.extras import require
+
+    tfds = require("tensorflow_datasets", "bench", "reading a dataset with TFDS")
+    builder = tfds.builder_from_directory(dataset)
+    if builder.info.file_format.value != ARRAY_RECORD:
+        if ARRAY_RECORD not in {f.value for f in builder.info.alternative_file_formats}:
+            raise ValueError(f"{dataset} has no ArrayRecord shards for TFDS (build with --format both or "
+                             "array_record)")
+        builder.info.set_file_format(ARRAY_RECORD, override=True, override_if_initialized=True)
+    return builder

@@ -10,9 +10,10 @@ import os
 from typing import Iterator
 
 from shard_utils import storage
-from shard_utils.format import schema
+from shard_utils.format import array_record, schema
 from shard_utils.format.index import NO_LABEL, IndexFormatError, IndexRow, check_place, field_name, read_index, unframe
-from shard_utils.format.manifest import Manifest, ManifestError, Shard, load, report_entries
+from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
+from shard_utils.format.layout import ARRAY_RECORD
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -24,6 +25,9 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         return [str(exc)]
     problems: list[str] = []
     for split_name, split in m.splits.items():
+        if m.shard_format == ARRAY_RECORD:
+            problems.extend(p for shard in split.shards for p in check_array_record_shard(m, shard, deep))
+            continue
         shard_problems: dict[int, list[str]] = {}
 
         def read_and_check(i: int, split=split, found=shard_problems) -> bytes | None:
@@ -35,6 +39,8 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         index_problems = check_index(m, split_name, deep, reader=read_and_check)
         for i, shard in enumerate(split.shards):
             problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
+        for shard, twin in zip(split.shards, split.array_record_shards or ()):
+            problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
         problems.extend(index_problems)
     return _links_outside(m) + problems + check_reports(m)
 
@@ -46,6 +52,7 @@ def _links_outside(m: Manifest) -> list[str]:
         return []
     root = os.path.realpath(m.location)
     named = [s.path for split in m.splits.values() for s in split.shards]
+    named += [s.path for split in m.splits.values() for s in split.array_record_shards or ()]
     named += [split.index.path for split in m.splits.values() if split.index]
     named += [part["path"] for part in (m.rejected, m.skipped) if part.get("path")]
     problems = []
@@ -121,6 +128,89 @@ def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | list[str] |
     if count != shard.num_records:
         problems.append(f"{shard.path}: {count} records, manifest says {shard.num_records}")
     return problems
+
+
+def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Shard | None = None) -> list[str]:
+    """Problems with one ArrayRecord shard: size and checksums (object metadata on gs:// unless `deep`), its record
+    count; with `deep`, every record read and checked, and equal to its TFRecord twin's when there is one."""
+    path = storage.join(m.location, shard.path)
+    if not deep and storage.stores_checksums(path):
+        return _check_stored_checksums(path, shard)
+    try:
+        with array_record.local_copy(path) as local:
+            problems = _check_file(local, shard)
+            if problems and not deep:
+                return problems
+            if not deep:
+                count = array_record.count_records(local, shard.path)
+                return [f"{shard.path}: {count} records, manifest says {shard.num_records}"] \
+                    if count != shard.num_records else []
+            try:
+                return problems + _check_records(m, local, shard, tfrecord)
+            except array_record.ArrayRecordError as exc:
+                return problems + [str(exc)]
+    except storage.NotFoundError:
+        return [f"{shard.path}: missing"]
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
+    except array_record.ArrayRecordError as exc:
+        return [str(exc)]
+
+
+def _check_file(local: str, shard: Shard) -> list[str]:
+    """Size, CRC32C and SHA-256 of a local copy of a shard against its manifest entry."""
+    digest = storage.Digest()
+    with storage.open_read(local) as f:
+        while block := f.read(storage.READ_CHUNK_SIZE):
+            digest.update(block)
+    return digest_problems(digest, shard)
+
+
+def digest_problems(digest: storage.Digest, entry: Shard | IndexFile) -> list[str]:
+    """A file's size and checksums against its manifest entry, one line per difference."""
+    problems = []
+    if digest.size != entry.num_bytes:
+        problems.append(f"{entry.path}: size {digest.size} bytes, manifest says {entry.num_bytes}")
+    if digest.crc32c != entry.crc32c:
+        problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
+    if digest.sha256 != entry.sha256:
+        problems.append(f"{entry.path}: sha256 differs from the manifest")
+    return problems
+
+
+def _check_records(m: Manifest, local: str, shard: Shard, tfrecord: Shard | None) -> list[str]:
+    """Every record of an ArrayRecord shard checked, and compared with its TFRecord twin's records in order."""
+    problems: list[str] = []
+    twin = _twin_records(m, tfrecord)
+    other = tfrecord.path if tfrecord is not None else ""
+    count = 0
+    for count, record in enumerate(array_record.read_records(local, shard.path), start=1):
+        problems.extend(f"{shard.path}: record {count - 1}: {p}" for p in check_record(m, record))
+        if twin is not None and next(twin, None) != record:
+            problems.append(f"{shard.path}: record {count - 1} differs from record {count - 1} of {other}")
+            twin = None  # one line per shard: the twins disagree from here on
+    if count != shard.num_records:
+        problems.append(f"{shard.path}: {count} records, manifest says {shard.num_records}")
+    if twin is not None and next(twin, None) is not None:
+        problems.append(f"{shard.path}: {other} holds more records than its ArrayRecord twin")
+    return problems
+
+
+def _twin_records(m: Manifest, tfrecord: Shard | None) -> Iterator[bytes] | None:
+    """The TFRecord twin's records in order (None without a twin, or when it cannot be read: its own check says
+    why)."""
+    if tfrecord is None:
+        return None
+    path = storage.join(m.location, tfrecord.path)
+
+    def records() -> Iterator[bytes]:
+        try:
+            with storage.open_read(path) as f:
+                yield from iter_records(f)  # type: ignore[arg-type]
+        except (FramingError, storage.StorageError):
+            return
+
+    return records()
 
 
 _TYPES = {"int64": int, "float32": float, "string": bytes}
@@ -221,15 +311,9 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
         return [f"{entry.path}: missing"]
     except storage.StorageError as exc:
         return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
-    problems = []
     digest = storage.Digest()
     digest.update(data)
-    if digest.size != entry.num_bytes:
-        problems.append(f"{entry.path}: size {digest.size} bytes, manifest says {entry.num_bytes}")
-    if digest.crc32c != entry.crc32c:
-        problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
-    if digest.sha256 != entry.sha256:
-        problems.append(f"{entry.path}: sha256 differs from the manifest")
+    problems = digest_problems(digest, entry)
     rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep,
                       reader=reader)
     try:

@@ -4,13 +4,15 @@ Nothing is decoded: each framed record is read, its two CRCs checked and its byt
 metadata (`encode.RecordMeta`: source id, labels, SHA-256, size, extras) comes from the split's index row,
 or, for a dataset without an index, from the record's own fields. The sort key comes from the new seed.
 Every shard is checked against its manifest entry (record count, size, CRC32C, SHA-256) and against its
-index rows (each row's place); the first mismatch is a DamagedShard naming the shard.
+index rows (each row's place); the first mismatch is a DamagedShard naming the shard. An ArrayRecord shard (a
+dataset built with --format array_record, which has no index) gives its records framed as TFRecord records,
+their metadata from their own fields.
 """
 from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from shard_utils.format import schema
+from shard_utils.format import array_record, schema
 from shard_utils import storage
 from shard_utils.media.encode import RecordMeta
 from shard_utils.format.generations import DigestingReader
@@ -46,6 +48,28 @@ def shard_records(uri: str, shard: Shard, rows: Sequence[IndexRow] | None, *, se
     except storage.StorageError as exc:
         raise DamagedShard(f"{where}: cannot read: {storage.problem(exc)}") from None
     _check_whole(shard, count, reader.digest, rows)
+
+
+def array_record_shard_records(uri: str, shard: Shard, *, seed: int, label_offset: int = 0,
+                               extras: Sequence[schema.ExtraSpec] = ()) -> Iterator[tuple[RecordMeta, bytes]]:
+    """(meta, framed record) for every record of an ArrayRecord shard in order; DamagedShard when the file or its
+    records do not match the manifest (checked before any record is given)."""
+    where = shard.path
+    try:
+        with array_record.local_copy(uri) as local:
+            digest = storage.Digest()
+            with storage.open_read(local) as f:
+                while block := f.read(storage.READ_CHUNK_SIZE):
+                    digest.update(block)
+            count = array_record.count_records(local, where)
+            _check_whole(shard, count, digest, None)
+            for i, data in enumerate(array_record.read_records(local, where)):
+                framed = frame(data)
+                yield meta_from_record(data, len(framed), seed, label_offset, extras, where, i), framed
+    except array_record.ArrayRecordError as exc:
+        raise DamagedShard(str(exc)) from None
+    except storage.StorageError as exc:
+        raise DamagedShard(f"{where}: cannot read: {storage.problem(exc)}") from None
 
 
 def _row(rows: Sequence[IndexRow], i: int, offset: int, length: int, where: str) -> IndexRow:

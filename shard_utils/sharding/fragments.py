@@ -220,10 +220,11 @@ class FragmentShardTask:
     name: str
 
 
-def write_fragment_shard(task: FragmentShardTask, folder: str, extras=()):
+def write_fragment_shard(task: FragmentShardTask, folder: str, extras=(), *, array_record_twin: bool = False):
     """Read the shard's slices (in windows), merge them in key order, and write the shard and its index part
-    under `folder` (the run's temporary folder)."""
-    from shard_utils.sharding.writer import ShardResult, describe, shard_paths
+    under `folder` (the run's temporary folder); with `array_record_twin`, its ArrayRecord twin too."""
+    from shard_utils.format.layout import array_record_name
+    from shard_utils.sharding.writer import ShardResult, describe, shard_paths, write_twin
 
     pieces = sorted(task.pieces, key=lambda s: (s.fragment, s.start))
     window = window_for(len(pieces))
@@ -243,6 +244,8 @@ def write_fragment_shard(task: FragmentShardTask, folder: str, extras=()):
 
     rows, classes, longest = describe(task.shard, metas, extras)
     storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
+    twin = write_twin(path, storage.join(folder, "shards", array_record_name(task.name)),
+                      len(metas)) if array_record_twin else None
     return ShardResult(task.split, task.shard, path, task.name, len(metas), digest.size, digest.crc32c, digest.sha256,
                        tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())),
-                       sum(piece.length for piece in pieces))
+                       sum(piece.length for piece in pieces), array_record=twin)

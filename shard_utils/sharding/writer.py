@@ -1,7 +1,9 @@
 """Writing one shard from its plan: a prefix of a run taken as it is, or pieces of runs copied; and its index part.
 
 Safe to run twice, or twice at once: a prefix is moved or composed again into the same bytes, a copy is
-written whole under the same name. No Beam: local worker processes run it too.
+written whole under the same name. With ArrayRecord asked for, the finished TFRecord shard is read back in
+order (nothing decoded) into its ArrayRecord twin, written whole beside it. No Beam: local worker processes
+run it too.
 """
 from __future__ import annotations
 
@@ -9,13 +11,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-from shard_utils.format import index, schema
+from shard_utils.format import array_record, index, layout, schema
+from shard_utils.format.tfrecord import iter_records
 from shard_utils import storage
 from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
 from shard_utils.sharding.shards import ShardPlan
 from shard_utils.errors import InternalError
 
 COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
+
+
+@dataclass(frozen=True)
+class TwinShard:
+    """A shard's ArrayRecord twin, written under its temporary name: the same records in the same order."""
+
+    name: str
+    temp_path: str
+    num_records: int
+    num_bytes: int
+    crc32c: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,7 @@ class ShardResult:
     max_lengths: tuple[tuple[str, int], ...] = ()  # longest list per list feature (labels, extras)
     bytes_copied: int = 0  # of run data read back to write it (0 for a prefix moved locally)
     place: int = -1  # its number among the split's shards (its index rows'); -1: its planned index
+    array_record: TwinShard | None = None  # its ArrayRecord twin, when the build writes them
 
     def __post_init__(self):
         if self.place < 0:
@@ -57,8 +73,10 @@ def shard_paths(folder: str, name: str) -> tuple[str, str]:
     return storage.join(folder, "shards", name), storage.join(folder, "index", name + ".avro")
 
 
-def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec] = ()) -> ShardResult:
-    """Write the shard and its index part under `folder` (the build's temporary folder)."""
+def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec] = (), *,
+                array_record_twin: bool = False) -> ShardResult:
+    """Write the shard and its index part under `folder` (the build's temporary folder); with
+    `array_record_twin`, its ArrayRecord twin too."""
     plan = task.plan
     path, index_part = shard_paths(folder, task.name)
     entries = {run: task.runs[run].entries() for run in {p.run for p in plan.pieces}}
@@ -76,9 +94,21 @@ def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec]
         raise InternalError(f"shard {plan.shard} of split {plan.split!r}: {len(metas)} records in {sums.size} bytes, "
                             f"planned {plan.num_records}")
     storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
+    twin = write_twin(path, storage.join(folder, "shards", layout.array_record_name(task.name)),
+                      len(metas)) if array_record_twin else None
     return ShardResult(plan.split, plan.shard, path, task.name, len(metas), sums.size, sums.crc32c, sums.sha256,
                        tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())), copied,
-                       task.place)
+                       task.place, twin)
+
+
+def write_twin(shard: str, dst: str, num_records: int) -> TwinShard:
+    """The ArrayRecord twin of a finished TFRecord shard: its records read in order, written to dst."""
+    with storage.open_read(shard) as f:
+        written = array_record.write_shard(iter_records(f), dst)
+    if written.num_records != num_records:
+        raise InternalError(f"{dst}: {written.num_records} records written, the shard holds {num_records}")
+    return TwinShard(storage.basename(dst), dst, written.num_records, written.num_bytes, written.crc32c,
+                     written.sha256)
 
 
 def _copy(task: ShardTask, entries: Mapping[int, list[RunEntry]], path: str) -> tuple[Checksums, list]:
