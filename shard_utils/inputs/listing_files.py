@@ -117,10 +117,8 @@ def _csv_row(name: str, start: int, header: list[str], fields: list[str]) -> Lis
     where = (start, 0)
     if len(fields) != len(header):
         return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}")
-    try:
-        "".join(fields).encode("utf-8")
-    except UnicodeEncodeError:
-        return ListingRow(name, "line", where, None, "is not UTF-8 text")
+    # A cell that is not UTF-8 keeps its bytes as surrogate escapes: a path cell may name a file whose name is
+    # not UTF-8 (listings.resolve_path), every other cell is refused when it is used (listings._text).
     return ListingRow(name, "line", where, dict(zip(header, fields)))
 
 
