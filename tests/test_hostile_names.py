@@ -127,6 +127,8 @@ def test_a_listed_name_no_file_can_have_is_a_bad_row():
     assert bucket.reason == "bad_row" and "is not UTF-8 text; a gs:// object name always is" in bucket.message
     under_bucket = item_from_row(row("caf\udce9.jpg"), options, "gs://b/in")
     assert under_bucket.reason == "bad_row"
+    nul = item_from_row(row("cat/a\x00b.jpg"), options, "/in")  # JSON's "\u0000": os.stat would raise ValueError
+    assert nul.reason == "bad_row" and "holds a NUL character" in nul.message
     assert resolve_path("/in/caf\udce9.jpg", None) == ("/in/caf%E9.jpg", "/in/caf\udce9.jpg")
 
 

@@ -394,6 +394,8 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         raise ValueError("empty path")
     if "\n" in path or "\r" in path:
         raise ValueError(f"path {_short(path)} holds a line break (an unclosed quote in the listing?)")
+    if "\x00" in path:
+        raise ValueError(f"path {_short(path)} holds a NUL character, which no file name can")
     if "\\" in path:
         raise ValueError(f"path {_short(path)} uses '\\'; write paths with '/' (a '\\' inside a file name is not "
                          "supported)")
