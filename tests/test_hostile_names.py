@@ -154,3 +154,21 @@ def test_a_name_escaping_to_another_files_name_is_rejected_not_given_its_id(tmp_
 
 def _pixel(data: bytes) -> tuple:
     return Image.open(io.BytesIO(data)).convert("RGB").getpixel((5, 5))
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", "--input", "in\udce9", "--output", "out"],
+    ["build", "--input", "in", "--output", "out\udce9"],
+    ["build", "--listing", "l\udce9.csv", "--output", "out"],
+    ["reshard", "src\udce9", "dst"],
+    ["reshard", "src", "dst\udce9"],
+])
+def test_a_job_path_that_is_not_utf8_is_a_one_line_error(argv, capsys, tmp_path, monkeypatch):
+    """The job's own paths travel through its steps as UTF-8 text and into the manifest: they must be UTF-8 (the
+    files inside an input need not be)."""
+    from beam_jobs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "%E9" in lines[0] and "(shown escaped) is not UTF-8" in lines[0], lines
