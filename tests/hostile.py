@@ -160,6 +160,37 @@ def scan_bomb_jpeg(extra_scans: int, size: tuple[int, int] = (48, 32)) -> bytes:
     return data[:-2] + last_scan * extra_scans + data[-2:]
 
 
+# ------------------------------------------------------------------------------------- listing bombs
+
+BOMB_MEMBER = 64 << 20  # bytes of 'a' one compressed member holds
+
+
+def compressed_line_bomb(head: bytes, size: int, kind: str) -> bytes:
+    """A listing compressed as `kind` (gzip, bz2): `head` (header and rows), then one line of `size` bytes of 'a'
+    without a line break, as concatenated members (every reader takes them) of a few kilobytes each."""
+    import bz2
+    import gzip
+
+    compress = {"gzip": lambda data: gzip.compress(data, 9), "bz2": bz2.compress}[kind]
+    member = compress(b"a" * BOMB_MEMBER)
+    return compress(head) + member * (size // BOMB_MEMBER)
+
+
+def avro_block_bomb(schema: dict, rows: list[dict], inflated: int) -> bytes:
+    """An Avro listing (deflate) of `rows`, then a block declaring one row whose deflate data inflates to
+    `inflated` zero bytes (about a thousandth of that on disk)."""
+    import fastavro
+
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, schema, rows, codec="deflate")
+    data = buffer.getvalue()
+    sync = data[-16:]
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    chunk = bytes(BOMB_MEMBER)
+    body = b"".join(packer.compress(chunk) for _ in range(inflated // BOMB_MEMBER)) + packer.flush()
+    return data + _long(1) + _long(len(body)) + body + sync
+
+
 # ---------------------------------------------------------------------------------------------- corruptions
 
 

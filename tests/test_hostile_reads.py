@@ -302,3 +302,20 @@ def test_gcs_paths_with_empty_or_dot_parts_are_one_line_errors(argv, code, capsy
     assert main(argv) == code
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "has an empty, '.' or '..' part" in lines[0], lines
+
+
+@pytest.mark.slow
+def test_a_record_length_of_2_to_the_40_in_a_bucket_never_reaches_tensorflows_reader(valid, tmp_path, gcs):
+    """The loader checks a gs:// shard's framing through the storage layer (ranged reads) before tf.data reads it;
+    the valid dataset in the same bucket passes the check."""
+    from shard_utils.read.loader import make_dataset
+
+    ds = hostile(valid, tmp_path, "record_length_2_40")
+    bucket = gcs.new_bucket("framing")
+    gcs.upload_tree(ds, bucket, "hostile")
+    gcs.upload_tree(valid, bucket, "valid")
+    shard = f"gs://{bucket}/hostile/train-00000-of-00002.tfrecord"
+    with pytest.raises(ManifestError, match=f"shard {shard} cannot be read safely: record 0: length "
+                                            "1099511627776 runs past the end of the file"):
+        make_dataset(load(f"gs://{bucket}/hostile"), "train", 1, training=False, repeat=False, image_size=8)
+    assert make_dataset(load(f"gs://{bucket}/valid"), "train", 1, training=False, repeat=False, image_size=8) is not None

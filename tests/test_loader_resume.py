@@ -143,7 +143,7 @@ def test_resumable_steps_read_from_a_bucket(train, gcs):
     bucket = gcs.new_bucket("resume")
     gcs.upload_tree(out, bucket, "ds")
     remote = load(f"gs://{bucket}/ds")
-    ds = loader.make_dataset(remote, "train", GLOBAL, seed=SEED, start_step=3, as_dict=True, check_files=False)
+    ds = loader.make_dataset(remote, "train", GLOBAL, seed=SEED, start_step=3, as_dict=True)
     got = [[s.decode() for s in b["source_id"].numpy()] for b in ds.take(2)]
     assert got == [[ids[r] for r in epochs.batch_rows(SEED, len(ids), GLOBAL, k)] for k in (3, 4)]
 

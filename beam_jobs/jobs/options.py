@@ -155,15 +155,20 @@ def parse(argv: Sequence[str], ap: OneLineParser | None = None) -> tuple[argpars
     for option, paths in (("--input", [getattr(args, "input", None)]), ("--output", [getattr(args, "output", None)]),
                           ("--listing", getattr(args, "listing", None) or [])):
         for path in paths:
-            check_gcs_path(path, option)
+            check_job_path(path, option)
     return args, list(beam_args)
 
 
-def check_gcs_path(path: str | None, option: str) -> None:
-    """Refuse a gs:// path whose name has an empty, '.' or '..' part (`gs://b//x`, `gs://b/a/../x`): UsageError."""
+def check_job_path(path: str | None, option: str) -> None:
+    """Refuse a path a job cannot carry (UsageError): a gs:// name with an empty, '.' or '..' part (`gs://b//x`,
+    `gs://b/a/../x`), or a local path that is not UTF-8 (the job's steps pass paths as UTF-8 text and the manifest
+    records them; file names inside the input may be any bytes, see names.escaped_name)."""
     problem = names.gcs_name_problem(path) if path and storage.is_gcs(path) else None
     if problem:
         raise UsageError(f"{option} {path} {problem}")
+    if path and names.escaped_name(path) != path:
+        raise UsageError(f"{option} {names.escaped_name(path)} (shown escaped) is not UTF-8; rename it, or give it "
+                         "through a symbolic link with a UTF-8 name")
 
 
 def _int_list(text: str, what: str, count: tuple[int, ...], low: int, high: int) -> tuple[int, ...]:

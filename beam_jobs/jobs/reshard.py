@@ -308,7 +308,8 @@ def parser() -> OneLineParser:
 
 def parse(argv: Sequence[str]):
     args, beam_args = options.parse(argv, parser())
-    options.check_gcs_path(args.dst, "DST")
+    options.check_job_path(args.src, "SRC")
+    options.check_job_path(args.dst, "DST")
     return args, beam_args
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import csv
 import itertools
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator, Sequence
+from typing import BinaryIO, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io import filebasedsource
@@ -20,7 +21,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from shard_utils import inputs, storage
-from shard_utils.inputs import listing_files, listings
+from shard_utils.format import avro_blocks
+from shard_utils.inputs import compressed, listing_files, listings
 from shard_utils.inputs.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.inputs.listings import ListingOptions, ListingRow
 
@@ -38,8 +40,17 @@ class ListingSource(filebasedsource.FileBasedSource):
         self.fmt = fmt
 
     def read_records(self, file_name: str, range_tracker) -> Iterator[ListingRow]:
-        with self.open_file(file_name) as f:
+        with open_listing(file_name) as f:
             yield from listing_files.read_rows(f, file_name, self.fmt, range_tracker)
+
+
+@contextmanager
+def open_listing(uri: str) -> Iterator[BinaryIO]:
+    """A listing file open for reading, decompressed (by its extension) a read at a time: Beam's own decompressing
+    reader inflates 16 MB of input at once, which a decompression bomb turns into gigabytes."""
+    with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        with compressed.decompressed(raw, uri) as f:
+            yield f
 
 
 class ReadListings(beam.PTransform):
@@ -159,12 +170,14 @@ def listing_columns(uri: str, fmt: str) -> list[str] | None:
     """The column names of a listing: the CSV/TSV header, the Avro record's fields, or the keys of the first
     JSONL row (None if it has no rows). Raises ValueError if the file cannot be read as that format."""
     try:
-        with FileSystems.open(uri, compression_type=CompressionTypes.AUTO) as f:
+        with open_listing(uri) as f:
             if fmt == "avro":
                 return _avro_fields(f, uri)
             if fmt == "jsonl":
                 return _first_json_keys(f, uri)
             return _csv_header(f, uri, fmt)
+    except compressed.CompressionError as exc:
+        raise ValueError(f"listing {uri}: {exc}") from None
     except ValueError:
         raise
     except Exception as exc:
@@ -175,7 +188,7 @@ def _avro_fields(f, uri: str) -> list[str]:
     import fastavro
 
     try:
-        schema = fastavro.reader(f).writer_schema
+        schema = fastavro.reader(avro_blocks.Recent(f)).writer_schema  # a size in the header reads in chunks
     except Exception as exc:
         raise ValueError(f"listing {uri} is not an Avro file: {_first_line(exc)}") from None
     if not isinstance(schema, dict) or schema.get("type") != "record":
@@ -184,7 +197,7 @@ def _avro_fields(f, uri: str) -> list[str]:
 
 
 def _first_json_keys(f, uri: str) -> list[str] | None:
-    for line in lines(f):
+    for line in lines(f, uri):
         if line.strip(BOM + b" \t\r\n"):
             row = json_row(uri, 0, line.removeprefix(BOM))
             if row is None or row.fields is None:
@@ -194,7 +207,7 @@ def _first_json_keys(f, uri: str) -> list[str] | None:
 
 
 def _csv_header(f, uri: str, fmt: str) -> list[str]:
-    for fields in csv.reader(text_lines(f), delimiter=listings.DELIMITERS[fmt]):
+    for fields in csv.reader(text_lines(f, uri), delimiter=listings.DELIMITERS[fmt]):
         if fields:
             header = [h.strip() for h in fields]
             problem = header_problem(header)

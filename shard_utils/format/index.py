@@ -27,11 +27,11 @@ import io
 import json
 import re
 import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence, cast
 
 from shard_utils import storage
+from shard_utils.format import avro_blocks
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
 from shard_utils.format.schema import ExtraSpec, ImageRecord
@@ -349,28 +349,18 @@ def _bounded_rows(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None,
                   max_rows: int | None) -> Iterator[dict[str, Any]]:
     """The rows of an index file, block by block. Each block's declared row count (against `max_rows`) and size
     (against MAX_BLOCK_BYTES, compressed and not) are checked before it is read and inflated, so no size written
-    in the file is allocated unchecked. fastavro reads the header and decodes the rows; the block framing (row
-    count, size, data, sync marker) is walked here because fastavro inflates a block before saying its size."""
+    in the file is allocated unchecked (see avro_blocks); fastavro reads the header and decodes the rows."""
     import fastavro
 
-    stream = _Recent(fileobj)
+    stream = avro_blocks.Recent(fileobj)
     writer_schema, codec = _header(stream)
     sync, seen = stream.tail, 0
     reader = fastavro.parse_schema(dict(reader_schema)) if reader_schema is not None else None
-    while (count := _read_long(stream, at_end=True)) is not None:
-        size = _read_long(stream)
-        assert size is not None  # _read_long returns None only at the end of the file, when at_end is True
-        if count < 0 or (max_rows is not None and count > max_rows - seen):
-            raise _damaged(f"a block declares {count} rows, which makes more than the {max_rows} the manifest "
-                                   "lists" if count >= 0 else f"a block declares {count} rows")
-        if not 0 <= size <= MAX_BLOCK_BYTES:
-            raise _damaged(f"a block declares {size} bytes; blocks hold at most {MAX_BLOCK_BYTES}")
-        data = stream.read(size)
-        if len(data) < size:
-            raise _damaged(f"the file ends inside a block ({len(data)} of its {size} bytes)")
-        block = io.BytesIO(_inflate(data, codec))
-        if stream.read(len(sync)) != sync:
-            raise _damaged("a block is not followed by the file's sync marker")
+    while (header := _framing(avro_blocks.block_header, stream, MAX_BLOCK_BYTES)) is not None:
+        count, size = header
+        if max_rows is not None and count > max_rows - seen:
+            raise _damaged(f"a block declares {count} rows, which makes more than the {max_rows} the manifest lists")
+        block = io.BytesIO(_framing(avro_blocks.block_body, stream, size, codec, sync, MAX_BLOCK_BYTES))
         for _ in range(count):
             yield cast(dict[str, Any], fastavro.schemaless_reader(block, writer_schema, reader))
         if block.tell() != len(block.getbuffer()):
@@ -378,20 +368,15 @@ def _bounded_rows(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None,
         seen += count
 
 
-class _Recent:
-    """A read-only stream that keeps the last 16 bytes read (an Avro header ends with its sync marker) and reads a
-    large request in chunks (see storage.read_in_chunks)."""
-
-    def __init__(self, stream: BinaryIO):
-        self._stream, self.tail = stream, b""
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._stream.read(n) if n is None or n < 0 else storage.read_in_chunks(self._stream.read, n)
-        self.tail = (self.tail + data)[-16:]
-        return data
+def _framing(step, *args):
+    """One avro_blocks step, its BlockError as an IndexFormatError saying the index is damaged."""
+    try:
+        return step(*args)
+    except avro_blocks.BlockError as exc:
+        raise _damaged(str(exc)) from None
 
 
-def _header(stream: _Recent) -> tuple[dict[str, Any], str]:
+def _header(stream: avro_blocks.Recent) -> tuple[dict[str, Any], str]:
     """The parsed writer schema and the codec of an index file, after checking it is a tpu-shards index."""
     import fastavro
 
@@ -410,36 +395,8 @@ def _header(stream: _Recent) -> tuple[dict[str, Any], str]:
     return cast(dict[str, Any], fastavro.parse_schema(written)), codec
 
 
-def _inflate(data: bytes, codec: str) -> bytes:
-    """A block's rows as bytes, never more than MAX_BLOCK_BYTES of them."""
-    if codec == "null":
-        return data
-    inflater = zlib.decompressobj(-15)
-    rows = inflater.decompress(data, MAX_BLOCK_BYTES)
-    if inflater.unconsumed_tail:
-        raise _damaged(f"a block inflates to more than {MAX_BLOCK_BYTES} bytes")
-    if not inflater.eof:
-        raise _damaged("a block's compressed rows are cut short")
-    return rows
-
-
 def _damaged(problem: str) -> IndexFormatError:
     return IndexFormatError(f"index file is damaged: {problem}")
-
-
-def _read_long(stream: _Recent, at_end: bool = False) -> int | None:
-    """An Avro long (zig-zag varint); None at the end of the file when `at_end` allows it there."""
-    value = shift = 0
-    while byte := stream.read(1):
-        value |= (byte[0] & 0x7F) << shift
-        if not byte[0] & 0x80:
-            return (value >> 1) ^ -(value & 1)
-        shift += 7
-        if shift > 63:
-            raise _damaged("a block count or size is not a valid Avro long")
-    if at_end and not shift:
-        return None
-    raise _damaged("the file ends inside a block header")
 
 
 def read_index(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[IndexRow]:

@@ -51,3 +51,28 @@ def gcs_name_problem(uri: str) -> str | None:
     if any(p in ("", ".", "..") for p in parts):
         return "has an empty, '.' or '..' part; Cloud Storage would not read it as the folder it looks like"
     return None
+
+
+def escaped_name(name: str) -> str:
+    """A file name as UTF-8 text that still names exactly one file, for source ids and labels.
+
+    A UTF-8 name is returned unchanged. A name whose bytes are not UTF-8 comes (as Python reads it with
+    surrogateescape) with each undecodable byte as U+DC80..U+DCFF: each such byte becomes %XX and each '%' %25,
+    so percent-decoding gives the name's bytes back, and `extract` writes it under this safe, readable name.
+    Raises ValueError for a lone surrogate no byte gives (a JSON "\\ud800"), which names no file.
+    """
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for c in name:
+        code = ord(c)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"%{code - 0xDC00:02X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ValueError(f"holds the lone surrogate \\u{code:04x}, which is no byte of a file name")
+        else:
+            out.append("%25" if c == "%" else c)
+    return "".join(out)

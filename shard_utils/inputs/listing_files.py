@@ -8,16 +8,20 @@ parsed comes with `fields` None and an `error`, so nothing is dropped. A file th
 from __future__ import annotations
 
 import csv
+import io
 import json
 from contextlib import contextmanager
 from typing import Iterator
 
 from shard_utils import storage
+from shard_utils.format import avro_blocks
+from shard_utils.format.avro_blocks import SYNC_SIZE
+from shard_utils.inputs.compressed import CompressionError
 from shard_utils.inputs import listings
 from shard_utils.inputs.listings import ListingRow
 
 BOM = b"\xef\xbb\xbf"
-SYNC_SIZE = 16  # bytes of an Avro sync marker
+MAX_LINE = 4 * 2**20  # bytes in one line of a CSV/TSV or JSONL listing, and in one CSV row with its line breaks
 # Fed to the CSV parser after the file's last line: it ends up inside a field only when the file ends inside a
 # quoted field (decoded text never holds a lone high surrogate: bad UTF-8 becomes U+DC80..U+DCFF).
 _END = "\ud800"
@@ -43,23 +47,49 @@ WHOLE_FILE = _WholeFile()
 
 
 def read_rows(f, name: str, fmt: str, tracker=WHOLE_FILE) -> Iterator[ListingRow]:
-    """The rows of listing file `name` (format `fmt`) in the tracker's range, from its open binary file."""
+    """The rows of listing file `name` (format `fmt`) in the tracker's range, from its open binary file (opened
+    through `compressed.decompressed` when it is compressed)."""
     read = {"csv": _read_csv, "tsv": _read_csv, "jsonl": _read_jsonl, "avro": _read_avro}[fmt]
-    yield from read(f, name, tracker, fmt)
+    try:
+        yield from read(f, name, tracker, fmt)
+    except CompressionError as exc:
+        raise ListingError(f"listing {name}: {exc}; the rows after it cannot be read") from None
 
 
-def lines(f) -> Iterator[bytes]:
-    return iter(f.readline, b"")
+def read_line(f, name: str, where: str) -> bytes:
+    """The next line (b"" at the end), refused past MAX_LINE bytes before more is read: a decompression bomb or
+    a file that is no listing may hold gigabytes without a line break."""
+    line = f.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise ListingError(f"listing {name} {where}: a line longer than {MAX_LINE} bytes; the rows from it on "
+                           "cannot be read")
+    return line
+
+
+def lines(f, name: str, row: list[int] | None = None) -> Iterator[bytes]:
+    """The lines of a listing, each at most MAX_LINE bytes. `row`, when given, is [bytes of the CSV row being
+    read], which its reader zeroes after each row: a row (quoted line breaks and all) is held to MAX_LINE too."""
+    number = 0
+    while line := read_line(f, name, f"line {number + 1}"):
+        number += 1
+        if row is not None:
+            row[0] += len(line)
+            if row[0] > MAX_LINE:
+                raise ListingError(f"listing {name} line {number}: a row longer than {MAX_LINE} bytes (its quoted "
+                                   "fields run over many lines); the rows from it on cannot be read")
+        yield line
 
 
 def _read_csv(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
     if not tracker.try_claim(tracker.start_position() or 0):
         return
-    reader = csv.reader(_then_end(text_lines(f)), delimiter=listings.DELIMITERS[fmt])
+    row = [0]
+    reader = csv.reader(_then_end(text_lines(f, name, row)), delimiter=listings.DELIMITERS[fmt])
     header: list[str] | None = None
     start = 1
     try:
         for fields in reader:
+            row[0] = 0
             if fields == [_END]:
                 return
             _check_closed(name, start, reader.line_num, fields, header)
@@ -97,10 +127,10 @@ def _check_closed(name: str, start: int, end: int, fields: list[str], header: li
                            "quote? The lines it swallowed would be lost")
 
 
-def text_lines(f) -> Iterator[str]:
+def text_lines(f, name: str, row: list[int] | None = None) -> Iterator[str]:
     """Lines as text with their line ends (what csv needs for quoted line breaks); bad UTF-8 kept as escapes."""
     first = True
-    for line in lines(f):
+    for line in lines(f, name, row):
         if first:
             line, first = line.removeprefix(BOM), False
         yield line.decode("utf-8", "surrogateescape")
@@ -117,10 +147,8 @@ def _csv_row(name: str, start: int, header: list[str], fields: list[str]) -> Lis
     where = (start, 0)
     if len(fields) != len(header):
         return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}")
-    try:
-        "".join(fields).encode("utf-8")
-    except UnicodeEncodeError:
-        return ListingRow(name, "line", where, None, "is not UTF-8 text")
+    # A cell that is not UTF-8 keeps its bytes as surrogate escapes: a path cell may name a file whose name is
+    # not UTF-8 (listings.resolve_path), every other cell is refused when it is used (listings._text).
     return ListingRow(name, "line", where, dict(zip(header, fields)))
 
 
@@ -129,9 +157,9 @@ def _read_jsonl(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
     position = 0
     if start > 0:  # a line starting before `start` belongs to the range before
         f.seek(start - 1)
-        position = start - 1 + len(f.readline())
+        position = start - 1 + len(read_line(f, name, f"byte {start - 1}"))
     while tracker.try_claim(position):
-        line = f.readline()
+        line = read_line(f, name, f"byte {position}")
         if not line:
             return
         row = json_row(name, position, line.removeprefix(BOM) if position == 0 else line)
@@ -162,14 +190,16 @@ def json_row(name: str, position: int, line: bytes) -> ListingRow | None:
 def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
     import fastavro
 
-    f = _ChunkedReads(f)
+    stream = avro_blocks.Recent(f)
     try:
-        blocks = fastavro.block_reader(f)
+        header = fastavro.block_reader(stream)  # reads the header only; blocks are framed here, with bounds
+        schema, codec = fastavro.parse_schema(header.writer_schema), header.metadata.get("avro.codec", "null")
     except Exception as exc:  # fastavro raises many types for a bad header
         raise ListingError(f"listing {name} is not a readable Avro file: {storage.problem(exc)}") from None
-    header_end = f.tell()
-    f.seek(header_end - SYNC_SIZE)
-    sync = f.read(SYNC_SIZE)
+    if codec not in avro_blocks.CODECS:
+        raise ListingError(f"listing {name} is compressed with {codec!r}; Avro listings may use "
+                           f"{', '.join(avro_blocks.CODECS)}")
+    header_end, sync = f.tell(), stream.tail
     start = tracker.start_position() or 0
     next_block = header_end if start <= header_end else _after_sync(f, start - SYNC_SIZE, sync)
     if next_block is None:
@@ -177,15 +207,22 @@ def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
     f.seek(next_block)
     while tracker.try_claim(next_block):
         with _damaged_block(name, next_block):
-            block = next(blocks, None)
-            if block is None:
+            framed = avro_blocks.block_header(stream)
+            if framed is None:
                 return
-            for number, record in enumerate(block, start=1):
+            count, size = framed
+            rows = io.BytesIO(avro_blocks.block_body(stream, size, codec, sync))
+            if count > len(rows.getbuffer()):  # a listing's row holds a path: at least one byte
+                raise avro_blocks.BlockError(f"a block declares {count} rows in {len(rows.getbuffer())} bytes")
+            for number in range(1, count + 1):
+                record = fastavro.schemaless_reader(rows, schema, None)
                 if isinstance(record, dict):
-                    yield ListingRow(name, "block", (block.offset, number), record)
+                    yield ListingRow(name, "block", (next_block, number), record)
                 else:
-                    yield ListingRow(name, "block", (block.offset, number), None, "is not an Avro record")
-        next_block = block.offset + block.size
+                    yield ListingRow(name, "block", (next_block, number), None, "is not an Avro record")
+            if rows.tell() != len(rows.getbuffer()):
+                raise avro_blocks.BlockError(f"the block holds bytes after its {count} rows")
+        next_block = f.tell()
 
 
 @contextmanager
@@ -196,23 +233,6 @@ def _damaged_block(name: str, offset: int) -> Iterator[None]:
     except Exception as exc:
         raise ListingError(f"listing {name}: the Avro block at byte {offset} is damaged ({storage.problem(exc)}); "
                            "the records from it on cannot be read") from None
-
-
-class _ChunkedReads:
-    """A file whose large reads go in chunks (see storage.read_in_chunks): an Avro block's declared size is
-    then bounded by what the file holds."""
-
-    def __init__(self, f):
-        self._f = f
-
-    def read(self, n: int = -1) -> bytes:
-        return self._f.read(n) if n is None or n < 0 else storage.read_in_chunks(self._f.read, n)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._f.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._f.tell()
 
 
 def _after_sync(f, offset: int, sync: bytes, chunk: int = 1 << 16) -> int | None:

@@ -38,6 +38,7 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 
 # Rejection reasons this module gives (rejected.jsonl "reason").
 BAD_ROW, NO_LABEL, MISSING, DUPLICATE_ROW = "bad_row", "no_label", "missing", "duplicate_row"
+NAME_TAKEN = "name_taken"  # a name that is not UTF-8 escapes to another file's name (walk.name_taken)
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ def item_from_row(row: ListingRow, options: ListingOptions, root: str | None) ->
         raise ValueError("ListingOptions.path_column is not chosen; call choose_path_column first")
     fields = row.fields
     try:
-        raw_path = _text(_column(fields, options.path_column), options.path_column)
+        raw_path = _text(_column(fields, options.path_column), options.path_column, file_name=True)
         if options.path_template is not None:
             raw_path = options.path_template.replace("{}", raw_path)
         source_id, uri = resolve_path(raw_path, root)
@@ -295,24 +296,26 @@ def item_from_row(row: ListingRow, options: ListingOptions, root: str | None) ->
 def classify_entry(entry: storage.Entry, split_dirs: bool, root: str, options: ListingOptions,
                    video: bool = False) -> MediaItem | inputs.Skip | Rejection:
     """A walked entry as a media item, a skip (not read, counted), or a rejection with a reason."""
-    rel = entry.rel_path
+    rel = names.escaped_name(entry.rel_path)
     skip = inputs.skip_reason(rel.rstrip("/"), video)
     if entry.reason is not None and skip not in ("hidden", "system"):
         # A link or folder we cannot read may hold images: say so rather than skip it quietly.
         return Rejection(rel, entry.reason, entry.message or entry.reason)
     if skip is not None:
         return inputs.Skip(skip, inputs.extension_of(rel))
-    return item_from_walk(rel, entry.size, root, split_dirs, options)
+    return item_from_walk(entry.rel_path, entry.size, root, split_dirs, options)
 
 
 def item_from_walk(rel_path: str, size: int, root: str, split_dirs: bool,
                    options: ListingOptions) -> MediaItem | Rejection:
-    """A walked media file as an item: label from its folder, or from its name with --label-from-name."""
-    split, folder_label = inputs.split_and_label(rel_path, split_dirs)
+    """A walked media file as an item: label from its folder, or from its name with --label-from-name. A name
+    that is not UTF-8 is read where it is and known by its escaped form (names.escaped_name)."""
+    source_id = names.escaped_name(rel_path)
+    split, folder_label = inputs.split_and_label(source_id, split_dirs)
     if folder_label is None and options.label_from_name is None:
         where = "its split folder" if split_dirs else "the input folder"
-        return Rejection(rel_path, NO_LABEL, f"file sits directly in {where}, not in a label folder")
-    return _item(rel_path, storage.join(root, rel_path), size, folder_label, None, split, (), options, "")
+        return Rejection(source_id, NO_LABEL, f"file sits directly in {where}, not in a label folder")
+    return _item(source_id, storage.join(root, rel_path), size, folder_label, None, split, (), options, "")
 
 
 def _item(source_id: str, uri: str, size: int, given: Any, column: str | None, split: str | None,
@@ -320,7 +323,7 @@ def _item(source_id: str, uri: str, size: int, given: Any, column: str | None, s
     """The shared last step: labels (given, or from the file name), then the item."""
     where = f"{origin}: " if origin else ""
     if options.label_from_name is not None:
-        name = posixpath.basename(uri)
+        name = posixpath.basename(source_id)
         label = label_from_name(name, options.label_from_name)
         if label is None:
             return Rejection(source_id, NO_LABEL, f"{where}file name {name!r} does not match --label-from-name "
@@ -391,6 +394,8 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         raise ValueError("empty path")
     if "\n" in path or "\r" in path:
         raise ValueError(f"path {_short(path)} holds a line break (an unclosed quote in the listing?)")
+    if "\x00" in path:
+        raise ValueError(f"path {_short(path)} holds a NUL character, which no file name can")
     if "\\" in path:
         raise ValueError(f"path {_short(path)} uses '\\'; write paths with '/' (a '\\' inside a file name is not "
                          "supported)")
@@ -403,6 +408,7 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         problem = names.gcs_name_problem(path)
         if problem:
             raise ValueError(f"path {_short(path)} {problem}")
+        _check_utf8(path, f"path {_short(path)}", "; a gs:// object name always is")
         return path, path
     if _DRIVE.match(path):
         raise ValueError(f"path {_short(path)} is a Windows path; give it relative to --input, or as a "
@@ -411,14 +417,25 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         raise ValueError(f"path {_short(path)} names a folder, not a file")
     if path.startswith("/"):
         normal = posixpath.normpath(path)
-        return normal, normal
+        return _named(normal, path), normal
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise ValueError(f"path {_short(path)} climbs out of --input with '..'; give it as an absolute path")
     if root is None:
         raise ValueError(f"path {_short(path)} is relative and there is no --input to read it from")
     rel = "/".join(parts)
-    return rel, storage.join(root, rel) if not storage.is_gcs(root) else root.rstrip("/") + "/" + rel
+    if storage.is_gcs(root):
+        _check_utf8(rel, f"path {_short(path)}", "; a gs:// object name always is")
+        return rel, root.rstrip("/") + "/" + rel
+    return _named(rel, path), storage.join(root, rel)
+
+
+def _named(path: str, given: str) -> str:
+    """The source id of a local path: the path, escaped if its name is not UTF-8 (names.escaped_name)."""
+    try:
+        return names.escaped_name(path)
+    except ValueError as exc:
+        raise ValueError(f"path {_short(given)} {exc}") from None
 
 
 def extra_values(spec: schema.ExtraSpec, value: Any, separator: str = DEFAULT_EXTRA_SEPARATOR) -> inputs.ExtraValues:
@@ -462,6 +479,9 @@ def _typed(spec: schema.ExtraSpec, value: Any) -> schema.ExtraValue:
                 return value.decode("utf-8")
             except UnicodeDecodeError:
                 raise ValueError(f"{where} bytes that are not UTF-8 text") from None
+        if isinstance(value, str):
+            _check_utf8(value, f"column {spec.name!r}")
+            return value
         return json.dumps(value) if isinstance(value, (bool, int, float)) else str(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{where} {_short(str(value))} is not a number")
@@ -487,14 +507,25 @@ def _column(fields: Mapping[str, Any], column: str) -> Any:
     return fields[column]
 
 
-def _text(value: Any, column: str) -> str:
-    """A cell as text: strings as they are, integers written out; anything else is refused."""
+def _text(value: Any, column: str, file_name: bool = False) -> str:
+    """A cell as text: strings as they are, integers written out; anything else is refused, and so is text
+    that is not UTF-8 unless the cell names a file (a file name may be any bytes; see names.escaped_name)."""
     if isinstance(value, str):
+        if not file_name:
+            _check_utf8(value, f"column {column!r}")
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     shown = "empty" if value is None else _short(json.dumps(value, default=str))
     raise ValueError(f"column {column!r} is {shown}, not text")
+
+
+def _check_utf8(text: str, where: str, why: str = "") -> None:
+    """Refuse text holding bytes that are not UTF-8 (surrogate escapes from a CSV cell or a JSON "\\udcff")."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{where} is not UTF-8 text{why}") from None
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -505,22 +536,30 @@ def _short(text: str, limit: int = 120) -> str:
 # ---- duplicates and missing files ----------------------------------------------------------------------------
 
 def duplicate_key(item: MediaItem) -> str:
-    """Rows naming the same file are duplicates: the key is the file's uri."""
-    return item.uri
+    """Rows naming the same file are duplicates: the key is the file's uri (escaped, so two files whose names
+    escape alike are duplicates too: they would share a source id)."""
+    return names.escaped_name(item.uri)
 
 
 def pick_first(rows: Iterable[tuple[tuple[str, int, int], MediaItem]]) -> tuple[MediaItem, list[Rejection]]:
-    """Of rows naming one file, as (ListingRow.order, item): keep the first by (listing, position); reject the rest."""
-    ordered = sorted(rows, key=lambda r: r[0])
+    """Of rows naming one file, as (ListingRow.order, item): keep the first by (listing, position); reject the rest.
+
+    Rows naming different files whose names escape alike (one name is not UTF-8): as in a folder walk, the file
+    whose name is its source id is kept, the other rejected `name_taken`."""
+    ordered = sorted(rows, key=lambda r: (r[1].uri != duplicate_key(r[1]), r[0]))
     if not ordered:
         raise ValueError("pick_first needs at least one row")
     kept = ordered[0][1]
     return kept, [Rejection(item.source_id, DUPLICATE_ROW, f"{item.origin}: {item.uri} is listed again; "
                                                             f"the row at {kept.origin} is kept")
+                  if item.uri == kept.uri else
+                  Rejection(item.source_id, NAME_TAKEN, f"{item.origin}: the file name is not UTF-8 and its escaped "
+                                                         f"form {item.source_id} names the file of the row at "
+                                                         f"{kept.origin}; rename one of them")
                   for _, item in ordered[1:]]
 
 
 def missing(item: MediaItem) -> Rejection:
     """The rejection of an item whose file does not exist."""
     where = f"{item.origin}: " if item.origin else ""
-    return Rejection(item.source_id, MISSING, f"{where}{item.uri} does not exist")
+    return Rejection(item.source_id, MISSING, f"{where}{names.escaped_name(item.uri)} does not exist")
