@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -306,8 +307,8 @@ def test_gcs_paths_with_empty_or_dot_parts_are_one_line_errors(argv, code, capsy
 
 @pytest.mark.slow
 def test_a_record_length_of_2_to_the_40_in_a_bucket_never_reaches_tensorflows_reader(valid, tmp_path, gcs):
-    """The loader checks a gs:// shard's framing through the storage layer (ranged reads) before tf.data reads it;
-    the valid dataset in the same bucket passes the check."""
+    """With check_files="framing" the loader walks a gs:// shard's record headers through the storage layer
+    (ranged reads) before tf.data reads it; the valid dataset in the same bucket passes the check."""
     from shard_utils.read.loader import make_dataset
 
     ds = hostile(valid, tmp_path, "record_length_2_40")
@@ -317,5 +318,42 @@ def test_a_record_length_of_2_to_the_40_in_a_bucket_never_reaches_tensorflows_re
     shard = f"gs://{bucket}/hostile/train-00000-of-00002.tfrecord"
     with pytest.raises(ManifestError, match=f"shard {shard} cannot be read safely: record 0: length "
                                             "1099511627776 runs past the end of the file"):
-        make_dataset(load(f"gs://{bucket}/hostile"), "train", 1, training=False, repeat=False, image_size=8)
-    assert make_dataset(load(f"gs://{bucket}/valid"), "train", 1, training=False, repeat=False, image_size=8) is not None
+        make_dataset(load(f"gs://{bucket}/hostile"), "train", 1, training=False, repeat=False, image_size=8,
+                     check_files="framing")
+    assert make_dataset(load(f"gs://{bucket}/valid"), "train", 1, training=False, repeat=False, image_size=8,
+                        check_files="framing") is not None
+
+
+@pytest.mark.slow
+def test_by_default_a_bucket_shard_is_checked_by_its_stored_checksum_without_reading_it(valid, tmp_path, gcs,
+                                                                                        monkeypatch):
+    """A shard changed since the build (its manifest entry left as it was) is refused from its object metadata
+    alone; the valid dataset passes; no shard's bytes are read before tf.data reads them."""
+    from shard_utils import storage
+    from shard_utils.read import loader
+
+    ds = tmp_path / "changed"
+    shutil.copytree(valid, ds)
+    shard = ds / "train-00000-of-00002.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[-5] ^= 0xFF  # same size, another CRC32C
+    shard.write_bytes(bytes(data))
+    bucket = gcs.new_bucket("stored")
+    gcs.upload_tree(ds, bucket, "changed")
+    gcs.upload_tree(valid, bucket, "valid")
+    opened: list[str] = []
+    real_open = storage.open_read
+    monkeypatch.setattr(storage, "open_read", lambda uri, *a, **k: opened.append(uri) or real_open(uri, *a, **k))
+    with pytest.raises(ManifestError, match=f"shard gs://{bucket}/changed/train-00000-of-00002.tfrecord has CRC32C "
+                                            ".*it changed since the build"):
+        loader.make_dataset(load(f"gs://{bucket}/changed"), "train", 1, training=False, repeat=False, image_size=8)
+    assert loader.make_dataset(load(f"gs://{bucket}/valid"), "train", 1, training=False, repeat=False,
+                               image_size=8) is not None
+    assert not [uri for uri in opened if uri.endswith(".tfrecord")]
+
+
+def test_check_files_takes_true_false_or_framing(valid):
+    from shard_utils.read.loader import make_dataset
+
+    with pytest.raises(ValueError, match="check_files='deep': give True, False or 'framing'"):
+        make_dataset(str(valid), "train", 1, check_files="deep")

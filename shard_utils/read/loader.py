@@ -33,7 +33,7 @@ import tensorflow as tf
 from shard_utils import storage
 from shard_utils.format import topology
 from shard_utils.format import schema
-from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, read_manifest_bytes
+from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, Shard, read_manifest_bytes
 from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.format.manifest import load as _load_manifest
 from shard_utils.format.tfrecord import FramingError, count_from_headers
@@ -140,7 +140,7 @@ def make_dataset(
     random_crop: bool = False,
     random_flip: bool = False,
     shuffle_buffer_size: int | None = None,
-    check_files: bool = True,
+    check_files: bool | str = True,
     features: str = "media",
     repeat: bool = True,
     steps_per_execution: int = 1,
@@ -168,7 +168,13 @@ def make_dataset(
     records `shard_utils.epochs` assigns it, on any number of pipelines, and the dataset starts at step
     `start_step` without reading what came before. After a change of global batch, give `start_example`
     (the examples consumed) instead. See docs/resume.md.
+
+    `check_files` (True) checks this pipeline's shards before any step: local ones record by record, `gs://`
+    ones by their stored size and CRC32C; `"framing"` walks the record headers of `gs://` shards too (their
+    bytes downloaded once more: for a dataset you do not trust); False checks nothing.
     """
+    if check_files not in (True, False, "framing"):
+        raise ValueError(f"check_files={check_files!r}: give True, False or 'framing'")
     m = load_manifest(manifest)
     _check_batch(batch_size, "batch_size")
     _check_batch(steps_per_execution, "steps_per_execution")
@@ -183,7 +189,7 @@ def make_dataset(
         _check_shards_exist(paths)
     resumable = start_step is not None or start_example is not None
     if check_files and not resumable:  # the resumable input reads records itself, each framing checked
-        _check_framing(m, split, _own_shards(len(paths), n, index))
+        _check_framing(m, split, _own_shards(len(paths), n, index), remote_headers=check_files == "framing")
     if resumable:
         ds = _resumable_records(m, split, n, index, seed, batch_size * local_replicas, training, shuffle_buffer_size,
                                 start_step, start_example)
@@ -260,36 +266,59 @@ def _own_shards(num_shards: int, n: int, index: int) -> list[int]:
     return list(range(index, num_shards, n)) if num_shards >= n else list(range(num_shards))
 
 
-def _check_framing(m: Manifest, split: str, which: Sequence[int]) -> None:
-    """The shards at positions `which` (local or gs://) must be regular files of the manifest's size whose record
-    headers count the manifest's records, each inside the file; a ManifestError naming the first that is not.
-    TensorFlow would wait forever on a named pipe and allocate (and crash on) whatever length a header gives.
+def _check_framing(m: Manifest, split: str, which: Sequence[int], remote_headers: bool = False) -> None:
+    """The shards at positions `which` must be regular files of the manifest's size whose record headers count
+    the manifest's records, each inside the file; a ManifestError naming the first that is not. TensorFlow
+    would wait forever on a named pipe and allocate (and crash on) whatever length a header gives.
 
-    Reads 12 bytes per record through the storage layer. On gs:// that is ranged reads of 8 MiB (what one
-    header read fetches), so each shard's bytes once at most, or 8 MiB per record for records larger than that;
-    CHECK_THREADS shards at a time. `check_files=False` skips it for a dataset whose files are trusted."""
+    Local shards: 12 bytes read per record. gs:// shards: their stored size and CRC32C must be the manifest's
+    (one metadata request each), so a shard changed since the build is refused without downloading it; with
+    `remote_headers` their headers are walked too, through ranged reads of 8 MiB (each shard's bytes once).
+    CHECK_THREADS shards at a time."""
     shards, paths = m.split(split).shards, m.shard_paths(split)
+
+    def check(i: int) -> str | None:
+        if "://" in paths[i] and not remote_headers:
+            return _stored_problem(paths[i], shards[i])
+        return _framing_problem(paths[i], shards[i])
+
     with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
-        found = list(pool.map(lambda i: _headers(paths[i], shards[i].num_bytes), which))
-    for i, (size, count, problem) in zip(which, found):
+        found = list(pool.map(check, which))
+    for problem in found:
         if problem is not None:
-            raise ManifestError(f"shard {paths[i]} cannot be read safely: {problem}. Run `tpu-shards verify "
-                                f"{m.location or '.'}`, then recopy or rebuild the dataset")
-        if (size, count) != (shards[i].num_bytes, shards[i].num_records):
-            found_text = f"{size} bytes" if count is None else f"{count} records"
-            expected = f"{shards[i].num_bytes} bytes" if count is None else f"{shards[i].num_records} records"
-            raise ManifestError(f"shard {paths[i]} holds {found_text}, the manifest says {expected}. Run "
-                                f"`tpu-shards verify {m.location or '.'}`, then recopy or rebuild the dataset")
+            raise ManifestError(f"{problem}. Run `tpu-shards verify {m.location or '.'}`, then recopy or rebuild the "
+                                "dataset")
 
 
-def _headers(path: str, num_bytes: int) -> tuple[int, int | None, str | None]:
-    """(size, records counted from their headers or None when the size is not num_bytes, why it cannot be read)."""
+def _stored_problem(path: str, shard: Shard) -> str | None:
+    """Why a gs:// shard's stored size and CRC32C are not the manifest's, or None."""
+    try:
+        found = storage.checksum(path)
+    except storage.StorageError as exc:
+        return f"shard {path} cannot be read safely: {storage.problem(exc)}"
+    if found is None:
+        return f"shard {path} is missing"
+    size, crc = found
+    if size != shard.num_bytes:
+        return f"shard {path} holds {size} bytes, the manifest says {shard.num_bytes} bytes"
+    if crc != shard.crc32c:
+        return f"shard {path} has CRC32C {crc}, the manifest says {shard.crc32c}: it changed since the build"
+    return None
+
+
+def _framing_problem(path: str, shard: Shard) -> str | None:
+    """Why a shard's size or record headers are not what the manifest says, or None."""
     try:
         with storage.open_read(path) as f:
             size = f.seek(0, os.SEEK_END)
-            return size, count_from_headers(f, size) if size == num_bytes else None, None
+            count = count_from_headers(f, size) if size == shard.num_bytes else None
     except (storage.StorageError, FramingError) as exc:
-        return 0, None, storage.problem(exc)
+        return f"shard {path} cannot be read safely: {storage.problem(exc)}"
+    if count is None:
+        return f"shard {path} holds {size} bytes, the manifest says {shard.num_bytes} bytes"
+    if count != shard.num_records:
+        return f"shard {path} holds {count} records, the manifest says {shard.num_records} records"
+    return None
 
 
 # ----------------------------------------------------------------------------- reading records
