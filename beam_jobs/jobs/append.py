@@ -174,7 +174,7 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
     sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
         config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
-        existing_hashes=dataset.hashes if config.dedup else None)
+        existing_hashes=dataset.hashes if config.dedup else None, grows=old)
     rejected = (fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
@@ -303,7 +303,10 @@ def append_summary(m: manifest.Manifest, seconds: float) -> str:
     for name, n in g.num_records.items():
         mine = [s for s in m.splits[name].shards if s.generation == g.generation]
         sizes = "/".join(map(str, sorted({s.num_records for s in mine})))
-        lines.append(f"  {name}: {n} new records in {len(mine)} shards of {sizes} records; the split now has "
+        carried = g.carried.get(name, 0)
+        joined = (f" together with the {carried} records of its latest generation (too few new records for shards "
+                  "of their own; copied, not decoded)" if carried else "")
+        lines.append(f"  {name}: {n} new records{joined} in {len(mine)} shards of {sizes} records; the split now has "
                      f"{m.splits[name].num_records} records in {len(m.splits[name].shards)} shards")
     lines.append(f"  new files {g.files_seen}: rejected {g.rejected}, skipped {g.skipped}; {g.already_in_dataset} "
                  "files were already in the dataset")
