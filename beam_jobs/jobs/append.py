@@ -24,6 +24,7 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 
 from shard_utils.format import index, manifest
 from shard_utils import inputs, storage
+from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
@@ -211,6 +212,16 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
                              f"split {name!r}")
 
 
+def check_intact(old: manifest.Manifest, config: BuildConfig) -> None:
+    """Refuse, with the first finding in one line, a dataset whose shards or indexes are not what its manifest
+    says (verify's checks that read no shard: see `verify.check_cheap`)."""
+    problems = check_cheap(old)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise UsageError(f"cannot append to {config.output}: it is damaged: {problems[0]}{more}; tpu-shards verify "
+                         "lists every problem; nothing was written")
+
+
 def _same(value) -> str:
     return json.dumps(value, sort_keys=True)
 
@@ -251,6 +262,7 @@ def open_dataset(config: BuildConfig) -> manifest.Manifest:
         except manifest.ManifestError as exc:
             raise UsageError(f"cannot append to {out}: {exc}") from None
         check_appendable(old, config)
+        check_intact(old, config)
         publish.clean_stale_runs(config.temp_root, config.run_id)
         publish.remove_unfinished_writes(out)
     except BaseException:

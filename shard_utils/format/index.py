@@ -442,6 +442,11 @@ def _read_long(stream: _Recent, at_end: bool = False) -> int | None:
     raise _damaged("the file ends inside a block header")
 
 
+def check_header(fileobj: BinaryIO) -> None:
+    """Read only an index file's header: IndexFormatError unless it is a tpu-shards index."""
+    _header(_Recent(fileobj))
+
+
 def read_index(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[IndexRow]:
     """Stream an index's rows in file order; IndexFormatError if it is not a readable tpu-shards index, or holds
     more than `max_rows` rows (the manifest's count: pass it whenever the index comes from a dataset)."""
