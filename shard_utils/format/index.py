@@ -442,9 +442,9 @@ def _read_long(stream: _Recent, at_end: bool = False) -> int | None:
     raise _damaged("the file ends inside a block header")
 
 
-def check_header(fileobj: BinaryIO) -> None:
+def check_header(fileobj: IO[bytes]) -> None:
     """Read only an index file's header: IndexFormatError unless it is a tpu-shards index."""
-    _header(_Recent(fileobj))
+    _header(_Recent(cast(BinaryIO, fileobj)))
 
 
 def read_index(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[IndexRow]:
