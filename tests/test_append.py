@@ -265,6 +265,21 @@ def test_a_small_append_checks_every_shard_it_copies(small, tmp_path):
     assert files(out) == before
 
 
+def test_a_split_the_dataset_does_not_have_is_one_line_and_nothing_changes(tmp_path):
+    """Split folders: new files in a split of their own are refused however few they are (nothing to join)."""
+    root, out = tmp_path / "images", tmp_path / "out"
+    write_images(root / "train", {"cat": 4, "dog": 4}, size=(40, 30))
+    quiet(run_job, root, out, "--num-cores", "2")
+    before = files(out)
+    add_images(root / "test", "cat", 1, seed=7800)
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "tpu-shards: error: split 'test' is not in the dataset (it has train); an append adds records to the "
+        "dataset's splits; nothing was written"]
+    assert files(out) == before
+
+
 def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small):
     root, out = small
     before = files(out)

@@ -103,6 +103,9 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
                                         "split (--dedup); remove the copies or build without --dedup")
                     if latest is not None:
                         continue  # an append: the split keeps its shards
+                if latest is not None and split not in latest:
+                    raise PlanError(f"split {split!r} is not in the dataset (it has {', '.join(sorted(latest))}); an "
+                                    "append adds records to the dataset's splits")
                 split_naming, carry = naming, None
                 if split in joining and split in latest:
                     head = latest[split]
