@@ -264,7 +264,8 @@ def names_and_manifest(ds: Path) -> tuple[list[str], bytes]:
 @pytest.mark.parametrize("corruption, says", [
     ("shard_wrong_size", "train-00000-of-00002.tfrecord: size {longer} bytes, manifest says {size}"),
     ("shard_fifo", "train-00000-of-00002.tfrecord: cannot read: not a regular file"),
-    ("shard_dev_zero", "train-00000-of-00002.tfrecord: a symbolic link leading outside the dataset folder"),
+    ("shard_dev_zero", "train-00000-of-00002.tfrecord: cannot read: not a regular file"),
+    ("shard_link_outside", "train-00000-of-00002.tfrecord: a symbolic link leading outside the dataset folder"),
     ("index_not_avro", "train.index.avro: not an Avro index file"),
     ("index_fifo", "train.index.avro: cannot read: not a regular file"),
 ])

@@ -44,9 +44,9 @@ CHEAP_CHECK_THREADS = 32  # files looked at once on gs:// (one metadata request 
 
 
 def check_cheap(m: Manifest) -> list[str]:
-    """The part of verify that reads no shard, for a tool about to build on a dataset: no file linked outside
-    the folder, every shard and index a regular file of its manifest size (on gs://, with its manifest CRC32C,
-    which the object's metadata gives for free), every index's header that of a tpu-shards index. It costs one
+    """The part of verify that reads no shard, for a tool about to build on a dataset: every shard and index a
+    regular file of its manifest size (on gs://, with its manifest CRC32C, which the object's metadata gives
+    for free), no file linked outside the folder, every index's header that of a tpu-shards index. It costs one
     stat (or metadata request) per shard and index, and one index header per split."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -55,7 +55,7 @@ def check_cheap(m: Manifest) -> list[str]:
     threads = CHEAP_CHECK_THREADS if storage.is_gcs(m.location) else 1
     with ThreadPoolExecutor(threads) as pool:
         found = list(pool.map(lambda entry: _stated_file(m, entry), named))
-    problems = _links_outside(m) + [p for file_problems in found for p in file_problems]
+    problems = [p for file_problems in found for p in file_problems] + _links_outside(m)
     for split in m.splits.values():
         if split.index is not None and not any(p.startswith(f"{split.index.path}:") for p in problems):
             problems += _index_header(m, split.index)
