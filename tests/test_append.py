@@ -257,11 +257,15 @@ def test_a_small_append_checks_every_shard_it_copies(small, tmp_path):
     CORRUPTIONS["shard_swapped"](out, tmp_path)
     before = files(out)
     add_images(root, "dog", 1, seed=7000)
+    assert_append_refused(root, out, before, "tpu-shards: error: cannot append to a damaged dataset: "
+                          "train-00000-of-00002.tfrecord: record 0: data checksum mismatch (tpu-shards verify --deep "
+                          "lists every problem); nothing was written")
+
+
+def assert_append_refused(root: Path, out: Path, before: dict[str, bytes], line: str) -> None:
+    """An append of root into out (2 cores) fails with exactly this line, exit 1, and changes no file."""
     done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        "tpu-shards: error: cannot append to a damaged dataset: train-00000-of-00002.tfrecord: record 0: data "
-        "checksum mismatch (tpu-shards verify --deep lists every problem); nothing was written"]
+    assert (done.returncode, done.stderr.strip().splitlines()) == (1, [line])
     assert files(out) == before
 
 
@@ -272,12 +276,8 @@ def test_a_split_the_dataset_does_not_have_is_one_line_and_nothing_changes(tmp_p
     quiet(run_job, root, out, "--num-cores", "2")
     before = files(out)
     add_images(root / "test", "cat", 1, seed=7800)
-    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        "tpu-shards: error: split 'test' is not in the dataset (it has train); an append adds records to the "
-        "dataset's splits; nothing was written"]
-    assert files(out) == before
+    assert_append_refused(root, out, before, "tpu-shards: error: split 'test' is not in the dataset (it has train); "
+                          "an append adds records to the dataset's splits; nothing was written")
 
 
 def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small):
