@@ -299,6 +299,21 @@ def _feature_shape_huge(folder: Path, outside: Path) -> None:
     edit_manifest(folder, lambda obj: obj["features"].update({"extra/x": huge}))
 
 
+def _shard_wrong_size(folder: Path, outside: Path) -> None:
+    rel = first_shard(folder)
+    with open(folder / rel, "ab") as f:
+        f.write(b"\0" * 7)  # the manifest still says the old size
+
+
+def _shard_swapped(folder: Path, outside: Path) -> None:
+    """Other bytes of the same size in place of the first shard (one byte of its first record's data changed),
+    the manifest unchanged: only a check that reads the shard (or a stored CRC32C) can tell."""
+    rel = first_shard(folder)
+    data = bytearray((folder / rel).read_bytes())
+    data[tfrecord.HEADER + 4] ^= 0xFF
+    (folder / rel).write_bytes(bytes(data))
+
+
 def _records_beyond_bytes(folder: Path, outside: Path) -> None:
     def change(obj: dict) -> None:
         split = obj["splits"]["train"]
@@ -335,4 +350,6 @@ CORRUPTIONS: dict[str, Callable[[Path, Path], None]] = {
     "class_counts_negative": _class_counts(lambda n: -5),
     "class_counts_impossible": _class_counts(lambda n: n + 7),
     "records_beyond_bytes": _records_beyond_bytes,
+    "shard_wrong_size": _shard_wrong_size,
+    "shard_swapped": _shard_swapped,
 }

@@ -105,33 +105,51 @@ def test_hosts_stay_balanced_across_generations(appended):
             assert max(per_host) - min(per_host) <= 1, per_host
 
 
-def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
-    out, grown = appended.out, appended.grown
+def assert_every_reader_sees_each_record_once(out: Path, m: manifest.Manifest, expected: set[str]) -> None:
+    """verify --deep is clean, and random access, the loader and TFDS give every record of every split once."""
     assert verify(str(out), deep=True) == []
     from shard_utils.read.random_access import RandomAccessSource
 
-    ids = set()
-    for name in grown.splits:
+    ids = []
+    for name in m.splits:
         src = RandomAccessSource(str(out), name)
-        assert len(src) == grown.splits[name].num_records
-        ids |= {schema.decode_example(src[i])[schema.SOURCE_ID].decode() for i in range(len(src))}
-    assert len(ids) == 38 and "bird/more000.jpg" in ids
+        assert len(src) == m.splits[name].num_records
+        ids += [schema.decode_example(src[i])[schema.SOURCE_ID].decode() for i in range(len(src))]
+    assert sorted(ids) == sorted(expected)
 
     from shard_utils.read.loader import make_dataset
 
-    for name in grown.splits:
+    for name in m.splits:
         ds = make_dataset(str(out), name, batch_size=1, training=False, repeat=False)
-        assert sum(int(w[0]) for _, _, w in ds.as_numpy_iterator()) == grown.splits[name].num_records
+        assert sum(int(w[0]) for _, _, w in ds.as_numpy_iterator()) == m.splits[name].num_records
 
     import tensorflow_datasets as tfds
 
     from shard_utils.read.tfds_meta import split_expression
 
     builder = tfds.builder_from_directory(str(out))
+    ids = []
+    for name in m.splits:
+        examples = list(builder.as_dataset(split=split_expression(m, name)))
+        ids += [e[schema.SOURCE_ID].numpy().decode() for e in examples]
+        assert max(int(e[schema.LABEL]) for e in examples) < len(m.labels)
+    assert sorted(ids) == sorted(expected)
+
+
+def source_ids(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*.jpg")}
+
+
+def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
+    out, grown = appended.out, appended.grown
+    assert "bird/more000.jpg" in source_ids(appended.root)
+    assert_every_reader_sees_each_record_once(out, grown, source_ids(appended.root))
+    import tensorflow_datasets as tfds
+
+    from shard_utils.read.tfds_meta import split_expression
+
+    builder = tfds.builder_from_directory(str(out))
     assert split_expression(grown, "train") == "train-g000+train-g001"
-    for name in grown.splits:
-        labels = [int(e["image/class/label"]) for e in builder.as_dataset(split=split_expression(grown, name))]
-        assert len(labels) == grown.splits[name].num_records and max(labels) <= 2
     # The split's bare name would read generation 0 alone: TFDS refuses it, naming the generations.
     with pytest.raises(ValueError, match=r"Unknown split 'train'. Should be one of \['train-g000', 'train-g001'"):
         builder.as_dataset(split="train")
@@ -156,16 +174,110 @@ def small(tmp_path):
     return root, out
 
 
-def test_too_few_new_records_is_one_line_and_nothing_changes(small):
+def assert_generations_balanced(m: manifest.Manifest, unit: int) -> None:
+    """Each generation of each split: a multiple of `unit` shards, none empty, sizes within one record; and
+    every host's records within one of every other's."""
+    for split in m.splits.values():
+        for g in {s.generation for s in split.shards}:
+            sizes = [s.num_records for s in split.shards if s.generation == g]
+            assert len(sizes) % unit == 0 and min(sizes) >= 1 and max(sizes) - min(sizes) <= 1, sizes
+        for hosts in (1, 2):
+            per_host = [sum(s.num_records for s in split.shards[h::hosts]) for h in range(hosts)]
+            assert max(per_host) - min(per_host) <= 1, per_host
+
+
+@pytest.fixture(scope="module")
+def two_splits(tmp_path_factory):
+    """A dataset with splits train and validation (2 cores), kept as it was built."""
+    base = tmp_path_factory.mktemp("two-splits")
+    write_images(base / "images", {"cat": 12, "dog": 12}, size=(40, 30))
+    quiet(run_job, base / "images", base / "out", *OPTS)
+    return base
+
+
+def copy_of(two_splits, tmp_path: Path) -> tuple[Path, Path]:
+    import shutil
+
+    shutil.copytree(two_splits / "images", tmp_path / "images")
+    shutil.copytree(two_splits / "out", tmp_path / "out")
+    return tmp_path / "images", tmp_path / "out"
+
+
+def test_one_new_file_joins_the_latest_generation_of_its_split(two_splits, tmp_path):
+    """Too few new records for shards of their own: the split's latest generation is written again with them (its
+    records copied), replacing it; the other split keeps its shards byte for byte; every reader sees each record
+    once; a second small append replaces that generation in turn."""
+    root, out = copy_of(two_splits, tmp_path)
+    first = load(str(out))
+    for step, seed in ((1, 7000), (2, 7001)):
+        before, old = files(out), load(str(out))
+        add_images(root, "dog", 1, seed=seed, stem=f"one{step}")
+        grown, printed = quiet(run_job, root, out, "--append", *OPTS)
+        g = grown.generations[step]
+        (split,) = g.num_records
+        assert g.num_records == {split: 1} and g.files_seen == 1
+        assert g.carried == {split: old.splits[split].num_records}
+        assert f"{split}: 1 new records together with the {g.carried[split]} records of its latest generation" in printed
+        assert [s.generation for s in grown.splits[split].shards] == [step] * g.num_shards[split]
+        assert grown.splits[split].num_records == old.splits[split].num_records + 1
+        for other in set(grown.splits) - {split}:
+            assert grown.splits[other] == old.splits[other]
+        kept = [s.path for name in set(grown.splits) - {split} for s in old.splits[name].shards]
+        assert kept and all(files(out)[p] == before[p] for p in kept)
+        assert_generations_balanced(grown, 2)
+        named = {s.path for sp in grown.splits.values() for s in sp.shards} | {
+            sp.index.path for sp in grown.splits.values()}
+        assert {n for n in files(out) if n.endswith((".tfrecord", ".avro"))} == named  # replaced files are gone
+        assert not (out / ".tpu-shards-tmp").exists()
+        assert_every_reader_sees_each_record_once(out, grown, source_ids(root))
+    assert sum(s.num_records for s in grown.splits.values()) == 26 and grown.files_seen == 26
+    assert grown.labels == first.labels and sum(sum(s.class_counts.values()) for s in grown.splits.values()) == 26
+    resharded = tmp_path / "resharded"
+    done = run_cli("reshard", out, resharded, "--num-cores", "4")
+    assert done.returncode == 0, done.stderr
+    assert_every_reader_sees_each_record_once(resharded, load(str(resharded)), source_ids(root))
+
+
+def test_a_small_append_gives_the_same_bytes_twice(two_splits, tmp_path):
+    made = []
+    for attempt in ("a", "b"):
+        root, out = copy_of(two_splits, tmp_path / attempt)
+        add_images(root, "cat", 1, seed=7700)
+        grown, _ = quiet(run_job, root, out, "--append", *OPTS)
+        assert any(g for g in grown.generations[1].carried.values())
+        made.append({n: b for n, b in files(out).items() if n.endswith((".tfrecord", ".avro"))})
+    assert made[0] == made[1]
+
+
+def test_a_small_append_checks_every_shard_it_copies(small, tmp_path):
+    """A shard of the right size with other bytes passes the cheap check; an append that copies it refuses it."""
+    from hostile import CORRUPTIONS
+
     root, out = small
+    CORRUPTIONS["shard_swapped"](out, tmp_path)
     before = files(out)
     add_images(root, "dog", 1, seed=7000)
+    assert_append_refused(root, out, before, "tpu-shards: error: cannot append to a damaged dataset: "
+                          "train-00000-of-00002.tfrecord: record 0: data checksum mismatch (tpu-shards verify --deep "
+                          "lists every problem); nothing was written")
+
+
+def assert_append_refused(root: Path, out: Path, before: dict[str, bytes], line: str) -> None:
+    """An append of root into out (2 cores) fails with exactly this line, exit 1, and changes no file."""
     done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        "tpu-shards: error: split 'train': 1 records cannot fill 2 shards (num_cores x num_hosts) without empty ones; "
-        "add images, lower --num-cores/--num-hosts, or change --splits; nothing was written"]
-    assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+    assert (done.returncode, done.stderr.strip().splitlines()) == (1, [line])
+    assert files(out) == before
+
+
+def test_a_split_the_dataset_does_not_have_is_one_line_and_nothing_changes(tmp_path):
+    """Split folders: new files in a split of their own are refused however few they are (nothing to join)."""
+    root, out = tmp_path / "images", tmp_path / "out"
+    write_images(root / "train", {"cat": 4, "dog": 4}, size=(40, 30))
+    quiet(run_job, root, out, "--num-cores", "2")
+    before = files(out)
+    add_images(root / "test", "cat", 1, seed=7800)
+    assert_append_refused(root, out, before, "tpu-shards: error: split 'test' is not in the dataset (it has train); "
+                          "an append adds records to the dataset's splits; nothing was written")
 
 
 def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small):
@@ -211,11 +323,12 @@ def test_dedup_drops_new_files_with_the_bytes_of_a_record(small):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("new", [4, 1])  # a generation of its own; too few for that: the latest one written again
 @pytest.mark.parametrize("stage", ["publish-start", "publish-renaming", "publish-before-manifest"])
-def test_kill_while_publishing_an_append_leaves_the_old_dataset(small, stage):
+def test_kill_while_publishing_an_append_leaves_the_old_dataset(small, stage, new):
     root, out = small
     before = files(out)
-    add_images(root, "bird", 4, seed=7300)
+    add_images(root, "bird", new, seed=7300)
     killed = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2",
                      env=faults(kill=stage))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -226,7 +339,8 @@ def test_kill_while_publishing_an_append_leaves_the_old_dataset(small, stage):
     rerun = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2")
     assert rerun.returncode == 0, rerun.stderr
     grown = load(str(out))
-    assert grown.generations[1].num_records == {"train": 4} and verify(str(out), deep=True) == []
+    assert grown.generations[1].num_records == {"train": new} and verify(str(out), deep=True) == []
+    assert grown.splits["train"].num_records == 12 + new
     named = {s.path for s in grown.splits["train"].shards} | {grown.splits["train"].index.path}
     assert {n for n in files(out) if n.endswith((".tfrecord", ".avro"))} == named  # no leftovers
 
@@ -280,6 +394,11 @@ def test_manifest_generations_are_checked(appended):
     bad = json.loads(json.dumps(text))
     bad["generations"][1]["num_records"]["train"] += 1
     with pytest.raises(ManifestError, match="generation 1: split 'train' has"):
+        manifest.from_dict(bad)
+    bad = json.loads(json.dumps(text))
+    bad["generations"][1]["carried"] = {"train": 3}  # generation 0 holds more: it was not replaced
+    with pytest.raises(ManifestError, match="generation 1: split 'train' carries 3 records, but its latest earlier "
+                                            "generation holds"):
         manifest.from_dict(bad)
     bad = json.loads(json.dumps(text))
     del bad["generations"]

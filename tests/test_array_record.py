@@ -297,6 +297,41 @@ def test_append_grows_both_and_array_record_datasets_with_the_same_records(tmp_p
     assert wrong.returncode == 2 and "--format both" in wrong.stderr, wrong.stderr
 
 
+@pytest.mark.slow
+def test_a_small_append_rewrites_the_latest_generation_with_its_twins_or_is_refused_without_tfrecord(tmp_path):
+    """One new file joins its split's latest generation: in a `both` dataset the generation's twins are written
+    again with its shards and the replaced ones removed; an ArrayRecord-only dataset (no index to copy from)
+    refuses in one line and keeps its bytes."""
+    root = tmp_path / "images"
+    write_images(root, {"cat": 8, "dog": 8}, size=(40, 30))
+    outs = {fmt: tmp_path / fmt for fmt in ("tfrecord", "both", "array_record")}
+    for fmt, out in outs.items():
+        built(root, out, "--format", fmt)
+    write_images(root / "new", {"bird": 1}, size=(40, 30), seed=51)
+    before = {p.name: p.read_bytes() for p in outs["array_record"].iterdir() if p.is_file()}
+    for fmt in ("tfrecord", "both"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            run_job(root, outs[fmt], *OPTS, "--format", fmt, "--append")
+        assert verify(str(outs[fmt]), deep=True) == []
+    grown = load(str(outs["both"]))
+    assert grown.generations[-1].carried, grown.generations[-1]
+    assert split_records(outs["both"]) == split_records(outs["tfrecord"])
+    named = set()
+    for split in grown.splits.values():
+        assert [t.generation for t in split.array_record_shards] == [s.generation for s in split.shards]
+        for shard, twin in zip(split.shards, split.array_record_shards):
+            assert ar_records(outs["both"] / twin.path) == tf_records(outs["both"] / shard.path)
+        named |= {s.path for s in split.shards + split.array_record_shards}
+    on_disk = {p.name for p in outs["both"].iterdir() if p.suffix in (".tfrecord", ".array_record")}
+    assert on_disk == named
+    refused = run_cli("build", "--append", "--input", root, "--output", outs["array_record"], *OPTS, "--format",
+                      "array_record")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode != 0 and len(lines) == 1 and "too few for a generation of their own" in lines[0] \
+        and "--format both" in lines[0], refused.stderr
+    assert {p.name: p.read_bytes() for p in outs["array_record"].iterdir() if p.is_file()} == before
+
+
 def test_inspect_and_extract_read_array_record_datasets(datasets, tmp_path):
     from shard_utils.read.extract import extract
     from shard_utils.read.report import sample_split

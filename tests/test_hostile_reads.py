@@ -151,7 +151,7 @@ def test_verify_does_not_call_a_file_listed_twice_or_impossible_counts_intact(va
 READS = {  # the dataset files each tool reads (inspect says on its page what it cannot read, but for the manifest)
     "verify": {"manifest", "shard", "index", "rejected"}, "extract": {"manifest", "shard"},
     "inspect": {"manifest", "shard", "rejected"}, "reshard": {"manifest", "shard", "index", "rejected"},
-    "append": {"manifest", "index", "rejected"}, "random_access": {"manifest", "shard", "index"},
+    "append": {"manifest", "shard", "index", "rejected"}, "random_access": {"manifest", "shard", "index"},
     "loader": {"manifest", "shard"},
 }
 
@@ -256,6 +256,44 @@ def test_reshard_and_append_on_a_damaged_report_or_index_are_one_line_errors(val
     proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
     assert_one_line_error(proc, says)
     assert (ds / "manifest.json").read_bytes() == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+def names_and_manifest(ds: Path) -> tuple[list[str], bytes]:
+    return sorted(p.name for p in ds.iterdir()), (ds / "manifest.json").read_bytes()
+
+
+@pytest.mark.parametrize("corruption, says", [
+    ("shard_wrong_size", "train-00000-of-00002.tfrecord: size {longer} bytes, manifest says {size}"),
+    ("shard_fifo", "train-00000-of-00002.tfrecord: cannot read: not a regular file"),
+    ("shard_dev_zero", "train-00000-of-00002.tfrecord: cannot read: not a regular file"),
+    ("shard_link_outside", "train-00000-of-00002.tfrecord: a symbolic link leading outside the dataset folder"),
+    ("index_not_avro", "train.index.avro: not an Avro index file"),
+    ("index_fifo", "train.index.avro: cannot read: not a regular file"),
+])
+def test_append_checks_the_dataset_it_extends_before_any_work(valid, new_images, tmp_path, corruption, says):
+    """The cheap part of verify (sizes, special files, links, index headers) refuses the dataset in one line, exit 2,
+    before anything is listed or written (no temporary folder is made)."""
+    size = load(str(valid)).splits["train"].shards[0].num_bytes
+    says = says.format(size=size, longer=size + 7)
+    ds = hostile(valid, tmp_path, corruption)
+    before = names_and_manifest(ds)
+    proc = run_limited(tool_command("append", ds, tmp_path, new_images), timeout=60)
+    line = assert_one_line_error(proc, f"tpu-shards: error: cannot append to {ds}: it is damaged: {says}", codes=(2,))
+    assert line.endswith("; tpu-shards verify lists every problem; nothing was written"), line
+    assert names_and_manifest(ds) == before and not (ds / ".tpu-shards-tmp").exists()
+
+
+def test_append_onto_a_swapped_shard_it_does_not_read_is_not_checked_cheaply(valid, tmp_path):
+    """A shard of the right size with other bytes passes the cheap check on local disk (catching it means reading
+    every shard); `verify` finds it. (An append that rewrites that shard's generation checks it: test_append.)"""
+    from shard_utils.read.verify import check_cheap
+
+    ds = hostile(valid, tmp_path, "shard_swapped")
+    assert check_cheap(load(str(ds))) == []
+    assert "train-00000-of-00002.tfrecord: crc32c" in " ".join(verify(str(ds)))
+    size = load(str(valid)).splits["train"].shards[0].num_bytes
+    assert check_cheap(load(str(hostile(valid, tmp_path / "size", "shard_wrong_size")))) == [
+        f"train-00000-of-00002.tfrecord: size {size + 7} bytes, manifest says {size}"]
 
 
 def in_read_only(folder: Path, args: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 
 from shard_utils.format import array_record, index, layout, manifest, schema
 from shard_utils import inputs, storage
+from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
@@ -192,7 +193,7 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
     sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
         config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
-        existing_hashes=dataset.hashes if config.dedup else None)
+        existing_hashes=dataset.hashes if config.dedup else None, grows=old)
     rejected = (fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
@@ -236,6 +237,16 @@ def _format_of(m: manifest.Manifest) -> str:
     return "both" if len(m.formats) == 2 else m.formats[0]
 
 
+def check_intact(old: manifest.Manifest, config: BuildConfig) -> None:
+    """Refuse, with the first finding in one line, a dataset whose shards or indexes are not what its manifest
+    says (verify's checks that read no shard: see `verify.check_cheap`)."""
+    problems = check_cheap(old)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise UsageError(f"cannot append to {config.output}: it is damaged: {problems[0]}{more}; tpu-shards verify "
+                         "lists every problem; nothing was written")
+
+
 def _same(value) -> str:
     return json.dumps(value, sort_keys=True)
 
@@ -276,6 +287,7 @@ def open_dataset(config: BuildConfig) -> manifest.Manifest:
         except manifest.ManifestError as exc:
             raise UsageError(f"cannot append to {out}: {exc}") from None
         check_appendable(old, config)
+        check_intact(old, config)
         publish.clean_stale_runs(config.temp_root, config.run_id)
         publish.remove_unfinished_writes(out)
     except BaseException:
@@ -328,7 +340,10 @@ def append_summary(m: manifest.Manifest, seconds: float) -> str:
     for name, n in g.num_records.items():
         mine = [s for s in m.splits[name].shards if s.generation == g.generation]
         sizes = "/".join(map(str, sorted({s.num_records for s in mine})))
-        lines.append(f"  {name}: {n} new records in {len(mine)} shards of {sizes} records; the split now has "
+        carried = g.carried.get(name, 0)
+        joined = (f" together with the {carried} records of its latest generation (too few new records for shards "
+                  "of their own; copied, not decoded)" if carried else "")
+        lines.append(f"  {name}: {n} new records{joined} in {len(mine)} shards of {sizes} records; the split now has "
                      f"{m.splits[name].num_records} records in {len(m.splits[name].shards)} shards")
     lines.append(f"  new files {g.files_seen}: rejected {g.rejected}, skipped {g.skipped}; {g.already_in_dataset} "
                  "files were already in the dataset")

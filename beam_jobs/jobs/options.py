@@ -86,7 +86,8 @@ def parser() -> OneLineParser:
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in --output")
     ap.add_argument("--append", action="store_true",
                     help="add the files not yet in the dataset at --output as a new generation of shards; existing "
-                         "shards are kept byte for byte (give the first build's options again)")
+                         "shards are kept byte for byte, but a split's latest generation is written again with new "
+                         "records too few for shards of their own (give the first build's options again)")
     progress.add_argument(ap)
     listings.add_arguments(ap)
     clips = ap.add_argument_group("video clips")

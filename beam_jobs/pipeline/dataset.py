@@ -1,14 +1,17 @@
 """ShardMedia: the steps a build and an append share, from listed media to shards under temporary names.
 
-    media ─► PlanLayout ─► EncodeRuns ─► [FindDuplicates] ─► PlanShards ─► WriteShards
+    media ─► PlanLayout ─► EncodeRuns ─► [FindDuplicates] ─► [CarryLatest] ─► PlanShards ─► WriteShards
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
+from shard_utils.format.manifest import Manifest
+from shard_utils.sharding.carry import latest_generations
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.pipeline.carry import CarryLatest
 from beam_jobs.pipeline.dedup import FindDuplicates
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.layout import PlanLayout
@@ -24,13 +27,15 @@ class ShardMedia(beam.PTransform):
     (records each run encoded).
 
     `labels`: every label name (once each); `known_labels` (an append: the dataset's) keep their ids.
-    `existing_hashes` (an append with --dedup): (sha256, (source id, split)) of the dataset's records."""
+    `existing_hashes` (an append with --dedup): (sha256, (source id, split)) of the dataset's records.
+    `grows` (an append): the dataset, whose splits' latest generations take in new records too few for shards
+    of their own (`CarryLatest`)."""
 
     def __init__(self, config: BuildConfig, labels, run, naming: ShardNaming, known_labels: tuple[str, ...] = (),
-                 existing_hashes=None):
+                 existing_hashes=None, grows: Manifest | None = None):
         super().__init__()
         self.config, self.labels, self.run, self.naming = config, labels, run, naming
-        self.known_labels, self.existing_hashes = tuple(known_labels), existing_hashes
+        self.known_labels, self.existing_hashes, self.grows = tuple(known_labels), existing_hashes, grows
 
     def expand(self, media):
         cfg, p = self.config, media.pipeline
@@ -43,10 +48,16 @@ class ShardMedia(beam.PTransform):
         else:
             dropped = cross_split = p | "NoDuplicates" >> beam.Create([])
             dup_rejects = ()
-        sharded = encoded.runs | "PlanShards" >> PlanShards(cfg, planned["layouts"], self.naming, dropped)
+        carried, latest, carry_failures = None, None, ()
+        if self.grows is not None:
+            latest = latest_generations(self.grows, cfg.num_cores * cfg.num_hosts)
+            carry = encoded.runs | "CarryLatest" >> CarryLatest(cfg, self.grows, latest, self.run, dropped)
+            carried, carry_failures = carry["runs"], (carry["failure"],)
+        sharded = encoded.runs | "PlanShards" >> PlanShards(cfg, planned["layouts"], self.naming, dropped, carried,
+                                                            latest)
         shards = sharded["tasks"] | "WriteShards" >> WriteShards(cfg, self.run)
         encoded_records = encoded.runs | "RecordsEncoded" >> beam.Map(lambda r: r.tally.records)
         return {"shards": shards, "plans": sharded["plans"], "encoded": encoded_records,
-                "failure": (planned["failure"], sharded["failure"]) | "AnyFailure" >> beam.Flatten(),
+                "failure": (planned["failure"], sharded["failure"], *carry_failures) | "AnyFailure" >> beam.Flatten(),
                 "rejected": (encoded.rejected, *dup_rejects) | "EncodeRejects" >> beam.Flatten(),
                 "cross_split": cross_split}

@@ -7,10 +7,14 @@ once; the rest are copied from the runs' tails. Nothing per record is gathered.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 import apache_beam as beam
 
+from shard_utils.sharding import plan
+from shard_utils.sharding.carry import CarriedRun, LatestGeneration, carried_of, carried_splits
+from shard_utils.sharding.layout import SplitLayout
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.runs import RunFile
 from shard_utils.sharding.shards import RunCount, plan_split_shards
@@ -19,7 +23,7 @@ from shard_utils.sharding.writer import ShardTask
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import Joined, collected
-from shard_utils.errors import PlanError
+from shard_utils.errors import InternalError, PlanError
 
 __all__ = ["PlanShards", "RunSummary", "plan_shards"]
 
@@ -39,30 +43,48 @@ class RunSummary:
 
 class PlanShards(beam.PTransform):
     """Input: EncodedRun. Outputs: ShardTask (main), `plans` ({split: SplitShards}, once) and `failure` (why the
-    encoded records cannot be sharded as asked). `dropped`: (split, run, position) of records left out."""
+    encoded records cannot be sharded as asked). `dropped`: (split, run, position) of records left out.
+    An append gives `latest` (each split's LatestGeneration) and `carried` (CarriedRun of the splits whose new
+    records join their latest generation); a split with no usable new record then keeps its shards."""
 
-    def __init__(self, config: BuildConfig, layouts, naming: ShardNaming, dropped=None):
+    def __init__(self, config: BuildConfig, layouts, naming: ShardNaming, dropped=None, carried=None, latest=None):
         super().__init__()
         self.config, self.layouts, self.naming, self.dropped = config, layouts, naming, dropped
+        self.carried, self.latest = carried, latest
 
     def expand(self, runs):
-        dropped = self.dropped if self.dropped is not None else runs.pipeline | "NothingDropped" >> beam.Create([])
-        config, naming = self.config, self.naming
+        p = runs.pipeline
+        dropped = self.dropped if self.dropped is not None else p | "NothingDropped" >> beam.Create([])
+        carried = self.carried if self.carried is not None else p | "NothingCarried" >> beam.Create([])
+        config, naming, latest = self.config, self.naming, self.latest
         summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
-        planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped}
+        planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped, "carried": carried}
                    | "RunsLayoutsDrops" >> Joined()
                    | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"], found["dropped"],
-                                                                     config, naming))
+                                                                     config, naming, found["carried"], latest))
                    .with_outputs("plans", "failure", main="tasks"))
         return {"tasks": planned.tasks, "plans": collected(planned.plans, "Plans"), "failure": planned.failure}
 
 
+def usable_counts(summaries: list[RunSummary], dropped: list) -> dict[str, int]:
+    """Records per split that can go into shards: encoded, less those dropped as duplicates."""
+    out: dict[str, int] = defaultdict(int)
+    for s in summaries:
+        out[s.split] += s.count
+    for split, _, _ in dropped:
+        out[split] -= 1
+    return dict(out)
+
+
 def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list, config: BuildConfig,
-                naming: ShardNaming):
+                naming: ShardNaming, carried: Sequence[CarriedRun] = (),
+                latest: Mapping[str, LatestGeneration] | None = None):
     """The shard tasks of every split, then (tagged `plans`) the plans; or (tagged `failure`) why not."""
     drops: dict[tuple[str, int], set[int]] = defaultdict(set)
     for split, run, position in dropped:
         drops[(split, run)].add(position)
+    unit = config.num_cores * config.num_hosts
+    joining = set(carried_splits(usable_counts(summaries, dropped), unit)) if latest is not None else set()
     for found in layouts:  # none when the layout could not be made
         tasks, plans = [], {}
         try:
@@ -70,16 +92,33 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
                 raise PlanError("no input file could be used (0 records)")
             for split, layout in sorted(found.items()):
                 files = {s.run: s.file for s in summaries if s.split == split}
-                counts = [RunCount(run, (files[run].count if files.get(run) else 0) - len(drops[(split, run)]),
-                                   min(drops[(split, run)]) if drops[(split, run)] else None)
+                split_drops = {run: frozenset(drops[(split, run)]) for run in range(layout.num_runs)
+                               if drops.get((split, run))}
+                counts = [RunCount(run, (files[run].count if files.get(run) else 0) - len(split_drops.get(run, ())),
+                                   min(split_drops[run]) if run in split_drops else None)
                           for run in range(layout.num_runs)]
-                if not sum(c.records for c in counts) and any(drops[(split, r)] for r in range(layout.num_runs)):
-                    raise PlanError(f"split {split!r}: every record in it is a duplicate of one kept in another "
-                                         "split (--dedup); remove the copies or build without --dedup")
+                if not sum(c.records for c in counts):
+                    if split_drops and latest is None:
+                        raise PlanError(f"split {split!r}: every record in it is a duplicate of one kept in another "
+                                        "split (--dedup); remove the copies or build without --dedup")
+                    if latest is not None:
+                        continue  # an append: the split keeps its shards
+                if latest is not None and split not in latest:
+                    raise PlanError(f"split {split!r} is not in the dataset (it has {', '.join(sorted(latest))}); an "
+                                    "append adds records to the dataset's splits")
+                split_naming, carry = naming, None
+                if split in joining and split in latest:
+                    head = latest[split]
+                    mine = sorted((c for c in carried if c.split == split), key=lambda c: c.position)
+                    if len(mine) < len(head.shards):
+                        return  # a shard could not be copied: CarryLatest says why, as the failure
+                    layout, files, counts, split_drops, carry = with_carried(layout, head, mine, files, counts,
+                                                                             split_drops, config)
+                    split_naming = replace(naming, base={**naming.base, split: (head.first_place, head.host_offset)})
                 planned = plan_split_shards(layout, counts, num_cores=config.num_cores, num_hosts=config.num_hosts,
                                             forced=config.num_shards)
-                plans[split] = planned
-                tasks += [shard_task(shard, files, drops, naming) for shard in planned.shards]
+                plans[split] = replace(planned, carried=carry)
+                tasks += [shard_task(shard, files, split_drops, split_naming) for shard in planned.shards]
         except PlanError as exc:
             yield beam.pvalue.TaggedOutput("failure", str(exc))
             return
@@ -88,10 +127,29 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
         yield from tasks
 
 
-def shard_task(shard, files: dict, drops: dict, naming: ShardNaming) -> ShardTask:
+def with_carried(layout: SplitLayout, head: LatestGeneration, runs: Sequence[CarriedRun], files: dict,
+                 counts: list[RunCount], drops: dict, config: BuildConfig):
+    """The split's runs with its latest generation's records first (one run per shard, in place order), then the
+    new runs renumbered after them; the layout's shard count planned for all of their records."""
+    if [r.position for r in runs] != list(range(len(head.shards))):
+        raise InternalError(f"split {layout.split!r}: {len(runs)} of the {len(head.shards)} shards of its latest "
+                            "generation were copied")
+    first = len(runs)
+    carry = carried_of(head, runs)
+    new_bytes = sum(f.num_bytes for f in files.values() if f is not None)
+    all_files = {r.position: r.file for r in runs} | {first + run: f for run, f in files.items()}
+    all_counts = [RunCount(r.position, r.file.count) for r in runs] + [
+        RunCount(first + c.run, c.records, c.first_dropped) for c in counts]
+    all_drops = {first + run: gone for run, gone in drops.items()}
+    records = sum(c.records for c in all_counts)
+    count = plan.num_shards(records, carry.num_bytes + new_bytes, num_cores=config.num_cores,
+                            num_hosts=config.num_hosts, target_shard_bytes=int(config.target_shard_mb * plan.MB),
+                            forced=config.num_shards, split=layout.split)
+    return (replace(layout, num_runs=len(all_counts), num_shards=count), all_files, all_counts, all_drops, carry)
+
+
+def shard_task(shard, files: dict, drops: Mapping[int, frozenset[int]], naming: ShardNaming) -> ShardTask:
     runs = {p.run: files[p.run] for p in shard.pieces}
-    dropped = {run: frozenset(drops[(shard.split, run)]) for run in runs if drops.get((shard.split, run))}
+    dropped = {run: drops[run] for run in runs if drops.get(run)}
     return ShardTask(shard, naming.name(shard.split, shard.shard, shard.num_shards),
                      naming.place(shard.split, shard.shard, shard.num_shards), runs, dropped)
-
-

@@ -191,7 +191,8 @@ class Move:
 @dataclass(frozen=True)
 class IndexJob:
     """A split's index to write: `name` in the output, from the new shards' index parts (Avro blocks, in the
-    order of the shards' places), after `base` (an append: the split's index so far) when given."""
+    order of the shards' places), after `base` (an append: the split's index so far) when given, or after
+    its first `base_rows` rows (an append that replaces the split's latest generation)."""
 
     split: str
     name: str
@@ -199,6 +200,7 @@ class IndexJob:
     rows: int
     extras: tuple[schema.ExtraSpec, ...] = ()
     base: IndexFile | None = None
+    base_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -390,7 +392,7 @@ def write_index_file(job: IndexJob, folder: str) -> IndexFile:
     idx_schema = index.index_schema(job.extras)
     header = index.index_header(idx_schema)
     base = storage.join(folder, job.base.path) if job.base is not None else None
-    if base is not None and storage.read_range(base, 0, len(header)) != header:
+    if base is not None and (job.base_rows is not None or storage.read_range(base, 0, len(header)) != header):
         return _rewritten_index(job, folder, base, idx_schema)
     digest = storage.Digest()
     with storage.open_write(storage.join(folder, job.name)) as out:
@@ -422,15 +424,19 @@ def _copy_base(uri: str, entry: IndexFile, header: bytes, put: Callable[[bytes],
 
 
 def _rewritten_index(job: IndexJob, folder: str, base: str, idx_schema) -> IndexFile:
-    """A base index written by another version of the writer: its rows decoded and written again, then the parts'."""
+    """The base index's rows (the first `job.base_rows` of them, when given) decoded and written again, then the
+    parts': for a base written by another version of the writer, or cut where the replaced generation starts."""
     from shard_utils.format.generations import DigestingReader
 
     digest = storage.Digest()
     header = index.index_header(idx_schema)
 
     def rows():
+        keep = job.base.num_rows if job.base_rows is None else job.base_rows
         with storage.open_read(base) as raw:
-            yield from index.read_index(DigestingReader(raw, digest))
+            for i, row in enumerate(index.read_index(DigestingReader(raw, digest), max_rows=job.base.num_rows)):
+                if i < keep:
+                    yield row
         if (digest.size, digest.crc32c) != (job.base.num_bytes, job.base.crc32c):
             raise PlanError(f"{job.base.path}: size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
                             f"{job.base.num_bytes} / {job.base.crc32c}; the index is damaged; nothing was published")

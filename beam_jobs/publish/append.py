@@ -17,6 +17,7 @@ from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation,
                                          Manifest, Shard, Split)
+from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
@@ -89,7 +90,7 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
     tfrecord = "tfrecord" in config.formats
-    splits, moves, indexes, gen_records, gen_shards = {}, [], [], {}, {}
+    splits, moves, indexes, gen_records, gen_shards, gen_carried = {}, [], [], {}, {}, {}
     for split_name, split in old.splits.items():
         mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.place)
         if not mine:
@@ -100,12 +101,18 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
             raise InternalError(f"split {split_name!r}: expected {count} new shards, got {len(mine)}")
         if split.index is None and tfrecord:
             raise InternalError(f"split {split_name!r} has no index to grow")
-        splits[split_name] = _grown_split(g, split, mine, names, config.formats)
+        carried = plans[split_name].carried
+        splits[split_name] = _grown_split(g, split, mine, names, config.formats, carried)
+        kept = len(split.shards) if carried is None else carried.first_place
         moves += shard_moves(mine, config.formats)
         if tfrecord:
             indexes.append(IndexJob(split_name, layout.index_name(split_name, g), tuple(r.index_part for r in mine),
-                                    sum(r.num_records for r in mine), tuple(config.listing.extras), split.index))
-        gen_records[split_name], gen_shards[split_name] = sum(r.num_records for r in mine), count
+                                    sum(r.num_records for r in mine), tuple(config.listing.extras), split.index,
+                                    None if carried is None else sum(s.num_records for s in split.shards[:kept])))
+        gen_records[split_name] = sum(r.num_records for r in mine) - (carried.num_records if carried else 0)
+        gen_shards[split_name] = count
+        if carried is not None:
+            gen_carried[split_name] = carried.num_records
     skipped_count = sum(tally.skipped.values())
     if tally.seen != sum(gen_records.values()) + len(rejected) + skipped_count:
         raise InternalError(f"accounting does not close: {tally.seen} new files seen, {sum(gen_records.values())} "
@@ -113,7 +120,7 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     generation = Generation(
         generation=g, created=run.created, input=config.input or "", files_seen=tally.seen, num_records=gen_records,
         num_shards=gen_shards, rejected=len(rejected), skipped=skipped_count, already_in_dataset=present,
-        labels_added=names[len(old.labels):], tool_version=config.tool_version)
+        labels_added=names[len(old.labels):], tool_version=config.tool_version, carried=gen_carried)
     reports = {}
     rejected_part = _grown_part(old.rejected, Counter(r["reason"] for r in rejected), len(rejected))
     if rejected:
@@ -136,22 +143,33 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
 
 
 def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequence[str],
-                 formats: Sequence[str]) -> Split:
-    """The split with generation g's shards (and their ArrayRecord twins) after its own, in their places; its index
-    is written when publishing."""
+                 formats: Sequence[str], carried: Carried | None = None) -> Split:
+    """The split with generation g's shards (and their ArrayRecord twins) after its own, in their places, in place
+    of its latest generation's when they carry its records; its index is written when publishing."""
     tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
     twins = [dataclasses.replace(twin_entry(r), generation=g) for r in mine] \
         if layout.ARRAY_RECORD in formats else None
     shards = tfrecords if "tfrecord" in formats else twins or []
-    all_twins = list(split.array_record_shards or []) + twins if twins is not None and shards is tfrecords else None
     classes: Counter = Counter()
     for r in mine:
         classes.update(dict(r.class_counts))
+    kept, counts = list(split.shards), dict(split.class_counts)
+    if carried is not None:
+        replaced = kept[carried.first_place:]
+        if (len(replaced), sum(s.num_records for s in replaced)) != (carried.num_shards, carried.num_records):
+            raise InternalError(f"the carried generation {carried.generation} is not the split's latest shards")
+        kept = kept[:carried.first_place]
+        for i, n in carried.classes:
+            counts[labels[i]] = counts.get(labels[i], 0) - n
+        if any(n < 0 for n in counts.values()):
+            raise InternalError("class counts of the carried records exceed the split's")
     new_counts = {labels[i]: n for i, n in classes.items()}
-    return Split(num_records=split.num_records + sum(r.num_records for r in mine),
-                 num_bytes=split.num_bytes + sum(s.num_bytes for s in shards),
-                 class_counts=generations.merged_counts(split.class_counts, new_counts, labels),
-                 shards=list(split.shards) + shards, index=None, array_record_shards=all_twins)
+    kept_twins = list(split.array_record_shards or [])[:len(kept)]
+    all_twins = kept_twins + twins if twins is not None and shards is tfrecords else None
+    return Split(num_records=sum(s.num_records for s in kept) + sum(r.num_records for r in mine),
+                 num_bytes=sum(s.num_bytes for s in kept) + sum(s.num_bytes for s in shards),
+                 class_counts=generations.merged_counts(counts, new_counts, labels),
+                 shards=kept + shards, index=None, array_record_shards=all_twins)
 
 
 def _grown_part(part: dict, new_reasons: Counter, new_count: int) -> dict:

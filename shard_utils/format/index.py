@@ -399,6 +399,11 @@ def _damaged(problem: str) -> IndexFormatError:
     return IndexFormatError(f"index file is damaged: {problem}")
 
 
+def check_header(fileobj: IO[bytes]) -> None:
+    """Read only an index file's header: IndexFormatError unless it is a tpu-shards index."""
+    _header(avro_blocks.Recent(cast(BinaryIO, fileobj)))
+
+
 def read_index(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[IndexRow]:
     """Stream an index's rows in file order; IndexFormatError if it is not a readable tpu-shards index, or holds
     more than `max_rows` rows (the manifest's count: pass it whenever the index comes from a dataset)."""

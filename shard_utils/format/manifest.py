@@ -69,6 +69,9 @@ class Generation:
     already_in_dataset: int = 0
     labels_added: list[str] = field(default_factory=list)
     tool_version: str = ""
+    # per split: records of earlier generations its shards hold, copied from the split's latest generation,
+    # which they replace (an append whose new records were too few for shards of their own)
+    carried: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,10 @@ class Manifest:
                  "shard_format", "splits", "rejected", "skipped", "duplicates", "generations"]
         if out["generations"] is None:
             order.remove("generations")
+        else:
+            for g in out["generations"]:
+                if not g["carried"]:
+                    g.pop("carried")
         if out["shard_format"] == "tfrecord":
             order.remove("shard_format")
         return {k: out[k] for k in order}
@@ -459,7 +466,8 @@ def _generation(i: int, obj: Any) -> Generation:
         num_shards=_counts(obj, "num_shards", where), rejected=_count(obj, "rejected", where),
         skipped=_count(obj, "skipped", where),
         already_in_dataset=_count(obj, "already_in_dataset", where) if "already_in_dataset" in obj else 0,
-        labels_added=list(added), tool_version=str(obj.get("tool_version", "")))
+        labels_added=list(added), tool_version=str(obj.get("tool_version", "")),
+        carried=_counts(obj, "carried", where) if "carried" in obj else {})
 
 
 def _generations(raw: Any) -> list[Generation]:
@@ -470,8 +478,9 @@ def _generations(raw: Any) -> list[Generation]:
 
 def check_generations(generations: Sequence[Generation], splits: Mapping[str, Split], seen: int, rejected: int,
                       skipped: int) -> None:
-    """Each generation's accounting closes, its counts match its shards, shards come in generation order,
-    and the generations add up to the manifest's totals; ManifestError naming the first mismatch."""
+    """Each generation's accounting closes, its counts match its shards (less those a later generation replaced,
+    plus those it carried), shards come in generation order, and the generations add up to the manifest's
+    totals; ManifestError naming the first mismatch."""
     last = len(generations) - 1
     for name, split in splits.items():
         previous = 0
@@ -480,6 +489,7 @@ def check_generations(generations: Sequence[Generation], splits: Mapping[str, Sp
                 raise ManifestError(f"split {name!r} shard {i}: generation {shard.generation} is out of order or not "
                                     f"one of the manifest's generations 0..{last}")
             previous = shard.generation
+    stored = _stored_records(generations)
     for g in generations:
         where = f"generation {g.generation}"
         unknown = sorted(set(g.num_records) - set(splits))
@@ -487,10 +497,12 @@ def check_generations(generations: Sequence[Generation], splits: Mapping[str, Sp
             raise ManifestError(f"{where}: num_records and num_shards must name the same splits of the dataset")
         for name, split in splits.items():
             mine = [s for s in split.shards if s.generation == g.generation]
-            if len(mine) != g.num_shards.get(name, 0) or sum(s.num_records for s in mine) != g.num_records.get(name, 0):
+            records = stored.get((g.generation, name), 0)
+            shards = g.num_shards.get(name, 0) if records else 0
+            if len(mine) != shards or sum(s.num_records for s in mine) != records:
                 raise ManifestError(f"{where}: split {name!r} has {len(mine)} shards of "
                                     f"{sum(s.num_records for s in mine)} records, the generation says "
-                                    f"{g.num_shards.get(name, 0)} of {g.num_records.get(name, 0)}")
+                                    f"{shards} of {records}")
         if g.files_seen != sum(g.num_records.values()) + g.rejected + g.skipped:
             raise ManifestError(f"{where}: accounting does not close: files_seen {g.files_seen} != records "
                                 f"{sum(g.num_records.values())} + rejected {g.rejected} + skipped {g.skipped}")
@@ -499,6 +511,28 @@ def check_generations(generations: Sequence[Generation], splits: Mapping[str, Sp
     if totals != (seen, rejected, skipped):
         raise ManifestError(f"manifest: the generations' files_seen/rejected/skipped add up to {totals}, the manifest "
                             f"says {(seen, rejected, skipped)}")
+
+
+def _stored_records(generations: Sequence[Generation]) -> dict[tuple[int, str], int]:
+    """(generation, split) -> records its shards hold now: those it added, plus those it carried from the split's
+    latest earlier generation (which then holds none)."""
+    stored: dict[tuple[int, str], int] = {}
+    latest: dict[str, int] = {}
+    for g in generations:
+        where = f"generation {g.generation}"
+        for name, added in g.num_records.items():
+            carried = g.carried.get(name, 0)
+            if carried:
+                before = latest.get(name)
+                if before is None or stored[(before, name)] != carried:
+                    raise ManifestError(f"{where}: split {name!r} carries {carried} records, but its latest earlier "
+                                        f"generation holds {stored[(before, name)] if before is not None else 0}")
+                stored[(before, name)] = 0
+            stored[(g.generation, name)] = added + carried
+            latest[name] = g.generation
+        if set(g.carried) - set(g.num_records):
+            raise ManifestError(f"{where}: carried must name splits the generation added records to")
+    return stored
 
 
 def _all_first_generation(splits: Mapping[str, Split]) -> None:

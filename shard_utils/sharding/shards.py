@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from shard_utils.sharding import plan
+from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.layout import SplitLayout
 from shard_utils.errors import InternalError, PlanError
 
@@ -54,11 +55,12 @@ class ShardPlan:
 
 @dataclass(frozen=True)
 class SplitShards:
-    """A split's shards after encoding."""
+    """A split's shards after encoding; `carried`: the latest generation whose records they also hold (an append)."""
 
     split: str
     num_records: int
     shards: tuple[ShardPlan, ...]
+    carried: Carried | None = None
 
     @property
     def num_shards(self) -> int:
