@@ -444,3 +444,12 @@ class _no_warning:
 
     def __exit__(self, *exc):
         self._catch.__exit__(*exc)
+
+
+def test_importing_the_loader_without_tensorflow_names_the_pip_command():
+    """sys.modules[name] = None makes `import tensorflow` fail in that process, as on a machine without it."""
+    code = "import sys; sys.modules['tensorflow'] = None; import shard_utils.loader"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("shard_utils.extras.MissingExtra: the loader"), done.stderr
+    assert 'pip install -e ".[tf]"' in last, last

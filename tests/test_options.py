@@ -136,3 +136,20 @@ def test_a_tpu_by_name_sets_cores_and_hosts_and_is_recorded(images, tmp_path):
 def test_unknown_tpu_names_and_conflicts_are_one_line(capsys, images, tmp_path, argv, fragments):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], *fragments)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "reshard"])
+@pytest.mark.parametrize("beam_args, fragment", [
+    (["--runner", "Foo"], "--runner Foo: not a Beam runner"),
+    (["--runner", "DataflowRuner"], "did you mean DataflowRunner?"),
+    (["--direct_num_workers", "abc"], "argument --direct_num_workers: invalid int value: 'abc'"),
+])
+def test_beam_options_beam_refuses_are_one_line_and_exit_2(command, beam_args, fragment, tmp_path, capsys):
+    """Beam's own parser prints its whole usage block and an unknown runner surfaced as an internal error."""
+    out = tmp_path / "out"
+    argv = {"build": ["build", "--input", str(tmp_path), "--output", str(out)],
+            "reshard": ["reshard", str(tmp_path), str(out)]}[command]
+    assert main(argv + beam_args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: ") and fragment in lines[0], lines
+    assert not out.exists()

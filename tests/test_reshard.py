@@ -122,6 +122,16 @@ def test_a_dataset_without_an_index_is_resharded_from_its_records(source, reshar
     assert verify(str(dst), deep=True) == []
 
 
+def test_too_few_records_for_the_new_topology_names_what_a_reshard_can_change(source, tmp_path):
+    """40 records cannot fill 8 x 8 shards: the line names the reshard's options, not the build's --splits."""
+    dst = tmp_path / "dst"
+    done = run_cli("reshard", source.out, dst, "--num-cores", "8", "--num-hosts", "8")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "40 records cannot fill 64 shards" in lines[0] and "lower --num-cores/--num-hosts" in lines[0], lines
+    assert "--splits" not in lines[0] and not dst.exists()
+
+
 def test_a_damaged_shard_fails_with_one_line_naming_it(source, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()

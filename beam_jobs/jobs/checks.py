@@ -2,11 +2,14 @@
 and the Beam options it runs with. Shared by build, append and reshard."""
 from __future__ import annotations
 
+import contextlib
+import difflib
+import io
 import os
 from dataclasses import replace
 from typing import Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from shard_utils import inputs, storage
 from shard_utils.storage import lock as runlock
@@ -138,8 +141,31 @@ def check_models_and_codecs(config: BuildConfig) -> BuildConfig:
 
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
-    """Beam options with the in-process runner as the local default."""
+    """Beam options with the in-process runner as the local default; a UsageError in one line for a value Beam's
+    parser refuses or a runner Beam does not know."""
     args = list(beam_args)
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         args.append(f"--runner={LOCAL_RUNNER}")
-    return PipelineOptions(args)
+    opts = PipelineOptions(args)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # argparse prints its usage block before exiting
+            opts.get_all_options()
+    except SystemExit:
+        last = (said.getvalue().strip().splitlines() or ["a Beam option is not valid"])[-1]
+        raise UsageError(last.split(" error: ", 1)[-1]) from None
+    check_runner(opts.view_as(StandardOptions).runner or LOCAL_RUNNER)
+    return opts
+
+
+def check_runner(name: str) -> None:
+    """A UsageError unless Beam knows the runner by name (or it is a dotted path to a runner class)."""
+    if "." in name:
+        return
+    known = [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS]
+    if name.lower() in {k.lower() for k in known} or (name + "runner").lower() in {k.lower() for k in known}:
+        return
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise UsageError(f"--runner {name}: not a Beam runner; {hint}this job runs on FnApiRunner (local, the default) "
+                     "or DataflowRunner")

@@ -84,7 +84,7 @@ def plan_or_failure(totals: dict, config: BuildConfig):
         yield plan.plan_splits(
             totals, expected_splits=[], num_cores=config.num_cores, num_hosts=config.num_hosts,
             target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards,
-            bucket_bits=config.bucket_bits)
+            bucket_bits=config.bucket_bits, remedy=plan.RESHARD_REMEDY)
     except PlanError as exc:
         yield beam.pvalue.TaggedOutput("failure", str(exc))
 

@@ -28,7 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from typing import Any, Union
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError:  # the pip command that installs it here, not a bare ModuleNotFoundError
+    from shard_utils.extras import MissingExtra, install_hint
+
+    raise MissingExtra("the loader (shard_utils.loader) reads datasets with TensorFlow, which is not installed: "
+                       f"{install_hint('tf', 'tensorflow')}") from None
 
 from shard_utils import storage
 from shard_utils.format import topology

@@ -13,10 +13,13 @@ from typing import Mapping, Sequence
 from shard_utils.errors import InternalError, PlanError
 
 MB = 1_000_000
+BUILD_REMEDY = "add images, lower --num-cores/--num-hosts, or change --splits"
+RESHARD_REMEDY = "reshard to fewer shards per step: lower --num-cores/--num-hosts"
 
 
 def num_shards(num_records: int, num_bytes: int, *, num_cores: int = 8, num_hosts: int = 1,
-               target_shard_bytes: int = 128 * MB, forced: int | None = None, split: str = "") -> int:
+               target_shard_bytes: int = 128 * MB, forced: int | None = None, split: str = "",
+               remedy: str = BUILD_REMEDY) -> int:
     """Shard count for one split: a multiple of cores x hosts near the target size, never an empty shard."""
     unit = num_cores * num_hosts
     where = f"split {split!r}: " if split else ""
@@ -29,7 +32,7 @@ def num_shards(num_records: int, num_bytes: int, *, num_cores: int = 8, num_host
     if num_records < unit:
         raise PlanError(
             f"{where}{num_records} records cannot fill {unit} shards (num_cores x num_hosts) without empty ones; "
-            f"add images, lower --num-cores/--num-hosts, or change --splits")
+            f"{remedy}")
     ideal = num_bytes / max(1, target_shard_bytes)
     count = max(1, round(ideal / unit)) * unit
     return min(count, (num_records // unit) * unit)
@@ -146,17 +149,18 @@ class SplitTotals:
 
 
 def plan_split(split: str, totals: SplitTotals, *, num_cores: int, num_hosts: int, target_shard_bytes: int,
-               forced: int | None = None, bucket_bits: int = DEFAULT_BUCKET_BITS) -> SplitPlan:
+               forced: int | None = None, bucket_bits: int = DEFAULT_BUCKET_BITS,
+               remedy: str = BUILD_REMEDY) -> SplitPlan:
     """Plan one split from its totals: shard count, and where the first record of every shard sits."""
     count = num_shards(totals.num_records, totals.num_bytes, num_cores=num_cores, num_hosts=num_hosts,
-                       target_shard_bytes=target_shard_bytes, forced=forced, split=split)
+                       target_shard_bytes=target_shard_bytes, forced=forced, split=split, remedy=remedy)
     slots = tuple(locate_rank(rank, totals.bucket_counts) for rank in shard_starts(totals.num_records, count)[1:])
     return SplitPlan(split, totals.num_records, totals.num_bytes, count, bucket_bits, slots)
 
 
 def plan_splits(totals: Mapping[str, SplitTotals], *, expected_splits: Sequence[str], num_cores: int,
                 num_hosts: int, target_shard_bytes: int, forced: int | None = None,
-                bucket_bits: int = DEFAULT_BUCKET_BITS) -> dict[str, SplitPlan]:
+                bucket_bits: int = DEFAULT_BUCKET_BITS, remedy: str = BUILD_REMEDY) -> dict[str, SplitPlan]:
     """Plans for every split that received records; a split named in --splits that got none is a PlanError."""
     found = {name: t for name, t in totals.items() if t.num_records}
     if not found:
@@ -170,5 +174,6 @@ def plan_splits(totals: Mapping[str, SplitTotals], *, expected_splits: Sequence[
         raise PlanError(f"split {missing[0]!r} received no records from --splits; give it a larger fraction or "
                         "add images")
     return {name: plan_split(name, t, num_cores=num_cores, num_hosts=num_hosts,
-                             target_shard_bytes=target_shard_bytes, forced=forced, bucket_bits=bucket_bits)
+                             target_shard_bytes=target_shard_bytes, forced=forced, bucket_bits=bucket_bits,
+                             remedy=remedy)
             for name, t in sorted(found.items())}
