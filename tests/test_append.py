@@ -156,6 +156,7 @@ def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
     assert "read them whole with split= train: 'train-g000+train-g001'" in builder.info.description
 
 
+@pytest.mark.slow
 def test_nothing_new_is_one_message_and_exit_0(appended):
     before = files(appended.out)
     done = run_cli("build", "--append", "--input", appended.root, "--output", appended.out, *OPTS)
@@ -203,6 +204,7 @@ def copy_of(two_splits, tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "images", tmp_path / "out"
 
 
+@pytest.mark.slow
 def test_one_new_file_joins_the_latest_generation_of_its_split(two_splits, tmp_path):
     """Too few new records for shards of their own: the split's latest generation is written again with them (its
     records copied), replacing it; the other split keeps its shards byte for byte; every reader sees each record
@@ -238,6 +240,7 @@ def test_one_new_file_joins_the_latest_generation_of_its_split(two_splits, tmp_p
     assert_every_reader_sees_each_record_once(resharded, load(str(resharded)), source_ids(root))
 
 
+@pytest.mark.slow
 def test_a_small_append_gives_the_same_bytes_twice(two_splits, tmp_path):
     made = []
     for attempt in ("a", "b"):
@@ -249,6 +252,7 @@ def test_a_small_append_gives_the_same_bytes_twice(two_splits, tmp_path):
     assert made[0] == made[1]
 
 
+@pytest.mark.slow
 def test_a_small_append_checks_every_shard_it_copies(small, tmp_path):
     """A shard of the right size with other bytes passes the cheap check; an append that copies it refuses it."""
     from hostile import CORRUPTIONS
@@ -269,6 +273,7 @@ def assert_append_refused(root: Path, out: Path, before: dict[str, bytes], line:
     assert files(out) == before
 
 
+@pytest.mark.slow
 def test_a_split_the_dataset_does_not_have_is_one_line_and_nothing_changes(tmp_path):
     """Split folders: new files in a split of their own are refused however few they are (nothing to join)."""
     root, out = tmp_path / "images", tmp_path / "out"
@@ -280,6 +285,7 @@ def test_a_split_the_dataset_does_not_have_is_one_line_and_nothing_changes(tmp_p
                           "an append adds records to the dataset's splits; nothing was written")
 
 
+@pytest.mark.slow
 def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small):
     root, out = small
     before = files(out)
@@ -292,6 +298,7 @@ def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small)
     assert files(out) == before
 
 
+@pytest.mark.slow
 def test_other_options_than_the_first_build_are_refused(small):
     root, out = small
     add_images(root, "dog", 4, seed=7100)

@@ -53,6 +53,7 @@ def datasets(tmp_path_factory):
                                                     for fmt in ("tfrecord", "both", "array_record")})
 
 
+@pytest.mark.slow
 def test_both_publishes_twins_with_the_tfrecord_shards_records_in_order(datasets):
     ref_out, ref = datasets.tfrecord
     out, m = datasets.both

@@ -236,6 +236,7 @@ def test_skipped_files_are_named_with_their_extensions(images, tmp_path, capsys)
     assert "not media: .mov 1, .mp4 1, .txt 1" in printed and "skipped.jsonl" in printed
 
 
+@pytest.mark.slow
 def test_when_every_file_is_rejected_the_error_names_reasons_and_where_they_are(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
@@ -290,6 +291,7 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
         assert max(sizes) - min(sizes) <= 1
 
 
+@pytest.mark.slow
 def test_a_split_folder_holding_only_copies_of_another_split_fails_with_one_line(tmp_path):
     """--dedup leaves such a split empty: no plan can be made for it, so the build says so (it used to crash)."""
     src = tmp_path / "in"

@@ -93,6 +93,7 @@ def test_too_few_records_for_the_cores_fails_cleanly_and_writes_nothing(tmp_path
     assert done.returncode == 1 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_all_files_rejected_fails_cleanly(tmp_path):
     (tmp_path / "in" / "a").mkdir(parents=True)
     (tmp_path / "in" / "a" / "x.jpg").write_text("not an image")

@@ -62,6 +62,7 @@ def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs
     assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES])
 
 
+@pytest.mark.slow
 def test_a_rerun_removes_the_temporary_files_a_killed_write_left_beside_the_dataset(inputs, tmp_path):
     """A kill between a local write and its rename leaves `.<name>.<8 characters>.tmp` beside the file (the lock
     renewed at that moment, the manifest being written): the next run into the output removes them, and only
@@ -79,6 +80,7 @@ def test_a_rerun_removes_the_temporary_files_a_killed_write_left_beside_the_data
     assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES, ".notes.txt.abcdefgh.tmp"])
 
 
+@pytest.mark.slow
 def test_an_append_that_finds_nothing_new_removes_what_a_killed_append_left(inputs, tmp_path):
     """A killed append can leave its new index and a temporary file; a rerun with nothing new to add leaves the
     dataset exactly as its manifest names it."""

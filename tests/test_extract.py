@@ -28,6 +28,7 @@ def stored_images(dataset) -> dict[str, list[tuple[str, bytes]]]:
     return {split: sorted((r.label_texts[0], r.media[0]) for r in iter_split(m, split)) for split in m.splits}
 
 
+@pytest.mark.slow
 def test_extract_then_rebuild_gives_the_same_image_bytes(built, tmp_path):
     done = extract(str(built), str(tmp_path / "files"))
     m = load(str(built))

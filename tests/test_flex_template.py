@@ -326,6 +326,7 @@ def test_launch_errors_are_one_line(args, message, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [message]
 
 
+@pytest.mark.slow
 def test_main_reports_a_bad_parameter_in_one_line(tmp_path):
     images = tmp_path / "images"
     write_images(images, {"cat": 1}, size=(16, 16))

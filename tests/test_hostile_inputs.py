@@ -131,6 +131,7 @@ def test_unreadable_file_is_rejected(tmp_path):
     assert odd["reason"] == "not_regular_file" and odd["source"] == "a/folder.jpg" and "folder" in odd["message"]
 
 
+@pytest.mark.slow
 def test_permission_denied_file_is_rejected(tmp_path):
     """A file whose mode forbids reading is a reject. Root reads any file, so as root the job runs
     without the capabilities that let it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH)."""

@@ -56,6 +56,7 @@ def test_escaped_names_are_utf8_and_give_the_bytes_back():
         names.escaped_name("x\ud800.jpg")
 
 
+@pytest.mark.slow
 def test_a_folder_with_names_that_are_not_utf8_builds_and_every_tool_reads_it(latin1, tmp_path):
     out = tmp_path / "out"
     done = run_cli("build", "--input", latin1, "--output", out, "--num-cores", "1", "--max-rejected", "100%")
@@ -84,6 +85,7 @@ def test_a_folder_with_names_that_are_not_utf8_builds_and_every_tool_reads_it(la
     assert done.returncode == 0 and "d%F6g" in (page / "index.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_extract_then_build_gives_the_same_source_ids(latin1, tmp_path):
     """extract writes a record under its escaped name, which is UTF-8: building from there keeps the ids."""
     out, extracted, rebuilt = tmp_path / "out", tmp_path / "extracted", tmp_path / "rebuilt"
@@ -96,6 +98,7 @@ def test_extract_then_build_gives_the_same_source_ids(latin1, tmp_path):
     assert sorted(by_source(rebuilt)) == sorted(by_source(out))
 
 
+@pytest.mark.slow
 def test_a_listing_names_such_a_file_as_the_walk_does(latin1, tmp_path):
     """A CSV cell may hold the name's raw bytes (as `find` prints them), a JSONL line its surrogate escapes
     (as Python's json writes os.listdir's names): both give the walk's source id; other cells must be UTF-8."""
@@ -132,6 +135,7 @@ def test_a_listed_name_no_file_can_have_is_a_bad_row():
     assert resolve_path("/in/caf\udce9.jpg", None) == ("/in/caf%E9.jpg", "/in/caf\udce9.jpg")
 
 
+@pytest.mark.slow
 def test_a_name_escaping_to_another_files_name_is_rejected_not_given_its_id(tmp_path):
     """b'caf\\xe9.jpg' escapes to 'caf%E9.jpg', a name another file may have: the file whose name is its id is
     kept (in a walk and in a listing alike), the other rejected `name_taken`."""

@@ -68,6 +68,7 @@ def test_kaggle_train_csv_with_multi_labels_and_extra_columns(tmp_path):
     assert {t.source_id for tiles in sample.groups.values() for t in tiles if len(t.labels) == 2}
 
 
+@pytest.mark.slow
 def test_labels_from_file_names(tmp_path):
     src = tmp_path / "pets"
     src.mkdir()

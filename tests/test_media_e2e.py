@@ -65,6 +65,7 @@ def test_clips_become_records_of_n_frames_and_bad_clips_are_rejected(clips, tmp_
     assert verify(str(out), deep=True) == []
 
 
+@pytest.mark.slow
 def test_a_video_build_with_still_images_fails_in_one_line(clips, tmp_path):
     src = tmp_path / "mixed"
     import shutil
@@ -146,6 +147,7 @@ def run_as_a_user(*args) -> subprocess.CompletedProcess:
                           env={**env, "TF_ENABLE_ONEDNN_OPTS": "1"}, timeout=300, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_a_model_that_does_not_load_is_one_line_before_any_work(tmp_path):
     write_images(tmp_path / "in", {"a": 8})
     (tmp_path / "bad.keras").write_bytes(b"not a model")

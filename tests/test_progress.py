@@ -153,6 +153,7 @@ def test_console_url():
         "https://console.cloud.google.com/dataflow/jobs/europe-west4/2026-01-02_03_04_05-123?project=my-proj")
 
 
+@pytest.mark.slow
 def test_bars_show_on_a_terminal_with_the_base_install_alone(tmp_path):
     """Progress is a default feature: a build on a terminal shows its bars with only the packages that
     `pip install tpu-shards` (no extras) brings."""

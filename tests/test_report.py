@@ -28,6 +28,7 @@ def built(tmp_path_factory) -> Path:
     return base / "ds"
 
 
+@pytest.mark.slow
 def test_plain_inspect_prints_the_summary_and_writes_nothing(built, tmp_path):
     done = run_cli("inspect", built)
     assert done.returncode == 0, done.stderr

@@ -64,6 +64,7 @@ def resharded(source):
     return SimpleNamespace(dst=dst, manifest=m)
 
 
+@pytest.mark.slow
 def test_reshard_8x1_to_8x4_keeps_every_record_byte_for_byte_with_the_new_balance(source, resharded):
     m, dst = resharded.manifest, resharded.dst
     assert serialized(dst) == serialized(source.out)
@@ -132,6 +133,7 @@ def test_too_few_records_for_the_new_topology_names_what_a_reshard_can_change(so
     assert "--splits" not in lines[0] and not dst.exists()
 
 
+@pytest.mark.slow
 def test_a_damaged_shard_fails_with_one_line_naming_it(source, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()

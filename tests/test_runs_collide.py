@@ -77,6 +77,7 @@ def test_a_second_build_into_a_live_output_is_refused_and_the_first_completes(re
     assert not storage.exists(runlock.lock_path(out))
 
 
+@pytest.mark.slow
 def test_a_build_removes_only_dead_runs_temporary_folders(photos, tmp_path):
     out = tmp_path / "out"
     stale = out / publish.TEMP_ROOT / "20200101T000000-deadbeef" / "fragments"

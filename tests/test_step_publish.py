@@ -78,6 +78,7 @@ def publish(config, inputs: dict):
     return outputs(build)
 
 
+@pytest.mark.slow
 def test_the_dataset_is_published_with_its_reports_and_nothing_left_behind(written, tmp_path):
     config, inputs = fresh(written, tmp_path)
     out, result = publish(config, inputs)

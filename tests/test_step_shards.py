@@ -147,6 +147,7 @@ def test_each_part_of_the_step_written_again_gives_the_same_shards(planned):
     assert shard_files(temp) == files and len(files) == 2 * len(tasks)  # each shard and its index part
 
 
+@pytest.mark.slow
 def test_each_part_of_the_step_written_twice_at_once_gives_the_same_shards(encoded, planned, request):
     """Copies twice at once, then prefixes twice at once: the shards of one write of the whole step."""
     config, tasks = planned

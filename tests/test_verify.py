@@ -33,6 +33,7 @@ def shard(ds, i=3):
     return ds / json.loads((ds / "manifest.json").read_text())["splits"]["train"]["shards"][i]["path"]
 
 
+@pytest.mark.slow
 def test_intact_dataset_verifies(dataset):
     assert verify(str(dataset), deep=True) == []
     done = run_cli("verify", dataset, "--deep")

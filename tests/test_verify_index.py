@@ -34,6 +34,7 @@ def index_problems(path, deep=False):
     return check_index(manifest_mod.load(str(path)), "train", deep)
 
 
+@pytest.mark.slow
 def test_intact_index_verifies(dataset):
     assert index_problems(dataset, deep=True) == []
     assert verify(str(dataset), deep=True) == []
