@@ -398,6 +398,37 @@ def test_without_the_package_array_record_is_one_line_naming_the_extra_and_tfrec
     done = run_cli("build", "--input", images, "--output", tmp_path / "out", "--format", "both", env=env)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
-    assert 'pip install -e ".[array_record]"' in lines[0] and "needs array_record" in lines[0]
+    assert 'pip install -e ".[array_record]"' in lines[0] and "--format both needs array_record" in lines[0]
     plain = run_cli("build", "--input", images, "--output", tmp_path / "plain", "--num-cores", "2", env=env)
     assert plain.returncode == 0, plain.stderr
+
+
+def test_without_the_package_verify_checks_array_record_bytes_and_deep_is_one_line_naming_the_extra(datasets,
+                                                                                                    tmp_path):
+    """Plain verify reads ArrayRecord shards as bytes (the base install checks any dataset); --deep, which reads
+    their records, stops before any work with one line naming what needs the package and the pip command."""
+    from base_install import environment
+
+    env = environment(tmp_path / "site", {"array_record"})
+    for fmt in ("both", "array_record"):
+        out = tmp_path / fmt
+        shutil.copytree(getattr(datasets, fmt)[0], out)
+        intact = run_cli("verify", out, env=env)
+        assert intact.returncode == 0 and "is intact" in intact.stdout, intact.stderr
+        deep = run_cli("verify", out, "--deep", env=env)
+        lines = deep.stderr.strip().splitlines()
+        assert deep.returncode == 2 and len(lines) == 1, deep.stderr
+        assert lines[0].startswith("tpu-shards: error: verify --deep") and "needs array_record" in lines[0] \
+            and 'pip install -e ".[array_record]"' in lines[0], lines
+        twin = load(str(out)).array_record_shards("train")[1]
+        data = bytearray((out / twin.path).read_bytes())
+        data[100] ^= 1
+        (out / twin.path).write_bytes(bytes(data))
+        damaged = run_cli("verify", out, env=env)
+        assert damaged.returncode == 1 and f"{twin.path}: crc32c" in damaged.stderr, damaged.stderr
+        # A reshard keeping the source's formats, or reading ArrayRecord shards, names what the user asked for.
+        resharded = run_cli("reshard", out, tmp_path / f"re-{fmt}", *(("--format", "tfrecord") if fmt ==
+                                                                       "array_record" else ()), env=env)
+        lines = resharded.stderr.strip().splitlines()
+        assert resharded.returncode == 2 and len(lines) == 1 and not (tmp_path / f"re-{fmt}").exists(), lines
+        assert lines[0].startswith(f"tpu-shards: error: resharding a dataset of --format {fmt} needs array_record")
