@@ -276,11 +276,21 @@ def test_append_grows_both_and_array_record_datasets_with_the_same_records(tmp_p
     for fmt, out in outs.items():
         built(root, out, "--format", fmt)
     write_images(root / "new", {"bird": 6, "cat": 5}, size=(40, 30), seed=50)
-    grown = {}
+    grown, printed = {}, {}
     for fmt, out in outs.items():
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()) as said:
             grown[fmt] = run_job(root, out, *OPTS, "--format", fmt, "--append")
+        printed[fmt] = said.getvalue().splitlines()
         assert len(grown[fmt].generations) == 2 and verify(str(out), deep=True) == []
+    for fmt, m in grown.items():  # the append's summary names the new shards' format and the new twins' size
+        for name, split in m.splits.items():
+            [line] = [i for i, text in enumerate(printed[fmt]) if text.startswith(f"  {name}: ")]
+            kind = "ArrayRecord shards" if fmt == "array_record" else "shards"
+            assert f"in {len([s for s in split.shards if s.generation == 1])} {kind} of" in printed[fmt][line]
+            twins = [t.num_bytes for t in split.array_record_shards or () if t.generation == 1]
+            after = printed[fmt][line + 1] if line + 1 < len(printed[fmt]) else ""
+            assert (after == f"    and their ArrayRecord twins, {sum(twins) / 1e6:.1f} MB") == (fmt == "both"), \
+                printed[fmt]
     both, alone = grown["both"], grown["array_record"]
     assert both.formats == ("tfrecord", "array_record") and alone.formats == ("array_record",)
     assert split_records(outs["both"]) == split_records(outs["array_record"]) == split_records(outs["tfrecord"])
@@ -354,6 +364,20 @@ def test_inspect_and_extract_read_array_record_datasets(datasets, tmp_path):
     assert files(tmp_path / "ar") == files(tmp_path / "tf")
     summary = run_cli("inspect", ar_out)
     assert summary.returncode == 0 and "train" in summary.stdout, summary.stderr
+
+
+def test_inspect_names_the_formats_and_the_twins_size(datasets):
+    for fmt, formats in (("tfrecord", "TFRecord shards"), ("both", "TFRecord and ArrayRecord shards"),
+                         ("array_record", "ArrayRecord shards")):
+        out, m = getattr(datasets, fmt)
+        done = run_cli("inspect", out)
+        lines = done.stdout.splitlines()
+        assert done.returncode == 0 and lines[0].endswith(f" hosts, {formats}"), (done.stdout, done.stderr)
+        for name, split in m.splits.items():
+            at = lines.index(f"  {name}: {split.num_records} records, {len(split.shards)}"
+                             f"{' ArrayRecord' if fmt == 'array_record' else ''} shards, {split.num_bytes / 1e6:.1f} MB")
+            twins = sum(t.num_bytes for t in split.array_record_shards or ())
+            assert (lines[at + 1] == f"    and their ArrayRecord twins, {twins / 1e6:.1f} MB") == (fmt == "both"), lines
 
 
 def test_the_resumable_grain_dataset_gives_the_same_steps_from_array_record_shards(datasets):
