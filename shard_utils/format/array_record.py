@@ -8,7 +8,8 @@ ends). Reading a gs:// shard goes through a local copy for the same reason. The 
 
 Writer options: `group_size:1` puts every record in its own chunk, so a random read decodes one record,
 not a group of them; `uncompressed` because the records are mostly JPEG bytes, which do not compress, so a
-compressor would cost every read CPU for nothing. The same records always give the same bytes.
+compressor would cost every read CPU for nothing. The same records always give the same bytes. The format ends
+every file with a 64 KiB-aligned postscript block, so a shard takes at least 128 KiB however few its records.
 """
 from __future__ import annotations
 
