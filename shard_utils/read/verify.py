@@ -19,7 +19,8 @@ from shard_utils.format.tfrecord import FramingError, iter_records
 
 
 def verify(dataset: str, deep: bool = False) -> list[str]:
-    """All problems found in a dataset (empty when it is intact)."""
+    """All problems found in a dataset (empty when it is intact). With `deep`, a dataset with ArrayRecord shards
+    needs the array_record package: MissingExtra before any check when it is not installed."""
     try:
         m = load(dataset)
     except ManifestError as exc:
