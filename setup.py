@@ -35,6 +35,9 @@ setup(
         "tf": ["tensorflow-cpu>=2.21,<2.22"],
         "heif": ["pillow-heif>=1.8,<2"],  # HEIC/HEIF phone photos (AVIF needs nothing: Pillow 12 reads it)
         "array_record": ["array-record>=0.8"],  # --format array_record/both: Grain's random-access shards
+        # Reading with Grain: RandomAccessSource and Grain's ArrayRecordDataSource (which needs array-record; Grain
+        # requires it too, except on Windows). Not pulled by `array_record`, which Dataflow images install to write.
+        "grain": ["grain>=0.2.18", "array-record>=0.8"],
         "report": ["matplotlib>=3.8"],  # `tpu-shards inspect --report`; not needed to build or load
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
         "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same

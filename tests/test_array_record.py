@@ -277,11 +277,21 @@ def test_append_grows_both_and_array_record_datasets_with_the_same_records(tmp_p
     for fmt, out in outs.items():
         built(root, out, "--format", fmt)
     write_images(root / "new", {"bird": 6, "cat": 5}, size=(40, 30), seed=50)
-    grown = {}
+    grown, printed = {}, {}
     for fmt, out in outs.items():
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()) as said:
             grown[fmt] = run_job(root, out, *OPTS, "--format", fmt, "--append")
+        printed[fmt] = said.getvalue().splitlines()
         assert len(grown[fmt].generations) == 2 and verify(str(out), deep=True) == []
+    for fmt, m in grown.items():  # the append's summary names the new shards' format and the new twins' size
+        for name, split in m.splits.items():
+            [line] = [i for i, text in enumerate(printed[fmt]) if text.startswith(f"  {name}: ")]
+            kind = "ArrayRecord shards" if fmt == "array_record" else "shards"
+            assert f"in {len([s for s in split.shards if s.generation == 1])} {kind} of" in printed[fmt][line]
+            twins = [t.num_bytes for t in split.array_record_shards or () if t.generation == 1]
+            after = printed[fmt][line + 1] if line + 1 < len(printed[fmt]) else ""
+            assert (after == f"    and their ArrayRecord twins, {sum(twins) / 1e6:.1f} MB") == (fmt == "both"), \
+                printed[fmt]
     both, alone = grown["both"], grown["array_record"]
     assert both.formats == ("tfrecord", "array_record") and alone.formats == ("array_record",)
     assert split_records(outs["both"]) == split_records(outs["array_record"]) == split_records(outs["tfrecord"])
@@ -357,6 +367,20 @@ def test_inspect_and_extract_read_array_record_datasets(datasets, tmp_path):
     assert summary.returncode == 0 and "train" in summary.stdout, summary.stderr
 
 
+def test_inspect_names_the_formats_and_the_twins_size(datasets):
+    for fmt, formats in (("tfrecord", "TFRecord shards"), ("both", "TFRecord and ArrayRecord shards"),
+                         ("array_record", "ArrayRecord shards")):
+        out, m = getattr(datasets, fmt)
+        done = run_cli("inspect", out)
+        lines = done.stdout.splitlines()
+        assert done.returncode == 0 and lines[0].endswith(f" hosts, {formats}"), (done.stdout, done.stderr)
+        for name, split in m.splits.items():
+            at = lines.index(f"  {name}: {split.num_records} records, {len(split.shards)}"
+                             f"{' ArrayRecord' if fmt == 'array_record' else ''} shards, {split.num_bytes / 1e6:.1f} MB")
+            twins = sum(t.num_bytes for t in split.array_record_shards or ())
+            assert (lines[at + 1] == f"    and their ArrayRecord twins, {twins / 1e6:.1f} MB") == (fmt == "both"), lines
+
+
 def test_the_resumable_grain_dataset_gives_the_same_steps_from_array_record_shards(datasets):
     grain = pytest.importorskip("grain")
     from shard_utils.read.random_access import RandomAccessSource
@@ -399,6 +423,37 @@ def test_without_the_package_array_record_is_one_line_naming_the_extra_and_tfrec
     done = run_cli("build", "--input", images, "--output", tmp_path / "out", "--format", "both", env=env)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
-    assert 'pip install -e ".[array_record]"' in lines[0] and "needs array_record" in lines[0]
+    assert 'pip install -e ".[array_record]"' in lines[0] and "--format both needs array_record" in lines[0]
     plain = run_cli("build", "--input", images, "--output", tmp_path / "plain", "--num-cores", "2", env=env)
     assert plain.returncode == 0, plain.stderr
+
+
+def test_without_the_package_verify_checks_array_record_bytes_and_deep_is_one_line_naming_the_extra(datasets,
+                                                                                                    tmp_path):
+    """Plain verify reads ArrayRecord shards as bytes (the base install checks any dataset); --deep, which reads
+    their records, stops before any work with one line naming what needs the package and the pip command."""
+    from base_install import environment
+
+    env = environment(tmp_path / "site", {"array_record"})
+    for fmt in ("both", "array_record"):
+        out = tmp_path / fmt
+        shutil.copytree(getattr(datasets, fmt)[0], out)
+        intact = run_cli("verify", out, env=env)
+        assert intact.returncode == 0 and "is intact" in intact.stdout, intact.stderr
+        deep = run_cli("verify", out, "--deep", env=env)
+        lines = deep.stderr.strip().splitlines()
+        assert deep.returncode == 2 and len(lines) == 1, deep.stderr
+        assert lines[0].startswith("tpu-shards: error: verify --deep") and "needs array_record" in lines[0] \
+            and 'pip install -e ".[array_record]"' in lines[0], lines
+        twin = load(str(out)).array_record_shards("train")[1]
+        data = bytearray((out / twin.path).read_bytes())
+        data[100] ^= 1
+        (out / twin.path).write_bytes(bytes(data))
+        damaged = run_cli("verify", out, env=env)
+        assert damaged.returncode == 1 and f"{twin.path}: crc32c" in damaged.stderr, damaged.stderr
+        # A reshard keeping the source's formats, or reading ArrayRecord shards, names what the user asked for.
+        resharded = run_cli("reshard", out, tmp_path / f"re-{fmt}", *(("--format", "tfrecord") if fmt ==
+                                                                       "array_record" else ()), env=env)
+        lines = resharded.stderr.strip().splitlines()
+        assert resharded.returncode == 2 and len(lines) == 1 and not (tmp_path / f"re-{fmt}").exists(), lines
+        assert lines[0].startswith(f"tpu-shards: error: resharding a dataset of --format {fmt} needs array_record")

@@ -63,3 +63,22 @@ def test_the_getting_started_page_repeats_the_readmes_commands():
     assert len(commands) == 2, "the README's try-it and test commands"
     page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
     assert [c for c in commands if c not in page] == []
+
+
+def test_the_getting_started_page_names_every_build_option_and_every_extra():
+    """Its option table covers what `build --help` lists, and its extras table every extra of setup.py."""
+    import argparse
+    import ast
+
+    from beam_jobs.jobs.options import parser
+
+    page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`(--[a-z][a-z-]*)", page))
+    options = {o for action in parser()._actions for o in action.option_strings
+               if action.help != argparse.SUPPRESS and o.startswith("--") and "_" not in o
+               and o not in ("--help", "--input", "--output")}
+    assert sorted(options - documented) == []
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    [call] = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup"]
+    extras = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "extras_require"))
+    assert sorted(set(extras) - set(re.findall(r"^\| `([a-z_]+)` \|", page, re.M))) == []

@@ -253,3 +253,56 @@ def test_grain_worker_processes_read_the_pickled_source(dataset):
     seen = ids(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
     assert sorted(seen) == sorted(ids(grain_pipeline(src, seed=5)))
     assert len(set(seen)) == len(src)
+
+
+def docs_snippet(marker: str) -> str:
+    """The Python block after `<!-- test: MARKER -->` in docs/random-access.md."""
+    import re
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "random-access.md").read_text(encoding="utf-8")
+    [snippet] = re.findall(rf"<!-- test: {marker} -->\n```python\n(.*?)```", page, re.S)
+    return snippet
+
+
+def test_the_docs_random_access_snippet_runs_as_written_without_jax(dataset, tmp_path):
+    """docs/random-access.md's RandomAccessSource snippet, unchanged, beside a dataset named `out`, in a process
+    where jax is not installed (it is not a dependency of tpu-shards)."""
+    import subprocess
+    import sys
+
+    from base_install import environment
+    from conftest import REPO
+
+    shutil.copytree(dataset, tmp_path / "out")
+    env = environment(tmp_path / "site", {"jax"})
+    env["PYTHONPATH"] += __import__("os").pathsep + str(REPO)
+    done = subprocess.run([sys.executable, "-c", docs_snippet("random-access snippet")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shapes = [line.split(")")[0] + ")" for line in done.stdout.splitlines()]
+    assert shapes == [f"({len(RandomAccessSource(str(dataset), 'train'))}, 32, 32, 3)"], done.stdout
+
+
+def test_the_docs_name_an_extra_that_brings_grain_before_each_grain_snippet():
+    """Every Python block of docs/random-access.md that imports grain follows a `pip install -e ".[EXTRA]"` line
+    (since the previous block) whose extra in setup.py lists grain."""
+    import ast
+    import re
+
+    from conftest import REPO
+
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    [call] = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup"]
+    extras = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "extras_require"))
+    page = (REPO / "docs" / "random-access.md").read_text(encoding="utf-8")
+    parts = re.split(r"```python\n(.*?)```", page, flags=re.S)  # text, code, text, code, ...
+    checked = 0
+    for before, code in zip(parts[0::2], parts[1::2]):
+        if re.search(r"^import grain|^from grain", code, re.M):
+            named = re.findall(r'pip install -e "\.\[([a-z_,]+)\]"', before)
+            assert any(any(r.startswith("grain") for e in n.split(",") for r in extras.get(e, [])) for n in named), \
+                (named, code[:80])
+            checked += 1
+    assert checked >= 2

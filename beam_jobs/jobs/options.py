@@ -275,9 +275,10 @@ def embed_spec(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
 
 
-def check_format(value: str, shard_extension: str) -> str:
-    """--format, checked: ArrayRecord needs the array_record package (MissingExtra naming the pip command), and
-    --shard-extension names TFRecord shards, which --format array_record does not publish."""
+def check_format(value: str, shard_extension: str, needed_for: str | None = None) -> str:
+    """--format, checked: ArrayRecord needs the array_record package (MissingExtra naming the pip command and
+    `needed_for`, what asked for ArrayRecord: default `--format VALUE`), and --shard-extension names TFRecord
+    shards, which --format array_record does not publish."""
     if value not in FORMATS:
         raise UsageError(f"--format {value!r} must be one of {', '.join(FORMATS)}")
     if value == "array_record" and shard_extension != "tfrecord":
@@ -286,7 +287,7 @@ def check_format(value: str, shard_extension: str) -> str:
     if value != "tfrecord":
         from shard_utils.format import array_record
 
-        array_record.check_installed()
+        array_record.check_installed(needed_for or f"--format {value}")
     return value
 
 

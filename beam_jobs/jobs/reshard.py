@@ -351,7 +351,12 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
     first = re.match(SHARD_PATTERN, posixpath.basename(next(iter(source.splits.values())).shards[0].path))
     shard_format = args.format or source_format(source)
     if shard_format != "tfrecord":
-        options.check_format(shard_format, first["extension"] if first and shard_format == "both" else "tfrecord")
+        options.check_format(shard_format, first["extension"] if first and shard_format == "both" else "tfrecord",
+                             None if args.format else f"resharding a dataset of --format {shard_format}")
+    if source.shard_format == ARRAY_RECORD:  # its records are read from its ArrayRecord shards, whatever it becomes
+        from shard_utils.format import array_record
+
+        array_record.check_installed("resharding a dataset of --format array_record")
     return BuildConfig(
         input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple((name, 1.0) for name in source.splits), num_cores=cores, num_hosts=hosts,

@@ -34,18 +34,34 @@ def metrics_summary(result) -> str:
     return ("  counters: " + ", ".join(f"{n} {totals[n]}" for n in names)) if names else ""
 
 
+FORMAT_NAMES = {"tfrecord": "TFRecord", "array_record": "ArrayRecord"}
+
+
+def formats_text(m: manifest.Manifest) -> str:
+    """The dataset's shard formats in words: "TFRecord shards", "ArrayRecord shards", "TFRecord and ArrayRecord
+    shards"."""
+    return " and ".join(FORMAT_NAMES[f] for f in m.formats) + " shards"
+
+
+def shard_kind(m: manifest.Manifest) -> str:
+    """" ArrayRecord" when a dataset's `shards` are ArrayRecord files, else "" (they are TFRecord)."""
+    return " ArrayRecord" if m.shard_format != "tfrecord" else ""
+
+
+def twins_line(twins: list[manifest.Shard] | None) -> list[str]:
+    """The line naming a split's (or a generation's) ArrayRecord twins and their size; none without twins."""
+    return [f"    and their ArrayRecord twins, {sum(s.num_bytes for s in twins) / 1e6:.1f} MB"] if twins else []
+
+
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:
     """A few lines a person reads at the end of a local run."""
     how = f"{runner}, {workers} encode processes" if workers > 1 else runner
     lines = [f"tpu-shards: wrote {m.location} in {seconds:.1f}s ({how})"]
     for name, split in m.splits.items():
         sizes = sorted({s.num_records for s in split.shards})
-        kind = " ArrayRecord" if m.shard_format != "tfrecord" else ""
-        lines.append(f"  {name}: {split.num_records} records in {len(split.shards)}{kind} shards "
+        lines.append(f"  {name}: {split.num_records} records in {len(split.shards)}{shard_kind(m)} shards "
                      f"of {'/'.join(map(str, sizes))} records, {split.num_bytes / 1e6:.1f} MB")
-        if split.array_record_shards:
-            twins = sum(s.num_bytes for s in split.array_record_shards)
-            lines.append(f"    and their ArrayRecord twins, {twins / 1e6:.1f} MB")
+        lines += twins_line(split.array_record_shards)
 
     def reasons(part: dict) -> str:
         return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""

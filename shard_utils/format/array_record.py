@@ -8,7 +8,8 @@ ends). Reading a gs:// shard goes through a local copy for the same reason. The 
 
 Writer options: `group_size:1` puts every record in its own chunk, so a random read decodes one record,
 not a group of them; `uncompressed` because the records are mostly JPEG bytes, which do not compress, so a
-compressor would cost every read CPU for nothing. The same records always give the same bytes.
+compressor would cost every read CPU for nothing. The same records always give the same bytes. The format ends
+every file with a 64 KiB-aligned postscript block, so a shard takes at least 128 KiB however few its records.
 """
 from __future__ import annotations
 
@@ -44,20 +45,21 @@ class Written:
     sha256: str
 
 
-def module():
-    """array_record's reader and writer module, or MissingExtra with the pip command that installs it."""
-    return require("array_record.python.array_record_module", EXTRA, "ArrayRecord shards (--format array_record)")
+def module(needed_for: str = "reading ArrayRecord shards"):
+    """array_record's reader and writer module, or MissingExtra with the pip command that installs it; the
+    message starts with `needed_for`, what the user asked for that needs it."""
+    return require("array_record.python.array_record_module", EXTRA, needed_for)
 
 
-def check_installed() -> None:
-    """MissingExtra now, before any work, when the package is missing."""
-    module()
+def check_installed(needed_for: str) -> None:
+    """MissingExtra now, before any work, when the package is missing (`needed_for`: as `module`)."""
+    module(needed_for)
 
 
 def write_shard(records: Iterable[bytes], dst: str) -> Written:
     """Write the records, in order, as the ArrayRecord file `dst` (local or gs://), which appears whole or not at
     all. Safe to run twice, or twice at once: each writer has its own temporary file and the bytes are the same."""
-    writer_cls = module().ArrayRecordWriter
+    writer_cls = module("writing ArrayRecord shards").ArrayRecordWriter
     local = not storage.is_gcs(dst)
     scratch = os.path.dirname(os.path.abspath(dst)) if local else None
     if scratch:

@@ -19,11 +19,15 @@ from shard_utils.format.tfrecord import FramingError, iter_records
 
 
 def verify(dataset: str, deep: bool = False) -> list[str]:
-    """All problems found in a dataset (empty when it is intact)."""
+    """All problems found in a dataset (empty when it is intact). With `deep`, a dataset with ArrayRecord shards
+    needs the array_record package: MissingExtra before any check when it is not installed."""
     try:
         m = load(dataset)
     except ManifestError as exc:
         return [str(exc)]
+    if deep and ARRAY_RECORD in m.formats:  # before any work: a deep check reads every ArrayRecord record
+        array_record.check_installed("verify --deep, which reads the ArrayRecord shards' records (plain verify "
+                                     "does not),")
     problems: list[str] = []
     for split_name, split in m.splits.items():
         if m.shard_format == ARRAY_RECORD:
@@ -183,20 +187,17 @@ def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | list[str] |
 
 
 def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Shard | None = None) -> list[str]:
-    """Problems with one ArrayRecord shard: size and checksums (object metadata on gs:// unless `deep`), its record
-    count; with `deep`, every record read and checked, and equal to its TFRecord twin's when there is one."""
+    """Problems with one ArrayRecord shard: size and checksums (object metadata on gs:// unless `deep`), read as
+    bytes, so without the array_record package; with `deep`, every record read with the package and checked, its
+    count, and each record equal to its TFRecord twin's when there is one."""
     path = storage.join(m.location, shard.path)
     if not deep and storage.stores_checksums(path):
         return _check_stored_checksums(path, shard)
     try:
+        if not deep:
+            return _check_file(path, shard)
         with array_record.local_copy(path) as local:
             problems = _check_file(local, shard)
-            if problems and not deep:
-                return problems
-            if not deep:
-                count = array_record.count_records(local, shard.path)
-                return [f"{shard.path}: {count} records, manifest says {shard.num_records}"] \
-                    if count != shard.num_records else []
             try:
                 return problems + _check_records(m, local, shard, tfrecord)
             except array_record.ArrayRecordError as exc:
@@ -209,10 +210,10 @@ def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Sh
         return [str(exc)]
 
 
-def _check_file(local: str, shard: Shard) -> list[str]:
-    """Size, CRC32C and SHA-256 of a local copy of a shard against its manifest entry."""
+def _check_file(path: str, shard: Shard) -> list[str]:
+    """Size, CRC32C and SHA-256 of a shard's bytes against its manifest entry."""
     digest = storage.Digest()
-    with storage.open_read(local) as f:
+    with storage.open_read(path) as f:
         while block := f.read(storage.READ_CHUNK_SIZE):
             digest.update(block)
     return digest_problems(digest, shard)
