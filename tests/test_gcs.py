@@ -335,16 +335,16 @@ def test_a_bucket_build_reads_each_source_once_and_little_of_its_runs_back(gcs, 
 
     from beam_jobs.pipeline.layout import SAMPLE_SIZE
 
-    write_images(tmp_path / "in", {"a": 150, "b": 150}, size=(64, 48))
+    write_images(tmp_path / "in", {"a": 80, "b": 80}, size=(64, 48))
     raw = gcs.new_bucket("rawreads")
-    assert gcs.upload_tree(tmp_path / "in", raw, "in") == 300
+    assert gcs.upload_tree(tmp_path / "in", raw, "in") == 160
     out = f"gs://{gcs.new_bucket('reads')}/ds"
     with contextlib.redirect_stdout(io.StringIO()), FaultProxy(gcs.url) as proxy, storage_host(proxy.url):
         m = run_job(f"gs://{raw}/in", out, "--workers", "1", "--num-shards", "16", "--num-cores", "8",
                     "--run-part-mb", "0.004")
     gets = [(urllib.parse.unquote(p), n) for method, p, n in proxy.served if method == "GET" and "alt=media" in p]
     sources = [p for p, _ in gets if f"/b/{raw}/" in p]
-    assert len(set(sources)) == 300 and len(sources) <= 300 + SAMPLE_SIZE
+    assert len(set(sources)) == 160 and len(sources) <= 160 + SAMPLE_SIZE
     read_back = sum(n for p, n in gets if "/runs/" in p and ".records" in p)  # records, not their metadata
     written = m.splits["train"].num_bytes
     assert 0 < read_back <= 0.25 * written, (read_back, written)
