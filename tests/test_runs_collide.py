@@ -110,11 +110,11 @@ def test_ctrl_c_at_random_moments_gives_one_line_exit_130_and_no_orphans(tmp_pat
     assert run_cli("build", "--input", src, "--output", out, "--image-size", "64").returncode == 0
     rng = random.Random(7)
     outcomes = []
-    for attempt in range(8):
+    for attempt in range(5):
         tag = f"tpu-shards-ctrl-c-{os.getpid()}-{attempt}"
         proc = start_build("--input", src, "--output", out, "--overwrite", "--image-size", "64", "--workers", "2",
                            env={"TPU_SHARDS_TEST_TAG": tag})
-        time.sleep(rng.uniform(0.3, 6.0))
+        time.sleep(rng.uniform(0.3, 4.0))  # a build of these images takes about 3 s: most moments interrupt it
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         started = time.monotonic()
