@@ -21,6 +21,7 @@ from shard_utils import storage
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
 READS_IN_FLIGHT = 16  # gs:// reads a worker keeps going while it decodes
 BYTES_IN_FLIGHT = 128 * 2**20  # ... and the file bytes they may hold at once
+READ_BLOCK = 8 * 2**20  # the largest read of a local file
 UNKNOWN_SIZE = 2**20  # what a read of a file of unknown size is counted as, for that budget
 
 
@@ -66,7 +67,7 @@ def _read_local(path: str, max_bytes: int) -> bytes | Unusable:
         if st.st_size > max_bytes:
             return _too_large(st.st_size, max_bytes)
         try:
-            data = _read_up_to(fd, max_bytes + 1)
+            data = _read_up_to(fd, max_bytes + 1, st.st_size)
         except OSError as exc:
             return Unusable("unreadable", exc.strerror or str(exc))
     finally:
@@ -76,15 +77,20 @@ def _read_local(path: str, max_bytes: int) -> bytes | Unusable:
     return data
 
 
-def _read_up_to(fd: int, limit: int) -> bytes:
-    parts, left = [], limit
+def _read_up_to(fd: int, limit: int, expected: int) -> bytes:
+    """At most `limit` bytes of fd. The first read asks for one byte more than the file's size, so that its
+    buffer is no larger than the file (allocating a large block per file costs more than reading it); a short
+    read is followed by a one-byte probe for the end, and a file still growing is read in doubling blocks."""
+    parts, left, want = [], limit, expected + 1
     while left > 0:
-        block = os.read(fd, min(left, 8 * 2**20))
+        asked = min(left, want)
+        block = os.read(fd, asked)
         if not block:
             break
         parts.append(block)
         left -= len(block)
-    return b"".join(parts)
+        want = 1 if len(block) < asked else min(READ_BLOCK, 2 * asked)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _read_gcs(uri: str, max_bytes: int, size_hint: int) -> bytes | Unusable:
