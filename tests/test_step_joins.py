@@ -1,11 +1,15 @@
-"""WithSingleton, Joined and collected on their own: the joins that stand in for side inputs."""
+"""WithSingleton, Joined and collected on their own: the joins that stand in for side inputs; Chunk, how many
+small elements travel as one."""
 from __future__ import annotations
+
+import pickle
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 from steps import pipeline, run
 
-from beam_jobs.pipeline.common import Joined, WithSingleton, collected
+from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected
+from shard_utils.inputs import MediaItem
 
 
 def sorted_lists(found: dict) -> dict:
@@ -41,4 +45,23 @@ def test_collected_passes_a_tagged_output_through_unchanged():
                  "even", main="odd"))
     assert_that(collected(parts.odd, "Odd"), equal_to([1, 3]), label="Odd values")
     assert_that(collected(parts.even, "Even"), equal_to([2]), label="Even values")
+    run(p)
+
+
+def test_a_chunk_reads_as_the_sequence_it_was_made_from_after_any_number_of_trips():
+    items = [MediaItem(f"a/{i}.jpg", f"/in/a/{i}.jpg", i, ("a",)) for i in range(50)]
+    chunk = Chunk(items)
+    packed = pickle.dumps(chunk)
+    assert pickle.dumps(chunk) == packed  # the items are pickled once; later trips reuse the bytes
+    back = pickle.loads(pickle.dumps(pickle.loads(packed)))
+    assert back == items and list(back) == items and len(back) == 50 and back[7] == items[7]
+    assert [x.size for x in back] == list(range(50)) and back != items[:-1] and Chunk() == []
+
+
+def test_chunks_cross_a_group_by_key_whole():
+    p = pipeline()
+    grouped = (p | beam.Create([("k", Chunk([(1, "a"), (2, "b")])), ("k", Chunk([(3, "c")]))])
+               | beam.GroupByKey()
+               | beam.MapTuple(lambda k, chunks: (k, sorted(x for chunk in chunks for x in chunk))))
+    assert_that(grouped, equal_to([("k", [(1, "a"), (2, "b"), (3, "c")])]))
     run(p)

@@ -19,7 +19,7 @@ from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count, rejected
+from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
 
 __all__ = ["EncodeRuns"]
@@ -51,7 +51,8 @@ def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple
         by_run: dict[tuple[str, int], list[MediaItem]] = {}
         for split, order, item in chunk:
             by_run.setdefault((split, found[split].run_of(order)), []).append(item)
-        yield from by_run.items()
+        for run, items in by_run.items():
+            yield run, Chunk(items)
 
 
 def probe_item(item: MediaItem, settings: EncodeSettings) -> bool:

@@ -22,7 +22,7 @@ from shard_utils.sharding.encode_run import item_order, read_items
 from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
 from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.pipeline.common import Joined, WithSingleton, collected, count
+from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected, count
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 
@@ -65,11 +65,11 @@ class PlanLayout(beam.PTransform):
         return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
 
 
-def key_chunk(chunk: list[MediaItem], splits, seed: int) -> list[Keyed]:
-    """Each item with its split and its place in the split's order."""
+def key_chunk(chunk: list[MediaItem], splits, seed: int) -> Chunk:
+    """Each item with its split and its place in the split's order: (split, order key, item)."""
     fractions = list(splits)
-    return [(item.split or choose_split(fractions, seed, item.source_id), item_order(item, seed), item)
-            for item in chunk]
+    return Chunk((item.split or choose_split(fractions, seed, item.source_id), item_order(item, seed), item)
+                 for item in chunk)
 
 
 class ListingTotalsFn(beam.CombineFn):

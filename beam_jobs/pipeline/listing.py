@@ -21,7 +21,7 @@ from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
 from beam_jobs.publish import Tally
-from beam_jobs.pipeline.common import count, rejected
+from beam_jobs.pipeline.common import Chunk, count, rejected
 
 __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
 
@@ -90,11 +90,11 @@ def list_task(task: ListTask, config: BuildConfig, final: bool) -> Iterator:
             yield beam.pvalue.TaggedOutput("tasks", ListTask(task.folder, start, stop))
 
 
-def listed(chunks: Iterable[list]) -> Iterator[list]:
+def listed(chunks: Iterable[list]) -> Iterator[Chunk]:
     """The chunks, each counted on the progress bar as it is listed (not when the listing is over)."""
     for chunk in chunks:
         progress.advance("list", len(chunk))
-        yield chunk
+        yield Chunk(chunk)
 
 
 def chunked(entries: Iterable, size: int = LIST_CHUNK) -> Iterator[list]:
@@ -119,7 +119,7 @@ def classify_chunk(entries: list[storage.Entry], config: BuildConfig):
     yield beam.pvalue.TaggedOutput("tally", tally)
     if found.media:
         progress.expect("encode", len(found.media))
-        yield found.media
+        yield Chunk(found.media)
 
 
 class ListListedMedia(beam.PTransform):
@@ -146,10 +146,10 @@ class ListListedMedia(beam.PTransform):
         return {"media": media, "rejected": rejects, "skipped_files": nothing, "tally": seen, "labels": labels}
 
 
-def _listed_chunk(chunk: list[MediaItem]) -> list[MediaItem]:
+def _listed_chunk(chunk: list[MediaItem]) -> Chunk:
     count("files_matched", len(chunk))
     progress.expect("encode", len(chunk))
-    return chunk
+    return Chunk(chunk)
 
 
 class DistinctLabels(beam.PTransform):
