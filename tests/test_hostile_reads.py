@@ -382,8 +382,8 @@ def test_by_default_a_bucket_shard_is_checked_by_its_stored_checksum_without_rea
     opened: list[str] = []
     real_open = storage.open_read
     monkeypatch.setattr(storage, "open_read", lambda uri, *a, **k: opened.append(uri) or real_open(uri, *a, **k))
-    with pytest.raises(ManifestError, match=f"shard gs://{bucket}/changed/train-00000-of-00002.tfrecord has CRC32C "
-                                            ".*it changed since the build"):
+    with pytest.raises(ManifestError, match=r"shard train-00000-of-00002.tfrecord: crc32c .*, manifest says .* \(it "
+                                            f"changed since the build\\). Run `tpu-shards verify gs://{bucket}/changed`"):
         loader.make_dataset(load(f"gs://{bucket}/changed"), "train", 1, training=False, repeat=False, image_size=8)
     assert loader.make_dataset(load(f"gs://{bucket}/valid"), "train", 1, training=False, repeat=False,
                                image_size=8) is not None

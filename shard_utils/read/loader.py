@@ -43,6 +43,7 @@ from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestEr
 from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.format.manifest import load as _load_manifest
 from shard_utils.format.tfrecord import FramingError, count_from_headers
+from shard_utils.read.verify import stored_problems
 from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
 
 __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",
@@ -285,7 +286,7 @@ def _check_framing(m: Manifest, split: str, which: Sequence[int], remote_headers
 
     def check(i: int) -> str | None:
         if "://" in paths[i] and not remote_headers:
-            return _stored_problem(paths[i], shards[i])
+            return "; ".join(f"shard {problem}" for problem in stored_problems(paths[i], shards[i])) or None
         return _framing_problem(paths[i], shards[i])
 
     with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
@@ -294,22 +295,6 @@ def _check_framing(m: Manifest, split: str, which: Sequence[int], remote_headers
         if problem is not None:
             raise ManifestError(f"{problem}. Run `tpu-shards verify {m.location or '.'}`, then recopy or rebuild the "
                                 "dataset")
-
-
-def _stored_problem(path: str, shard: Shard) -> str | None:
-    """Why a gs:// shard's stored size and CRC32C are not the manifest's, or None."""
-    try:
-        found = storage.checksum(path)
-    except storage.StorageError as exc:
-        return f"shard {path} cannot be read safely: {storage.problem(exc)}"
-    if found is None:
-        return f"shard {path} is missing"
-    size, crc = found
-    if size != shard.num_bytes:
-        return f"shard {path} holds {size} bytes, the manifest says {shard.num_bytes} bytes"
-    if crc != shard.crc32c:
-        return f"shard {path} has CRC32C {crc}, the manifest says {shard.crc32c}: it changed since the build"
-    return None
 
 
 def _framing_problem(path: str, shard: Shard) -> str | None:

@@ -77,7 +77,7 @@ def _stated_file(m: Manifest, entry: Shard | IndexFile) -> list[str]:
     """A shard or index that is not a regular file of its manifest size (and CRC32C where storage keeps it)."""
     path = storage.join(m.location, entry.path)
     if storage.stores_checksums(path):
-        return _check_stored_checksums(path, entry)
+        return stored_problems(path, entry)
     try:
         with storage.open_read(path):  # refuses a pipe, device or socket without waiting on it
             pass
@@ -160,7 +160,7 @@ def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | list[str] |
     """Problems with one shard (its bytes may be given, already read)."""
     path = storage.join(m.location, shard.path)
     if not deep and storage.stores_checksums(path):
-        return _check_stored_checksums(path, shard)  # no download: size and crc32c are metadata
+        return stored_problems(path, shard)  # no download: size and crc32c are metadata
     data = _read_shard(m, shard) if data is None else data
     if isinstance(data, list):
         return data
@@ -192,7 +192,7 @@ def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Sh
     count, and each record equal to its TFRecord twin's when there is one."""
     path = storage.join(m.location, shard.path)
     if not deep and storage.stores_checksums(path):
-        return _check_stored_checksums(path, shard)
+        return stored_problems(path, shard)
     try:
         if not deep:
             return _check_file(path, shard)
@@ -320,19 +320,21 @@ def _jpeg_problems(encoded: bytes) -> Iterator[str]:
         yield f"does not decode: {storage.problem(exc)}"
 
 
-def _check_stored_checksums(path: str, shard: Shard | IndexFile) -> list[str]:
+def stored_problems(path: str, entry: Shard | IndexFile) -> list[str]:
+    """How a file whose storage keeps its size and CRC32C (gs://) differs from its manifest entry, from that
+    metadata alone (nothing downloaded); each problem names the entry's path. Empty when it matches."""
     try:
         found = storage.checksum(path)
     except storage.StorageError as exc:
-        return [f"{shard.path}: cannot read object metadata: {storage.problem(exc, path)}"]
+        return [f"{entry.path}: cannot read object metadata: {storage.problem(exc, path)}"]
     if found is None:
-        return [f"{shard.path}: missing"]
+        return [f"{entry.path}: missing"]
     size, crc = found
     problems = []
-    if size != shard.num_bytes:
-        problems.append(f"{shard.path}: size {size} bytes, manifest says {shard.num_bytes}")
-    if crc != shard.crc32c:
-        problems.append(f"{shard.path}: crc32c {crc}, manifest says {shard.crc32c}")
+    if size != entry.num_bytes:
+        problems.append(f"{entry.path}: size {size} bytes, manifest says {entry.num_bytes}")
+    if crc != entry.crc32c:
+        problems.append(f"{entry.path}: crc32c {crc}, manifest says {entry.crc32c} (it changed since the build)")
     return problems
 
 
