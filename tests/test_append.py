@@ -219,7 +219,7 @@ def test_one_new_file_joins_the_latest_generation_of_its_split(two_splits, tmp_p
         (split,) = g.num_records
         assert g.num_records == {split: 1} and g.files_seen == 1
         assert g.carried == {split: old.splits[split].num_records}
-        assert f"{split}: 1 new records together with the {g.carried[split]} records of its latest generation" in printed
+        assert f"{split}: 1 new record together with the {g.carried[split]} records of its latest generation" in printed
         assert [s.generation for s in grown.splits[split].shards] == [step] * g.num_shards[split]
         assert grown.splits[split].num_records == old.splits[split].num_records + 1
         for other in set(grown.splits) - {split}:

@@ -181,6 +181,12 @@ def test_summary_is_printed(images, tmp_path, capsys):
     assert "train: 36 records in 8 shards of 4/5 records" in text and "files seen 36" in text
 
 
+def test_summary_of_one_record_in_one_shard_says_so_in_the_singular(tmp_path, capsys):
+    write_images(tmp_path / "in", {"cat": 1})
+    run_job(tmp_path / "in", tmp_path / "out", "--num-cores", "1")
+    assert "train: 1 record in 1 shard of 1 record, " in capsys.readouterr().out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bits", [0, 2])
 def test_every_hash_bucket_size_gives_the_same_bytes_on_one_and_two_workers(tmp_path, bits):

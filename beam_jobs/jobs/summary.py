@@ -53,14 +53,20 @@ def twins_line(twins: list[manifest.Shard] | None) -> list[str]:
     return [f"    and their ArrayRecord twins, {sum(s.num_bytes for s in twins) / 1e6:.1f} MB"] if twins else []
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 record", "2 records"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:
     """A few lines a person reads at the end of a local run."""
     how = f"{runner}, {workers} encode processes" if workers > 1 else runner
     lines = [f"tpu-shards: wrote {m.location} in {seconds:.1f}s ({how})"]
     for name, split in m.splits.items():
         sizes = sorted({s.num_records for s in split.shards})
-        lines.append(f"  {name}: {split.num_records} records in {len(split.shards)}{shard_kind(m)} shards "
-                     f"of {'/'.join(map(str, sizes))} records, {split.num_bytes / 1e6:.1f} MB")
+        lines.append(f"  {name}: {counted(split.num_records, 'record')} in {len(split.shards)}{shard_kind(m)} "
+                     f"{'shard' if len(split.shards) == 1 else 'shards'} of {'/'.join(map(str, sizes))} "
+                     f"{'record' if sizes == [1] else 'records'}, {split.num_bytes / 1e6:.1f} MB")
         lines += twins_line(split.array_record_shards)
 
     def reasons(part: dict) -> str:
