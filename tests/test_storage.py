@@ -547,7 +547,9 @@ def _increment(uri: str, times: int, barrier) -> None:
 
 
 def _race(target, args_of, n: int) -> None:
-    ctx = multiprocessing.get_context("fork")
+    """n processes running target at once. Spawned, not forked: a fork of this many-threaded process can inherit
+    a lock some other thread held (a child then waited a minute for a request's timeout)."""
+    ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(n)
     procs = [ctx.Process(target=target, args=(*args_of(i), barrier)) for i in range(n)]
     for p in procs:
@@ -559,7 +561,7 @@ def _race(target, args_of, n: int) -> None:
 
 def test_two_processes_racing_to_create_one_file(cas_root):
     uri = storage.join(cas_root, "lock")
-    results = multiprocessing.get_context("fork").Queue()
+    results = multiprocessing.get_context("spawn").Queue()
     for _ in range(3):
         storage.delete(uri)
         _race(_create_one, lambda i: (uri, i, results), 2)
