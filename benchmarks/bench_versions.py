@@ -38,18 +38,25 @@ def checkout(rev: str, work: Path) -> Path:
     return tree
 
 
-def timed_build(tree: Path, source: Path, out: Path, workers: int, flags: tuple[str, ...]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the build and its worker processes) of one build by the tree's own code."""
+def run_child(tree: Path, scripts: Path, module: str, source: Path, out: Path, workers: int,
+              flags: tuple[str, ...]) -> dict:
+    """What `python -m module RESULT.json -- JOB ARGS` writes to RESULT.json after one build by the tree's own code
+    (module: a child script of the build_bench package found in `scripts`)."""
     result = out.with_suffix(".json")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "benchmarks")]),
-           "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(scripts)]), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONHASHSEED": "0"}
     args = ["--", "--input", str(source), "--output", str(out), "--overwrite", "--no-progress", "--workers",
             str(workers), *flags]
-    done = subprocess.run([sys.executable, "-m", "build_bench.job_child", str(result), *args], cwd=tree, env=env,
+    done = subprocess.run([sys.executable, "-m", module, str(result), *args], cwd=tree, env=env,
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"build by {tree} failed: {done.stdout[-1500:]}{done.stderr[-1500:]}")
-    found = json.loads(result.read_text())
+    return json.loads(result.read_text())
+
+
+def timed_build(tree: Path, source: Path, out: Path, workers: int, flags: tuple[str, ...]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the build and its worker processes) of one build by the tree's own code."""
+    found = run_child(tree, tree / "benchmarks", "build_bench.job_child", source, out, workers, flags)
     return found["seconds"], found["cpu_seconds"]
 
 
