@@ -16,3 +16,18 @@ def square_or_crash(item, pause: float = 0.0):
 
 def fail_with_message(name):
     raise ValueError(f"cannot use {name!r}: a message the build should show")
+
+
+class _Unloadable:
+    """An answer the worker can pickle and the build cannot unpickle."""
+
+    def __reduce__(self):
+        return _refuse_to_load, ()
+
+
+def _refuse_to_load():
+    raise ValueError("this answer cannot be loaded here")
+
+
+def answer_unloadable(_):
+    return _Unloadable()

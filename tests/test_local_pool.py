@@ -65,6 +65,17 @@ def test_an_exception_in_a_task_comes_back_with_its_message(helpers_on_path):
     assert str(got["x"].error) == "cannot use 'x.jpg': a message the build should show"
 
 
+def test_an_answer_the_build_cannot_read_fails_it_in_one_line_instead_of_hanging(helpers_on_path):
+    pool = LocalPool(1)
+    try:
+        pool.submit(pool_helpers.answer_unloadable, 1)
+        with pytest.raises(RuntimeError, match=r"local pool: cannot read a worker's answer \(ValueError: this answer "
+                                               r"cannot be loaded here\)"):
+            list(pool.drain())
+    finally:
+        pool.close()
+
+
 def test_tasks_are_functions_a_worker_can_import():
     assert task_name(encode_item) == "shard_utils.media.encode:encode_item"
     with pytest.raises(ValueError, match="module-level function"):
