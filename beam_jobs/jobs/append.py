@@ -34,7 +34,7 @@ from beam_jobs.jobs import options
 from beam_jobs import progress, publish
 from beam_jobs.publish.append import append_naming, plan_append
 from beam_jobs.jobs.checks import inside, pipeline_options, prepare_inputs
-from beam_jobs.jobs.summary import counted, counter_totals, shard_kind, twins_line
+from beam_jobs.jobs.summary import counted, counter_totals, shard_noun, shards_of, twins_line
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs.running import execute, guard_interrupts
@@ -339,15 +339,12 @@ def append_summary(m: manifest.Manifest, seconds: float) -> str:
     lines = [f"tpu-shards: appended generation {g.generation} to {m.location} in {seconds:.1f}s"]
     for name, n in g.num_records.items():
         mine = [s for s in m.splits[name].shards if s.generation == g.generation]
-        sizes = sorted({s.num_records for s in mine})
         carried = g.carried.get(name, 0)
         joined = (f" together with the {counted(carried, 'record')} of its latest generation (too few new records "
                   "for shards of their own; copied, not decoded)" if carried else "")
-        kind = shard_kind(m)
-        lines.append(f"  {name}: {counted(n, 'new record')}{joined} in {counted(len(mine), (kind + ' shard').strip())} "
-                     f"of {'/'.join(map(str, sizes))} {'record' if sizes == [1] else 'records'}; the split now has "
+        lines.append(f"  {name}: {counted(n, 'new record')}{joined} in {shards_of(m, mine)}; the split now has "
                      f"{counted(m.splits[name].num_records, 'record')} in "
-                     f"{counted(len(m.splits[name].shards), (kind + ' shard').strip())}")
+                     f"{counted(len(m.splits[name].shards), shard_noun(m))}")
         lines += twins_line([t for t in m.splits[name].array_record_shards or () if t.generation == g.generation])
     lines.append(f"  new files {g.files_seen}: rejected {g.rejected}, skipped {g.skipped}; {g.already_in_dataset} "
                  "files were already in the dataset")

@@ -53,9 +53,21 @@ def twins_line(twins: list[manifest.Shard] | None) -> list[str]:
     return [f"    and their ArrayRecord twins, {sum(s.num_bytes for s in twins) / 1e6:.1f} MB"] if twins else []
 
 
+def shard_noun(m: manifest.Manifest) -> str:
+    """"shard", or "ArrayRecord shard" when a dataset's `shards` are ArrayRecord files."""
+    return (shard_kind(m) + " shard").strip()
+
+
 def counted(n: int, noun: str) -> str:
     """"1 record", "2 records"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def shards_of(m: manifest.Manifest, shards: list[manifest.Shard]) -> str:
+    """"8 shards of 9/10 records", "1 ArrayRecord shard of 1 record": how many shards and what they hold."""
+    sizes = sorted({s.num_records for s in shards})
+    return (f"{counted(len(shards), shard_noun(m))} of {'/'.join(map(str, sizes))} "
+            f"{'record' if sizes == [1] else 'records'}")
 
 
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:
@@ -63,10 +75,8 @@ def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1)
     how = f"{runner}, {workers} encode processes" if workers > 1 else runner
     lines = [f"tpu-shards: wrote {m.location} in {seconds:.1f}s ({how})"]
     for name, split in m.splits.items():
-        sizes = sorted({s.num_records for s in split.shards})
-        lines.append(f"  {name}: {counted(split.num_records, 'record')} in {len(split.shards)}{shard_kind(m)} "
-                     f"{'shard' if len(split.shards) == 1 else 'shards'} of {'/'.join(map(str, sizes))} "
-                     f"{'record' if sizes == [1] else 'records'}, {split.num_bytes / 1e6:.1f} MB")
+        lines.append(f"  {name}: {counted(split.num_records, 'record')} in {shards_of(m, split.shards)}, "
+                     f"{split.num_bytes / 1e6:.1f} MB")
         lines += twins_line(split.array_record_shards)
 
     def reasons(part: dict) -> str:
