@@ -82,9 +82,9 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
 @contextlib.contextmanager
 def long_lived_objects_left_alone():
     """Within the block, Python's cyclic garbage collector leaves alone the objects that exist when it starts
-    (and when `gc.freeze` is called again): modules, Beam, the graph. A full collection walks every object, a
-    pause of a tenth of a second or more in a build's driver, which a run of thousands of files met several
-    times while the encode processes waited for work. Afterwards they are collected as before."""
+    (and when `gc.freeze` is called again): modules, Beam, the graph. A full collection walks every object, and
+    in a build's driver that pause holds up the steps and the encode processes waiting on them. Afterwards the
+    objects are collected as before."""
     gc.freeze()
     try:
         yield
