@@ -27,7 +27,7 @@ def verify_command(argv: Sequence[str] | None) -> None:
 
 
 def inspect_command(argv: Sequence[str] | None) -> None:
-    from beam_jobs.jobs.summary import formats_text, shard_kind, twins_line
+    from beam_jobs.jobs.summary import counted, formats_text, shard_noun, twins_line
     from shard_utils.format.manifest import load
 
     ap = OneLineParser(prog="tpu-shards inspect",
@@ -43,7 +43,7 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
           f"{m.num_cores} cores x {m.num_hosts} hosts, {formats_text(m)}")
     for name, split in m.splits.items():
-        print(f"  {name}: {split.num_records} records, {len(split.shards)}{shard_kind(m)} shards, "
+        print(f"  {name}: {counted(split.num_records, 'record')}, {counted(len(split.shards), shard_noun(m))}, "
               f"{split.num_bytes / 1e6:.1f} MB")
         for line in twins_line(split.array_record_shards):
             print(line)
