@@ -95,6 +95,12 @@ class Split:
     shards: list[Shard]
     index: IndexFile | None = None
     array_record_shards: list[Shard] | None = None  # --format both: each shard's ArrayRecord twin, in shard order
+    unlabeled: int = 0  # records without a label (schema.NO_LABEL): all of them in an unlabeled build
+
+    @property
+    def labeled(self) -> bool:
+        """False for a split of unlabeled records (e.g. a Kaggle test set): the loader yields their source ids."""
+        return not (self.unlabeled and self.unlabeled == self.num_records)
 
 
 @dataclass
@@ -189,6 +195,8 @@ class Manifest:
                 split.pop("index")
             if split["array_record_shards"] is None:
                 split.pop("array_record_shards")
+            if not split["unlabeled"]:
+                split.pop("unlabeled")
             for shard in split["shards"] + (split.get("array_record_shards") or []):
                 if not shard["generation"]:
                     shard.pop("generation")
@@ -289,6 +297,9 @@ def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
     if impossible:
         raise ManifestError(f"{where}: class_counts gives {names.shown(impossible[0][0])} {impossible[0][1]} records; "
                             f"a count must be in 0..{num_records}, the split's records")
+    unlabeled = _count(obj, "unlabeled", where) if "unlabeled" in obj else 0
+    if unlabeled > num_records:
+        raise ManifestError(f"{where}: unlabeled {unlabeled} is more than its {num_records} records")
     index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
     if index is not None and shard_format == ARRAY_RECORD:
         raise ManifestError(f"{where}: a split of ArrayRecord shards has no index (its shards give random access)")
@@ -296,7 +307,7 @@ def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
     if twins is not None and shard_format == ARRAY_RECORD:
         raise ManifestError(f"{where}: array_record_shards are the twins of TFRecord shards; this dataset's shards "
                             "are ArrayRecord already")
-    return Split(num_records, num_bytes, dict(counts), shards, index, twins)
+    return Split(num_records, num_bytes, dict(counts), shards, index, twins, unlabeled)
 
 
 def _twins(raw: Any, shards: Sequence[Shard], where: str) -> list[Shard]:
@@ -434,12 +445,12 @@ def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, An
 
 
 def _check_single_label_counts(splits: Mapping[str, Split]) -> None:
-    """In a single-label dataset a record counts under one label at most."""
+    """In a single-label dataset a record counts under one label at most, and an unlabeled one under none."""
     for name, split in splits.items():
         total = sum(split.class_counts.values())
-        if total > split.num_records:
-            raise ManifestError(f"split {name!r}: class_counts add up to {total}, more than its {split.num_records} "
-                                "records (each has one label)")
+        if total + split.unlabeled > split.num_records:
+            raise ManifestError(f"split {name!r}: class_counts add up to {total}, and {split.unlabeled} records are "
+                                f"unlabeled: more than its {split.num_records} records (each has one label or none)")
 
 
 def _counts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, int]:

@@ -163,7 +163,8 @@ def make_dataset(
     batches, so one step takes batch_size x local replicas records from it. Without a strategy
     (plain Keras, JAX/NumPy per host) it is the batch of this host. Elements are
     `(input, label)` when training, `(input, label, weight)` when evaluating, or dicts when
-    `as_dict=True`; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
+    `as_dict=True`; a split without labels (an unlabeled build) gives `(input, source_id)` with
+    `training=False` (padding: source_id b"", weight 0), every record once per pass; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
     `features="embedding"`, the precomputed embedding (no media decoded). Labels are indices into
     `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to [0, 1], then
     normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and
@@ -188,8 +189,13 @@ def make_dataset(
     if training and not repeat:
         raise ValueError("repeat=False is for evaluation; training data repeats forever (give Keras "
                          "steps_per_epoch(manifest, split, global_batch_size))")
+    labeled = m.split(split).labeled
+    if training and not labeled:
+        raise ValueError(f"split {split!r} has no labels (an unlabeled build, e.g. a test set): read it with "
+                         "training=False, which gives (image, source_id) batches, each record once")
     decoder = RecordDecoder(m, features=features, as_dict=as_dict, training=training, image_size=image_size,
-                            dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip)
+                            dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip,
+                            labeled=labeled)
     n, index, local_replicas = _pipelines(input_context)
     paths = m.shard_paths(split)
     if check_files:

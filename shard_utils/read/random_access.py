@@ -223,7 +223,8 @@ class Decoder:
     """Turns a serialized record into numpy arrays, with Pillow (no TensorFlow); picklable for Grain workers.
 
     Output: "image" uint8 [H, W, 3] (a video gives "video" uint8 [T, H, W, 3]); "label" int64 (the 0-based
-    id, label_offset removed; a multi-label dataset gives a float32 multi-hot [num_classes]); "source_id"
+    id, label_offset removed; -1 for a record without a label; a multi-label dataset gives a float32 multi-hot
+    [num_classes], all zeros without a label); "source_id"
     str; and each extra column as "extra/<name>" (0-d for scalars, 1-d for lists).
     """
 
@@ -255,7 +256,7 @@ class Decoder:
         frames = [_jpeg(b, source_id) for b in media]
         out: dict[str, Any] = {"video": np.stack(frames)} if self.media_key == schema.VIDEO_ENCODED else {
             "image": frames[0]}
-        ids = np.asarray(fields.get(schema.LABEL, []), dtype=np.int64) - self.label_offset
+        ids = np.asarray(schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset), dtype=np.int64)
         if len(ids) and not ((ids >= 0) & (ids < self.num_classes)).all():
             raise ValueError(f"record {source_id!r}: label ids {ids.tolist()} are outside 0..{self.num_classes - 1}")
         if self.multi_label:
