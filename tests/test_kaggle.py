@@ -125,3 +125,22 @@ def test_extract_and_inspect_take_the_listing_s_ids_and_the_unlabeled_split(kagg
     assert done.count == 1 and (tmp_path / "test" / "test" / "unlabeled" / f"{test_id}.jpg").is_file()
     inspect_command([str(kaggle / "test_shards")])
     assert "test: 24 records (unlabeled)," in capsys.readouterr().out
+
+
+def test_listing_rows_without_labels_build_unlabeled_and_an_unlabeled_dataset_takes_no_labeled_append(tmp_path):
+    from shard_utils.errors import PlanError
+
+    comp = competition(tmp_path / "comp", train=8, test=0)
+    ids = [row["id"] for row in csv.DictReader(open(comp / "train.csv"))]
+    cells = ['"label": []', '"label": null', '"label": ""', '"label": " "']
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"path": "train_images/{i}.jpg", {cell}}}\n'
+                                                 for i, cell in zip(ids, cells)))
+    out = tmp_path / "out"
+    options = ("--splits", "test=1", "--num-cores", 2)
+    m = run_job(comp, out, "--listing", tmp_path / "rows.jsonl", *options)
+    assert m.labels == [] and m.split("test").unlabeled == 4 and m.rejected["count"] == 0
+    (tmp_path / "more.jsonl").write_text("".join(f'{{"path": "train_images/{i}.jpg", "label": "{k}"}}\n'
+                                                 for k, i in enumerate(ids[4:])))
+    with pytest.raises(PlanError, match="this dataset is unlabeled, and the new media have labels .*'0', '1'"):
+        run_job(comp, out, "--append", "--listing", tmp_path / "more.jsonl", *options)
+    assert load(str(out)).split("test").num_records == 4  # the dataset is as it was
