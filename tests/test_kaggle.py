@@ -1,4 +1,4 @@
-"""The Kaggle workflow end to end on a Kaggle-shaped competition (tests/kaggle.py): a listing with numeric labels
+"""The Kaggle workflow end to end on a Kaggle-shaped competition (tests/kaggle_comp.py): a listing with numeric labels
 0-11 built with --path-template, an unlabeled test folder built as its own dataset, two epochs on 8 replicas, the
 test split predicted exactly once and docs/loader.md's submission snippet writing submission.csv in the sample
 submission's order. Also what every reader and tool makes of the unlabeled split."""
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from conftest import REPO, run_job
-from kaggle import competition
+from kaggle_comp import competition
 
 from shard_utils.format import schema
 from shard_utils.format.index import read_index
@@ -29,8 +29,8 @@ def kaggle(tmp_path_factory):
     root = tmp_path_factory.mktemp("kaggle")
     comp = competition(root / "comp")
     run_job(comp, root / "train_shards", "--listing", comp / "train.csv", "--path-template", "train_images/{}.jpg",
-            "--splits", "train=1", "--image-size", 16)
-    run_job(comp / "test_images", root / "test_shards", "--splits", "test=1", "--image-size", 16)
+            "--splits", "train=1", "--image-size", 16, "--num-cores", 2)
+    run_job(comp / "test_images", root / "test_shards", "--splits", "test=1", "--image-size", 16, "--num-cores", 2)
     return root
 
 
