@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -148,15 +149,31 @@ class SplitLayout:
     boundary_slots: tuple[tuple[int, int], ...] = ()
     boundaries: tuple[OrderKey, ...] | None = None
 
-    @property
+    @cached_property
     def boundary_buckets(self) -> frozenset[int]:
+        """The buckets where some run starts: made once per layout, as every listed item is tested against it."""
         return frozenset(b for b, _ in self.boundary_slots)
+
+    @cached_property
+    def slots_by_bucket(self) -> Mapping[int, tuple[tuple[int, int], ...]]:
+        """{bucket: ((slot number, position in the bucket's sorted keys), ...)}: the run starts of each bucket."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for slot, (b, position) in enumerate(self.boundary_slots):
+            out.setdefault(b, []).append((slot, position))
+        return {b: tuple(found) for b, found in out.items()}
+
+    def __getstate__(self) -> dict:
+        """The fields only: what is derived from them is made again where it is used, not shipped."""
+        return {name: value for name, value in self.__dict__.items() if name not in _DERIVED}
 
     def run_of(self, key: OrderKey) -> int:
         """The run an item of this key belongs to."""
         if self.boundaries is None:
             raise InternalError(f"split {self.split!r}: run boundaries are not known yet")
         return bisect.bisect_right(self.boundaries, tuple(key))
+
+
+_DERIVED = frozenset(("boundary_buckets", "slots_by_bucket"))
 
 
 def plan_layout(split: str, totals: ListingTotals, sample: SizeSample, *, num_cores: int, num_hosts: int,
@@ -205,12 +222,11 @@ class BoundaryFinder:
         """(slot number, key) of every run start that lies in this bucket, from all of the bucket's keys."""
         ordered = sorted(tuple(k) for k in keys)
         out = []
-        for slot, (b, position) in enumerate(layout.boundary_slots):
-            if b == bucket:
-                if position >= len(ordered):
-                    raise InternalError(f"split {layout.split!r}: bucket {bucket} holds {len(ordered)} keys, "
-                                             f"a run starts at its key {position}")
-                out.append((slot, ordered[position]))
+        for slot, position in layout.slots_by_bucket.get(bucket, ()):
+            if position >= len(ordered):
+                raise InternalError(f"split {layout.split!r}: bucket {bucket} holds {len(ordered)} keys, "
+                                         f"a run starts at its key {position}")
+            out.append((slot, ordered[position]))
         return out
 
     @staticmethod
