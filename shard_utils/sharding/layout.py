@@ -50,9 +50,14 @@ class BucketCounts:
         self._merge(*np.unique(found, return_counts=True))
 
     def merge(self, other: "BucketCounts") -> None:
-        if other.bits != self.bits:
-            raise InternalError(f"bucket counts of {self.bits} and {other.bits} bits cannot be merged")
-        self._merge(other.buckets, other.counts)
+        self.merge_all([other])
+
+    def merge_all(self, others: Sequence["BucketCounts"]) -> None:
+        """Add the counts of many histograms at once: one pass over all of their buckets, not one per histogram."""
+        if any(other.bits != self.bits for other in others):
+            raise InternalError(f"bucket counts of {self.bits} and {[o.bits for o in others]} bits cannot be merged")
+        if others:
+            self._merge(np.concatenate([o.buckets for o in others]), np.concatenate([o.counts for o in others]))
 
     def _merge(self, buckets: np.ndarray, counts: np.ndarray) -> None:
         if not len(buckets):
@@ -96,10 +101,13 @@ class ListingTotals:
         self.keys.add_keys(sort_keys)
 
     def merge(self, other: "ListingTotals") -> None:
-        self.count += other.count
-        self.sized += other.sized
-        self.source_bytes += other.source_bytes
-        self.keys.merge(other.keys)
+        self.merge_all([other])
+
+    def merge_all(self, others: Sequence["ListingTotals"]) -> None:
+        self.count += sum(o.count for o in others)
+        self.sized += sum(o.sized for o in others)
+        self.source_bytes += sum(o.source_bytes for o in others)
+        self.keys.merge_all([o.keys for o in others])
 
 
 @dataclass(frozen=True)
