@@ -49,6 +49,7 @@ from shard_utils.storage import _local
 from beam_jobs import publish
 from beam_jobs.jobs.checks import prepare_output
 from beam_jobs.jobs.config import BuildConfig, RunInfo
+from beam_jobs.pipeline.common import SINGLETON_FANOUT
 from beam_jobs.pipeline.encode import assign_runs
 from beam_jobs.pipeline.layout import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
 from beam_jobs.pipeline.listing import LIST_CHUNK
@@ -319,8 +320,10 @@ def per_item_costs(planned: Planned, sample: int, first: int = 0) -> dict[str, f
     media = chunks_of(media_items(numbers))
     keyed = [key_chunk(c, config.splits, config.seed) for c in media]
     out["key (split + order hash)"] = per_item(lambda c: key_chunk(c, config.splits, config.seed), media)
-    count_fn, smallest = ListingTotalsFn(config.bucket_bits), SmallestFn(32)
-    out["count (totals + key histogram)"] = per_item(lambda c: count_fn.add_input({}, c), keyed)
+    planned.largest["keyed items of one WithSingleton key (streamed)"] = int(
+        sum(pickled(c) for c in keyed) / sample * planned.n / SINGLETON_FANOUT)
+    count_fn, smallest, totals = ListingTotalsFn(config.bucket_bits), SmallestFn(32), {}
+    out["count (totals + key histogram)"] = per_item(lambda c: count_fn.add_input(totals, c), keyed)  # one bundle
     acc: list = []
     out["size sample (32 smallest)"] = per_item(lambda c: acc.__setitem__(slice(None), smallest.add_input(acc, c)),
                                                 keyed)
@@ -328,6 +331,12 @@ def per_item_costs(planned: Planned, sample: int, first: int = 0) -> dict[str, f
     out["assign to run (run_of)"] = per_item(lambda c: list(assign_runs(c, [layouts])), keyed)
     out.update(run_and_shard_costs(planned, [item for c in media for item in c], config.seed))
     return out
+
+
+def merged_index_bytes(planned: Planned, index_part: str, records: int) -> int:
+    """Bytes of the split's index that MergeIndex writes on one worker: each shard's part, at this part's
+    bytes per record."""
+    return int(storage.size(index_part) / records * planned.plans[SPLIT].num_records)
 
 
 def run_and_shard_costs(planned: Planned, items: list, seed: int) -> dict[str, float]:
@@ -353,6 +362,8 @@ def run_and_shard_costs(planned: Planned, items: list, seed: int) -> dict[str, f
         start = time.process_time()
         written = write_shard(task, folder)
         copied = (time.process_time() - start) / written.num_records * 1e6
+        planned.largest["a split's index (MergeIndex, streamed)"] = merged_index_bytes(
+            planned, written.index_part, written.num_records)
     return {f"run sort + writer bookkeeping (runs of {per_run})": encoded,
             "shard copy + checksums + index rows": copied}
 

@@ -29,6 +29,7 @@ from shard_utils.errors import InternalError, PlanError
 
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing), when nothing better is known
+PENDING_KEYS = 4096  # keys a histogram holds back before merging them, at least
 UNSIZED_GUESS = 100_000  # bytes per record assumed for items of unknown size when no sample could be encoded
 
 OrderKey = tuple  # (sort_key, source_id)
@@ -36,18 +37,33 @@ OrderKey = tuple  # (sort_key, source_id)
 
 @dataclass
 class BucketCounts:
-    """A sparse histogram of sort keys by bucket: sorted bucket numbers and their counts."""
+    """A sparse histogram of sort keys by bucket: sorted bucket numbers and their counts.
+
+    Keys added a chunk at a time wait in `pending` until they are as many as the buckets held, then go in
+    together: adding a chunk does not go over every bucket held, whatever the number of chunks."""
 
     bits: int = DEFAULT_BUCKET_BITS
     buckets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending: list[np.ndarray] = field(default_factory=list, repr=False)  # bucket of each key not merged yet
+    pending_keys: int = field(default=0, repr=False)
 
     def add_keys(self, sort_keys: Sequence[int]) -> None:
         if not len(sort_keys):
             return
         keys = np.fromiter(sort_keys, dtype=np.uint64, count=len(sort_keys))
         found = (keys >> np.uint64(64 - self.bits)).astype(np.int64) if self.bits else np.zeros(len(keys), np.int64)
-        self._merge(*np.unique(found, return_counts=True))
+        self.pending.append(found)
+        self.pending_keys += len(found)
+        if self.pending_keys >= max(len(self.buckets), PENDING_KEYS):
+            self.flush()
+
+    def flush(self) -> "BucketCounts":
+        """Merge the pending keys into the histogram (before anything reads it)."""
+        if self.pending:
+            found, self.pending, self.pending_keys = np.concatenate(self.pending), [], 0
+            self._merge(*np.unique(found, return_counts=True))
+        return self
 
     def merge(self, other: "BucketCounts") -> None:
         self.merge_all([other])
@@ -56,26 +72,31 @@ class BucketCounts:
         """Add the counts of many histograms at once: one pass over all of their buckets, not one per histogram."""
         if any(other.bits != self.bits for other in others):
             raise InternalError(f"bucket counts of {self.bits} and {[o.bits for o in others]} bits cannot be merged")
-        if others:
-            self._merge(np.concatenate([o.buckets for o in others]), np.concatenate([o.counts for o in others]))
+        flushed = [o.flush() for o in others]
+        if flushed:
+            self._merge(np.concatenate([o.buckets for o in flushed]), np.concatenate([o.counts for o in flushed]))
 
     def _merge(self, buckets: np.ndarray, counts: np.ndarray) -> None:
         if not len(buckets):
             return
+        self.flush()
         all_buckets = np.concatenate([self.buckets, buckets.astype(np.int64)])
         all_counts = np.concatenate([self.counts, counts.astype(np.int64)])
         self.buckets, where = np.unique(all_buckets, return_inverse=True)
         self.counts = np.bincount(where, weights=all_counts, minlength=len(self.buckets)).astype(np.int64)
 
+    def __getstate__(self) -> dict:
+        return dict(self.flush().__dict__)
+
     @property
     def total(self) -> int:
-        return int(self.counts.sum())
+        return int(self.flush().counts.sum())
 
     def locate(self, ranks: Sequence[int]) -> list[tuple[int, int]]:
         """(bucket, position among the bucket's sorted keys) of the key of each rank (0-based)."""
         if not len(ranks):
             return []
-        ends = np.cumsum(self.counts)
+        ends = np.cumsum(self.flush().counts)
         wanted = np.asarray(ranks, dtype=np.int64)
         if wanted.min() < 0 or wanted.max() >= (ends[-1] if len(ends) else 0):
             raise InternalError(f"rank outside the {self.total} keys counted")
