@@ -399,6 +399,8 @@ def check_accounting(planned: Planned) -> list[str]:
 
 
 SERIAL = ("merge", "layout", "complete", "plan shards")
+PLANNING = ("key (split + order hash)", "count (totals + key histogram)", "size sample (32 smallest)",
+            "BoundaryKeys (wanted?)", "assign to run (run_of)")  # the per-item steps of planning and layout
 
 
 def simulate(n: int, *, sample: int, workers: int) -> dict:
@@ -426,6 +428,9 @@ def report(found: dict) -> list[str]:
     lines.append(f"    {'plan and layout, serial total':<48} {serial:8.2f}")
     lines.append("  CPU spread over workers, total (s):")
     lines += [f"    {name:<48} {t[name]:8.2f}" for name in ("count (parallel)", "boundary picks (parallel)")]
+    per_item = sum(found["per_item"][name] for name in PLANNING) * planned.n / 1e6
+    lines.append(f"    {'plan and layout in all (per item x N + serial)':<48} "
+                 f"{per_item + serial + t['boundary picks (parallel)']:8.2f}")
     lines.append("  largest element one worker holds (pickled bytes):")
     lines += [f"    {name:<48} {size:>12,}" for name, size in planned.largest.items()]
     lines.append("  storage calls of the fixed steps:")
