@@ -308,13 +308,13 @@ def per_item(step: Callable[[list], object], chunks: list[list]) -> float:
     return (time.process_time() - start) / max(1, n) * 1e6
 
 
-def per_item_costs(planned: Planned, sample: int, first: int = 0) -> dict[str, float]:
+def per_item_costs(planned: Planned, sample: int) -> dict[str, float]:
     """CPU microseconds per item of every per-item step, on `sample` items, against the layout of N items."""
     root = f"{BUCKET}/images"
     config = sim_config()
     drafts = {SPLIT: planned.draft}
     layouts = {SPLIT: planned.layout}
-    numbers = list(range(first, first + sample))
+    numbers = list(range(sample))
     entries = chunks_of([storage.Entry(source_id(i), object_size(i)) for i in numbers])
     out = {"classify (listing)": per_item(lambda c: sort_chunk(c, True, root, ListingOptions()), entries)}
     media = chunks_of(media_items(numbers))
