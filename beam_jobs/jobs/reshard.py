@@ -48,7 +48,7 @@ from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
 from beam_jobs.pipeline.publish import Publish
-from beam_jobs.pipeline.start import StartRun, new_run_id
+from beam_jobs.pipeline.start import StartRun, keep_lease, new_run_id
 from shard_utils.errors import PlanError
 from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
 
@@ -153,7 +153,7 @@ class _CopyFn(beam.DoFn):
         self._run: RunInfo | None = None
 
     def process(self, task: ShardTask, run: RunInfo):
-        self._run = run
+        self._run = keep_lease(run, self.config)
         cfg = self.config
         uri = storage.join(self.location, task.shard.path)
         records = array_record_shard_records(uri, task.shard, seed=cfg.seed, label_offset=cfg.label_offset,

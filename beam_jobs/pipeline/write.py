@@ -18,6 +18,7 @@ from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count
+from beam_jobs.pipeline.start import keep_lease
 
 __all__ = ["WriteShards"]
 
@@ -51,7 +52,7 @@ class _WriteShardFn(PooledDoFn):
         self.config = config
 
     def call(self, task: ShardTask, run: RunInfo):
-        return write_shard, (task, run.temp_dir, self.config.listing.extras), {
+        return write_shard, (task, keep_lease(run, self.config).temp_dir, self.config.listing.extras), {
             "array_record_twin": self.config.array_record}, None
 
     def done(self, context, result: ShardResult) -> Iterable[ShardResult]:
