@@ -143,7 +143,8 @@ def check_models_and_codecs(config: BuildConfig) -> BuildConfig:
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     """Beam options with the in-process runner as the local default; a UsageError in one line for a value Beam's
-    parser refuses, a runner Beam does not know, or options Beam's own validator refuses."""
+    parser refuses or a runner Beam does not know (`check_with_beam` runs Beam's validator, after a job's own
+    checks)."""
     args = list(beam_args)
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         args.append(f"--runner={LOCAL_RUNNER}")
@@ -156,14 +157,13 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
         last = (said.getvalue().strip().splitlines() or ["a Beam option is not valid"])[-1]
         raise UsageError(last.split(" error: ", 1)[-1]) from None
     check_runner(opts.view_as(StandardOptions).runner or LOCAL_RUNNER)
-    check_with_beam(opts)
     return opts
 
 
 def check_with_beam(opts: PipelineOptions) -> None:
     """Beam's own checks of its options for the runner (a Dataflow project id, its region and temporary
-    locations...), run before any work instead of when the pipeline is made: a UsageError naming everything
-    Beam refused, in one line. Beam logs warnings about the same options while it checks: they are dropped when
+    locations...), for a job to run after its own checks and before any work (Beam runs them when the pipeline
+    is made): a UsageError naming everything Beam refused, in one line. Beam logs warnings about the same options while it checks: they are dropped when
     it refuses (the line says it) and shown when it accepts."""
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner

@@ -40,7 +40,7 @@ from shard_utils.format.manifest import Manifest, Shard
 
 from beam_jobs.jobs import options
 from beam_jobs import publish
-from beam_jobs.jobs.checks import pipeline_options, prepare_output
+from beam_jobs.jobs.checks import check_with_beam, pipeline_options, prepare_output
 from beam_jobs.jobs.summary import counter_totals, summary
 from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo
 from beam_jobs.errors import OneLineParser, UsageError
@@ -382,6 +382,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     local = runner in options.LOCAL_RUNNERS and not template
     config = make_config(args, source, temp_root=publish.temp_root_for(args.dst, cloud.temp_location),
                          run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), local=local)
+    check_with_beam(opts)
     with guard_interrupts(config, local):
         created = prepare_output(config)
         started = time.monotonic()
