@@ -143,14 +143,16 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
 
     if max_pages is None and not delimiter:
         return (e for page in blobs.pages for e in entries_of(page)), [], None
-    found, folders, pages, last = [], [], 0, None
+    found: list[storage.Entry] = []
+    folders: list[str] = []
+    pages, last = 0, ""
     for page in blobs.pages:
         found += entries_of(page)
         here = [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
         folders += here
         pages += 1
         # The last entry in name order, object or sub-folder: a page of sub-folders alone goes on from its last.
-        last = max([e.rel_path for e in found[-1:]] + here + [last or ""])
+        last = max([e.rel_path for e in found[-1:]] + here + [last])
         if max_pages is not None and pages >= max_pages and blobs.next_page_token and last:
             return found, sorted(set(folders)), last
     return found, sorted(set(folders)), None
