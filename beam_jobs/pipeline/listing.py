@@ -31,7 +31,7 @@ __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
 LIST_CHUNK = 256  # items per element
 PAGES_PER_TASK = 10  # gs:// pages one worker lists of a range before cutting the rest into ranges
 CUTS_PER_TASK = 64  # most ranges one task hands on
-STAGES = 5  # the last stage walks what is left without cutting it (benchmarks/scale_sim: 4 suffice at 10^7)
+STAGES = 5  # the last walks what is left uncut; at 10^7 (benchmarks/scale_sim) date folders yyyy/mm/dd/hh reach it
 
 
 @dataclass(frozen=True)
