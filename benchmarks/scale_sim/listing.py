@@ -1,6 +1,6 @@
 """ListMedia's own listing over 10^6-10^7 synthetic object names, against a stand-in that pages like Cloud Storage.
 
-    python benchmarks/scale_sim/listing.py [--objects 1000000,10000000] [--layouts flat_numbered,...]
+    python -m benchmarks.scale_sim.listing [--objects 1000000,10000000] [--layouts flat_numbered,...]
 
 For each layout the bucket's names are made in memory (sorted), and `list_task` (beam_jobs/pipeline/listing.py)
 runs stage by stage as the graph runs it: every task of a stage lists on its own, through shard_utils' gs://
