@@ -97,3 +97,15 @@ def test_list_media_tasks_list_every_object_once_with_a_short_critical_path(layo
     assert found["once"] and found["listed"] == len(names) and found["left"] == 0
     assert found["preflight"] == 1
     assert found["critical"] <= 0.02 * found["pages"], found
+
+
+def test_a_flat_range_whose_pages_lie_in_one_large_sub_folder_hands_on_its_rest_and_the_level_after(monkeypatch):
+    """A level of one-file folders (listed flat, range by range) with two large folders among them, one
+    holding sub-folders of its own: a range whose pages all lie in one of them goes on in that folder and,
+    separately, in the level after it; every object is still listed once."""
+    monkeypatch.setattr(storage_base, "LIST_PAGE_SIZE", 5)
+    names = sorted([f"u{i:03d}/img.jpg" for i in range(120)] + [f"u050x/{i:04d}.jpg" for i in range(400)]
+                   + [f"u090x/{d}/{i:03d}.jpg" for d in "abc" for i in range(150)])
+    found = sim.simulate(names)
+    assert found["once"] and found["listed"] == len(names) and found["left"] == 0
+    assert found["critical"] <= found["pages"] / 2, found  # listed in turn, it would be all of them
