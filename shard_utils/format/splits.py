@@ -185,8 +185,8 @@ def _rows(term: Term, counts: list[int], text: str) -> tuple[int, int]:
         stop = n if term.stop is None else int(round(term.stop * n / 100.0))
     elif term.unit == "shard":
         s = len(counts)
-        for bound in (term.start, term.stop):
-            if bound is not None and not -s <= bound <= s:
+        for bound, last in ((term.start, s - 1), (term.stop, s)):
+            if bound is not None and not -s <= bound <= last:
                 raise ValueError(f"split expression {text!r}: {term.text!r} names shard {bound}; "
                                  f"{term.name!r} has {s} shards (0..{s - 1})")
         start = 0 if term.start is None else sum(counts[:int(term.start)])
