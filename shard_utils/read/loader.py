@@ -15,7 +15,7 @@ count, so a damaged shard fails with an error that names it. Local shards are ch
 TensorFlow opens them (regular files, every record header inside the file: TensorFlow's reader
 allocates whatever length a header gives).
 
-Only TensorFlow is needed (plus numpy and the manifest/schema modules); `gs://` paths
+TensorFlow and google-crc32c are needed (fastavro too for resumable input, which reads the index); `gs://` paths
 are read through TensorFlow's own filesystem.
 """
 from __future__ import annotations
@@ -30,11 +30,10 @@ from typing import Any, Union
 
 try:
     import tensorflow as tf
-except ImportError:  # the pip command that installs it here, not a bare ModuleNotFoundError
-    from shard_utils.extras import MissingExtra, install_hint
+except ImportError as _failed:  # one line: not installed, or installed but missing a package (named), with pip's fix
+    from shard_utils.extras import MissingExtra, import_problem
 
-    raise MissingExtra("the loader (shard_utils.loader) reads datasets with TensorFlow, which is not installed: "
-                       f"{install_hint('tf', 'tensorflow')}") from None
+    raise MissingExtra(import_problem(_failed, "tensorflow", "the loader (shard_utils.loader)", "tf")) from None
 
 from shard_utils import storage
 from shard_utils.format import topology
