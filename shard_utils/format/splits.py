@@ -122,7 +122,7 @@ def _term(part: str, whole: str) -> Term:
     unit = units.pop() if units else "abs"
     if len(parsed) == 1:  # train[k shard]: one shard
         value = parsed[0][0]
-        if unit != "shard":
+        if unit != "shard" or value is None:
             raise ValueError(f"split expression {whole!r}: {part!r} needs a slice [from:to]; only shards may be "
                              "named alone (train[3shard])")
         return Term(part, name, value, (int(value) + 1) or None, unit)  # [-1shard]: the last one
