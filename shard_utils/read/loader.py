@@ -197,10 +197,7 @@ def make_dataset(
     if training and not repeat:
         raise ValueError("repeat=False is for evaluation; training data repeats forever (give Keras "
                          "steps_per_epoch(manifest, split, global_batch_size))")
-    labeled = m.split(split).labeled
-    if training and not labeled:
-        raise ValueError(f"split {split!r} has no labels (an unlabeled build, e.g. a test set): read it with "
-                         "training=False, which gives (image, source_id) batches, each record once")
+    labeled = _labeled(m, selection, training)
     decoder = RecordDecoder(m, features=features, as_dict=as_dict, training=training, image_size=image_size,
                             dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip,
                             labeled=labeled)
@@ -232,6 +229,18 @@ def make_dataset(
         ds = ds.map(decoder.to_tuple(with_weight=not training), num_parallel_calls=AUTOTUNE)
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(_options(deterministic=resumable or not training, sharded=input_context is not None))
+
+
+def _labeled(m: Manifest, selection: Selection, training: bool) -> bool:
+    """Whether the selected splits have labels; a ValueError when they mix splits with and without labels, or
+    when training on splits without (an unlabeled build is read to predict: (image, source_id), each once)."""
+    labeled = {m.split(name).labeled for name in selection.splits}
+    if len(labeled) > 1:
+        raise ValueError(f"{selection.expression!r} mixes splits with labels and without; read them apart")
+    if training and labeled == {False}:
+        raise ValueError(f"split {selection.expression!r} has no labels (an unlabeled build, e.g. a test set): read "
+                         "it with training=False, which gives (image, source_id) batches, each record once")
+    return labeled != {False}
 
 
 def _check_batch(value: int, name: str) -> None:
