@@ -354,19 +354,22 @@ def test_a_bucket_build_reads_each_source_once_and_little_of_its_runs_back(gcs, 
 
 def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishes_nothing(gcs, source, monkeypatch,
                                                                                           capsys):
-    """A read that still fails after the client's retries (503s past its deadline) is not a rejection: the
+    """A read that still fails after its object's retries (503s past its budget) is not a rejection: the
     build fails, naming the object, and nothing is published; with 10 % of requests failing at random the
     same build completes (test_transient_faults_are_retried_and_do_not_change_the_output)."""
+    from dataclasses import replace
+
     from shard_utils.storage import _gcs as _storage_gcs
 
-    monkeypatch.setattr(_storage_gcs, "READ_RETRY", _storage_gcs.READ_RETRY.with_timeout(2.0))
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=0.1, budget_s=2.0))
     out = f"gs://{gcs.new_bucket('unavailable')}/ds"
     capsys.readouterr()
     with FaultProxy(gcs.url, fail_paths=r"/photos/dog/img0002\.jpg") as proxy, storage_host(proxy.url):
         code = cli_main(["build", "--input", source.uri, "--output", out, *OPTS, "--workers", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: ") and "503" in err[0]
+    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: 503 ")
+    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]  # retried on its own, then given up
     assert proxy.counts["503"] > 1  # retried before giving up
     bucket, prefix = storage.split_gcs(out)
     assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object

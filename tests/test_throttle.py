@@ -1,0 +1,189 @@
+"""Client-side throttling and per-object retries on a clock the test moves: what is held back, what is waited,
+when an object is given up, and that the throttle's odds are those of Beam's AdaptiveThrottler."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import requests
+from google.api_core import exceptions as api
+
+from shard_utils.storage import _gcs
+from shard_utils.storage.throttle import GaveUp, RetryPolicy, Throttle, Waited, with_retries
+
+
+class Clock:
+    """Time that moves only when the code under test sleeps (or the test says so)."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_nothing_is_held_back_while_the_server_accepts_what_is_sent():
+    clock = Clock()
+    throttle = Throttle(clock=clock, rng=random.Random(1))
+    for _ in range(5000):
+        assert throttle.admit()
+        throttle.accepted()
+        clock.now += 0.01
+    assert throttle.probability() == 0.0
+
+
+def test_against_a_server_that_serves_100_a_second_the_process_sends_about_k_times_that():
+    """Clients asking 1,000 times a second of a server that accepts 100: once the window has filled, what is
+    sent is about overload_ratio x what is accepted (the SRE book's client-side throttling), not 1,000."""
+    clock = Clock()
+    throttle = Throttle(clock=clock, rng=random.Random(7), overload_ratio=1.25)
+    sent_per_second = []
+    for second in range(200):
+        sent = served = 0
+        for i in range(1000):
+            clock.now = 1000.0 + second + i / 1000
+            if throttle.admit():
+                sent += 1
+                if served < 100:
+                    served += 1
+                    throttle.accepted()
+        sent_per_second.append(sent)
+    steady = sent_per_second[130:]  # past the first two-minute window
+    assert 115 <= sum(steady) / len(steady) <= 135, sum(steady) / len(steady)
+    assert sent_per_second[0] < 500  # it holds back within the first second of refusals
+    clock.now += 121  # a window with no requests: everything goes again
+    assert throttle.probability() == 0.0 and throttle.admit()
+
+
+def test_the_odds_are_those_of_beams_adaptive_throttler():
+    from apache_beam.io.components.adaptive_throttler import AdaptiveThrottler
+
+    beam = AdaptiveThrottler(window_ms=120_000, bucket_ms=1000, overload_ratio=1.25)
+    clock = Clock(0.0)
+    ours = Throttle(clock=clock, rng=random.Random(3))
+    rng = random.Random(5)
+    for step in range(3000):
+        now_ms = step * 100 + 37  # never on a bucket's edge, where the two put a request in adjacent buckets
+        clock.now = now_ms / 1000
+        assert ours.probability() == pytest.approx(beam._throttling_probability(now_ms), abs=1e-12), step
+        ours.admit()
+        beam.throttle_request(now_ms)
+        if rng.random() < 0.3:
+            ours.accepted()
+            beam.successful_request(now_ms)
+
+
+def test_backoff_waits_grow_with_jitter_and_the_object_is_given_up_after_its_budget():
+    policy = RetryPolicy(initial_s=0.5, maximum_s=4.0, multiplier=2.0, budget_s=60.0)
+    tries = policy.tries(started=100.0, rng=random.Random(11))
+    now, caps, waits = 100.0, [], []
+    while (wait := tries.wait_after_failure(now)) is not None:
+        waits.append(wait)
+        caps.append(min(0.5 * 2 ** (len(waits) - 1), 4.0))
+        now += wait + 0.05  # the next try's answer
+    assert all(0 <= w < cap for w, cap in zip(waits, caps))
+    assert len(waits) >= 20 and now - 100.0 <= 60.0 + 4.0  # tries go on for about the budget, not past it
+    assert tries.failures == len(waits) + 1
+    again = [policy.tries(100.0, random.Random(11)).wait_after_failure(100.0) for _ in range(2)]
+    assert again[0] == again[1] == waits[0]  # seeded: the same waits
+
+
+@pytest.mark.parametrize("bad", [dict(initial_s=0), dict(initial_s=5, maximum_s=1), dict(multiplier=0.5),
+                                 dict(budget_s=-1)])
+def test_a_policy_that_cannot_work_is_refused(bad):
+    with pytest.raises(ValueError):
+        RetryPolicy(**bad)
+
+
+def failing(*errors: BaseException, value: bytes = b"data"):
+    """A send() that raises each error in turn, then returns value; counts its calls."""
+    left = list(errors)
+    calls = []
+
+    def send() -> bytes:
+        calls.append(1)
+        if left:
+            raise left.pop(0)
+        return value
+
+    return send, calls
+
+
+def served(clock: Clock) -> Throttle:
+    """A throttle whose process had its last 1,000 requests served: it holds nothing back for a while."""
+    throttle = Throttle(clock=clock, rng=random.Random(2))
+    for _ in range(1000):
+        throttle.admit()
+        throttle.accepted()
+    return throttle
+
+
+def retried(send, clock: Clock, policy: RetryPolicy = RetryPolicy(), throttle: Throttle | None = None,
+            waited: Waited | None = None):
+    return with_retries(send, transient=_gcs.transient, overloaded=_gcs.overloaded,
+                        throttle=throttle or served(clock), policy=policy, waited=waited, sleep=clock.sleep,
+                        rng=random.Random(4))
+
+
+def test_an_object_answered_429_and_503_is_tried_again_and_its_wait_is_counted_as_throttled():
+    clock, waited = Clock(), Waited()
+    send, calls = failing(api.TooManyRequests("slow down"), api.ServiceUnavailable("busy"),
+                          requests.ConnectionError("reset"))
+    assert retried(send, clock, waited=waited) == b"data"
+    assert len(calls) == 4 and len(clock.slept) == 3 and waited.retries == 3
+    assert waited.seconds == pytest.approx(sum(clock.slept[:2]))  # the reset is retried, not counted as throttling
+
+
+def test_a_process_none_of_whose_requests_are_served_holds_the_next_tries_back():
+    clock, waited = Clock(), Waited()
+    send, calls = failing(*[api.TooManyRequests("slow down")] * 5)
+    assert retried(send, clock, throttle=Throttle(clock=clock, rng=random.Random(2)), waited=waited) == b"data"
+    held = [s for s in clock.slept if s == 1.0]
+    assert len(calls) == 6 and len(clock.slept) == 5 + len(held) and len(held) >= 3
+    assert waited.seconds == pytest.approx(sum(clock.slept)) and waited.retries == 5
+
+
+@pytest.mark.parametrize("error", [api.NotFound("gone"), api.Forbidden("denied"), api.BadRequest("bad")])
+def test_a_definite_answer_is_not_tried_again(error):
+    clock = Clock()
+    send, calls = failing(error)
+    with pytest.raises(type(error)):
+        retried(send, clock)
+    assert len(calls) == 1 and clock.slept == []
+
+
+def test_an_object_that_keeps_failing_is_given_up_with_its_last_answer_and_tries():
+    clock = Clock()
+    policy = RetryPolicy(initial_s=1.0, maximum_s=8.0, budget_s=120.0)
+    send, calls = failing(*[api.ServiceUnavailable("still busy")] * 1000)
+    with pytest.raises(GaveUp) as raised:
+        retried(send, clock, policy)
+    assert isinstance(raised.value.last, api.ServiceUnavailable) and raised.value.tries == len(calls)
+    assert 10 < len(calls) < 100 and 100.0 <= raised.value.seconds <= 120.0
+    assert str(raised.value).endswith(f"(failed {len(calls)} tries over {raised.value.seconds:.0f} s)")
+
+
+def test_a_process_whose_requests_are_refused_holds_the_next_ones_back_and_counts_the_wait():
+    clock = Clock()
+    throttle = Throttle(clock=clock, rng=random.Random(9), delay_s=2.0)
+    for _ in range(200):  # two hundred requests asked for, none accepted: nearly all of the next ones wait
+        throttle.admit()
+    waited = Waited()
+    send, _ = failing()
+    assert retried(send, clock, throttle=throttle, waited=waited) == b"data"
+    assert clock.slept and set(clock.slept) == {2.0} and waited.seconds == 2.0 * len(clock.slept)
+    assert waited.retries == 0
+
+
+@pytest.mark.parametrize("error, transient, overloaded", [
+    (api.TooManyRequests("x"), True, True), (api.ServiceUnavailable("x"), True, True),
+    (api.InternalServerError("x"), True, False), (api.GatewayTimeout("x"), True, False),
+    (requests.ConnectionError("x"), True, False), (requests.Timeout("x"), True, False),
+    (api.NotFound("x"), False, False), (api.Forbidden("x"), False, False), (ValueError("x"), False, False)])
+def test_which_failures_may_pass_and_which_say_the_server_is_busy(error, transient, overloaded):
+    assert (_gcs.transient(error), _gcs.overloaded(error)) == (transient, overloaded)
