@@ -27,19 +27,21 @@ class Clock:
         self.now += seconds
 
 
-def test_nothing_is_held_back_while_the_server_accepts_what_is_sent():
+def test_nothing_is_held_back_while_the_server_serves_what_is_sent_even_with_many_reads_in_flight():
     clock = Clock()
     throttle = Throttle(clock=clock, rng=random.Random(1))
-    for _ in range(5000):
-        assert throttle.admit()
-        throttle.accepted()
-        clock.now += 0.01
+    for _ in range(500):
+        assert all(throttle.admit() for _ in range(16))  # 16 sent before any answer comes
+        clock.now += 0.05
+        for _ in range(16):
+            throttle.answered(served=True)
     assert throttle.probability() == 0.0
 
 
-def test_against_a_server_that_serves_100_a_second_the_process_sends_about_k_times_that():
-    """Clients asking 1,000 times a second of a server that accepts 100: once the window has filled, what is
-    sent is about overload_ratio x what is accepted (the SRE book's client-side throttling), not 1,000."""
+def test_against_a_server_that_serves_100_a_second_a_process_asking_1000_sends_a_third_of_that():
+    """A process asking 1,000 times a second of a server that serves 100 holds back p = 1 - K x served / sent
+    of its requests: it settles where sent^2 = K x served x asked, about 354 a second, and a window after the
+    server serves everything again, nothing is held back."""
     clock = Clock()
     throttle = Throttle(clock=clock, rng=random.Random(7), overload_ratio=1.25)
     sent_per_second = []
@@ -49,33 +51,37 @@ def test_against_a_server_that_serves_100_a_second_the_process_sends_about_k_tim
             clock.now = 1000.0 + second + i / 1000
             if throttle.admit():
                 sent += 1
-                if served < 100:
-                    served += 1
-                    throttle.accepted()
+                throttle.answered(served=served < 100)
+                served += 1
         sent_per_second.append(sent)
     steady = sent_per_second[130:]  # past the first two-minute window
-    assert 115 <= sum(steady) / len(steady) <= 135, sum(steady) / len(steady)
+    assert 330 <= sum(steady) / len(steady) <= 380, sum(steady) / len(steady)
     assert sent_per_second[0] < 500  # it holds back within the first second of refusals
-    clock.now += 121  # a window with no requests: everything goes again
+    for _ in range(1000):  # the server serves everything from now on
+        clock.now += 0.121
+        throttle.answered(served=True)
     assert throttle.probability() == 0.0 and throttle.admit()
 
 
-def test_the_odds_are_those_of_beams_adaptive_throttler():
+def test_the_odds_are_those_of_beams_adaptive_throttler_over_the_requests_sent():
+    """The same requests and successes give the same odds; ours counts a request when it is answered."""
     from apache_beam.io.components.adaptive_throttler import AdaptiveThrottler
 
     beam = AdaptiveThrottler(window_ms=120_000, bucket_ms=1000, overload_ratio=1.25)
     clock = Clock(0.0)
     ours = Throttle(clock=clock, rng=random.Random(3))
-    rng = random.Random(5)
+    rng, highest = random.Random(5), 0.0
     for step in range(3000):
         now_ms = step * 100 + 37  # never on a bucket's edge, where the two put a request in adjacent buckets
         clock.now = now_ms / 1000
         assert ours.probability() == pytest.approx(beam._throttling_probability(now_ms), abs=1e-12), step
-        ours.admit()
+        highest = max(highest, ours.probability())
+        served = rng.random() < 0.3 + 0.6 * (step > 1500)
         beam.throttle_request(now_ms)
-        if rng.random() < 0.3:
-            ours.accepted()
+        if served:
             beam.successful_request(now_ms)
+        ours.answered(served)
+    assert ours.probability() == 0.0 and highest > 0.5  # 70 % refused, then 10 %
 
 
 def test_backoff_waits_grow_with_jitter_and_the_object_is_given_up_after_its_budget():
@@ -114,19 +120,18 @@ def failing(*errors: BaseException, value: bytes = b"data"):
     return send, calls
 
 
-def served(clock: Clock) -> Throttle:
-    """A throttle whose process had its last 1,000 requests served: it holds nothing back for a while."""
-    throttle = Throttle(clock=clock, rng=random.Random(2))
-    for _ in range(1000):
-        throttle.admit()
-        throttle.accepted()
+def refused(clock: Clock, fraction: float, seed: int = 2) -> Throttle:
+    """A throttle whose process had that fraction of its last 1,000 requests refused for load."""
+    throttle = Throttle(clock=clock, rng=random.Random(seed))
+    for i in range(1000):
+        throttle.answered(served=i >= 1000 * fraction)
     return throttle
 
 
 def retried(send, clock: Clock, policy: RetryPolicy = RetryPolicy(), throttle: Throttle | None = None,
             waited: Waited | None = None):
     return with_retries(send, transient=_gcs.transient, overloaded=_gcs.overloaded,
-                        throttle=throttle or served(clock), policy=policy, waited=waited, sleep=clock.sleep,
+                        throttle=throttle or refused(clock, 0.0), policy=policy, waited=waited, sleep=clock.sleep,
                         rng=random.Random(4))
 
 
@@ -139,12 +144,13 @@ def test_an_object_answered_429_and_503_is_tried_again_and_its_wait_is_counted_a
     assert waited.seconds == pytest.approx(sum(clock.slept[:2]))  # the reset is retried, not counted as throttling
 
 
-def test_a_process_none_of_whose_requests_are_served_holds_the_next_tries_back():
+def test_a_process_whose_tries_are_refused_holds_its_next_tries_back():
     clock, waited = Clock(), Waited()
     send, calls = failing(*[api.TooManyRequests("slow down")] * 5)
-    assert retried(send, clock, throttle=Throttle(clock=clock, rng=random.Random(2)), waited=waited) == b"data"
-    held = [s for s in clock.slept if s == 1.0]
-    assert len(calls) == 6 and len(clock.slept) == 5 + len(held) and len(held) >= 3
+    throttle = Throttle(clock=clock, rng=random.Random(2), delay_s=10.0)  # holds of 5-15 s; backoff here is < 8 s
+    assert retried(send, clock, throttle=throttle, waited=waited) == b"data"
+    held = [s for s in clock.slept if s >= 5.0]
+    assert len(calls) == 6 and len(clock.slept) == 5 + len(held) and len(held) >= 2
     assert waited.seconds == pytest.approx(sum(clock.slept)) and waited.retries == 5
 
 
@@ -168,16 +174,20 @@ def test_an_object_that_keeps_failing_is_given_up_with_its_last_answer_and_tries
     assert str(raised.value).endswith(f"(failed {len(calls)} tries over {raised.value.seconds:.0f} s)")
 
 
-def test_a_process_whose_requests_are_refused_holds_the_next_ones_back_and_counts_the_wait():
+def test_a_process_whose_requests_were_refused_holds_the_next_ones_back_and_counts_the_wait():
     clock = Clock()
-    throttle = Throttle(clock=clock, rng=random.Random(9), delay_s=2.0)
-    for _ in range(200):  # two hundred requests asked for, none accepted: nearly all of the next ones wait
-        throttle.admit()
+    throttle = refused(clock, 0.9, seed=1)  # 90 % refused: (1000 - 1.25 x 100) / 1001 of the next requests wait
+    assert throttle.probability() == pytest.approx(875 / 1001)
     waited = Waited()
     send, _ = failing()
     assert retried(send, clock, throttle=throttle, waited=waited) == b"data"
-    assert clock.slept and set(clock.slept) == {2.0} and waited.seconds == 2.0 * len(clock.slept)
-    assert waited.retries == 0
+    assert clock.slept and all(0.5 <= s < 1.5 for s in clock.slept)  # held 1 s +-50 %, then sent
+    assert waited.seconds == pytest.approx(sum(clock.slept)) and waited.retries == 0
+
+
+def test_a_process_whose_requests_are_refused_at_less_than_one_in_five_holds_nothing_back():
+    clock = Clock()
+    assert refused(clock, 0.19).probability() == 0.0
 
 
 @pytest.mark.parametrize("error, transient, overloaded", [

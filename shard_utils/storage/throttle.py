@@ -1,13 +1,12 @@
 """Reads that ride a request-rate limit: client-side throttling per process and retries per object (no Beam).
 
 `Throttle` is the adaptive throttling of Beam's `AdaptiveThrottler` (the SRE book's client-side throttling):
-over the last two minutes, a process that asked for more than `overload_ratio` times as many requests as the
-server accepted holds back its next request with probability (requests - K x accepts) / (requests + 1), so a
-server that answers 429/503 sees about K times what it can serve rather than every retry of every worker.
-`RetryPolicy` gives one object its own tries: exponential backoff with full jitter, given up only when the
-object still fails `budget_s` after its first failure, so one throttled object never fails the others.
-`with_retries` joins the two around one request. Clocks, sleeps and randomness are parameters: the scale
-simulator drives these same objects in simulated time.
+a process whose requests of the last two minutes were refused for load (429/503) more than once in five
+holds back its next request with probability (requests - K x accepts) / (requests + 1), K = 1.25: the more
+of its requests are refused, the fewer it sends. `RetryPolicy` gives one object its own tries: exponential
+backoff with full jitter, given up only when the object still fails `budget_s` after its first failure, so
+one throttled object never fails the others. `with_retries` joins the two around one request. Clocks, sleeps
+and randomness are parameters: the scale simulator drives these same objects in simulated time.
 """
 from __future__ import annotations
 
@@ -56,7 +55,14 @@ class _MovingSum:
 
 class Throttle:
     """Client-side adaptive throttling shared by every request of a process: ask `admit()` before each
-    request (False: wait `delay_s` and ask again), call `accepted()` when the server served one."""
+    request (False: wait `hold()` seconds and ask again), and say how each request sent was answered.
+
+    The odds are Beam's over the requests sent; what is counted differs. Beam counts a request when it is
+    asked for, held back or not, which suits one caller that drops what is held. Here 16 reads are in flight
+    (16 requests before any answer would hold a process back from its start) and a held read asks again a
+    second later (counting every ask, one burst of refusals holds a process back for tens of minutes: the
+    share let through grows only by K per window). So a request counts when its answer comes, and the share
+    held back follows the share the server refuses: none below one in five."""
 
     MIN_REQUESTS = 1  # the +1 of the formula: some requests always go, even when none succeeds
 
@@ -80,18 +86,24 @@ class Throttle:
         requests = self._requests.sum(now)
         return max(0.0, (requests - self.overload_ratio * self._accepts.sum(now)) / (requests + self.MIN_REQUESTS))
 
+    def hold(self) -> float:
+        """Seconds to wait before asking again after admit() said no: delay_s, +-50 % at random so that the
+        requests held at once do not all come back at once."""
+        return self.delay_s * (0.5 + self._rng.random())
+
     def admit(self) -> bool:
-        """Whether to send a request now; every call counts as a request asked for, sent or not."""
+        """Whether to send a request now (one held back counts as a request that was not accepted)."""
         with self._lock:
             now = self.clock()
-            held = self._rng.random() < self._probability(now)
-            self._requests.add(now)
-            return not held
+            return self._rng.random() >= self._probability(now)
 
-    def accepted(self) -> None:
-        """The server served a request."""
+    def answered(self, served: bool) -> None:
+        """A request sent was answered: served, or refused for the server's load (429/503)."""
         with self._lock:
-            self._accepts.add(self.clock())
+            now = self.clock()
+            self._requests.add(now)
+            if served:
+                self._accepts.add(now)
 
 
 @dataclass(frozen=True)
@@ -164,11 +176,14 @@ def with_retries(send: Callable[[], T], *, transient: Callable[[BaseException], 
     tries: Tries | None = None
     while True:
         while not throttle.admit():
-            sleep(throttle.delay_s)
-            waited.add(throttle.delay_s)
+            held = throttle.hold()
+            sleep(held)
+            waited.add(held)
         try:
             value = send()
         except Exception as exc:
+            busy = overloaded(exc)
+            throttle.answered(served=not busy)
             if not transient(exc):
                 raise
             tries = tries or policy.tries(clock(), rng)
@@ -176,7 +191,7 @@ def with_retries(send: Callable[[], T], *, transient: Callable[[BaseException], 
             if wait is None:
                 raise GaveUp(exc, tries.failures, clock() - tries.started) from exc
             sleep(wait)
-            waited.add(wait if overloaded(exc) else 0.0, retried=True)
+            waited.add(wait if busy else 0.0, retried=True)
             continue
-        throttle.accepted()
+        throttle.answered(served=True)
         return value
