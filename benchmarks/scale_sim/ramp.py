@@ -7,7 +7,9 @@ Dataflow. W workers run P SDK processes each; a process encodes one run (about 8
 150 KB photos) at a time, reading as `shard_utils.media.reads.prefetched` does: 16 reads in flight on the
 process's pool of 16 threads, handed out in order, the next one submitted once the oldest is encoded. The
 bucket starts at 5,000 reads/s and doubles every 20 minutes (Cloud Storage's request-rate guidelines); above
-its current rate it answers 429 or 503. Every answer takes 30-80 ms.
+its current rate it answers 429 or 503. Every answer takes 30-80 ms. With --stall-s, Cloud Storage's moving of
+load to more servers ("on the order of minutes", the same guidelines) is modelled too: after each doubling,
+one of 16 key ranges refuses every read for that long.
 
 What each process does is decided by the project's own objects, on a clock the simulation moves: the
 `Throttle` and `RetryPolicy` of `shard_utils.storage.throttle`, with the settings the reads use in
@@ -59,6 +61,8 @@ class Job:
     doubling_s: float = 1200.0
     burst_s: float = 1.0  # the bucket's allowance, in seconds of its current rate
     latency_ms: tuple[float, float] = (30.0, 80.0)
+    stall_s: float = 0.0  # after each doubling, one key range of `key_ranges` refuses every read this long
+    key_ranges: int = 16
     policy: str = "throttled"
     limit_s: float = 6 * 3600.0  # simulated time after which a job that has not finished is stopped
     seed: int = 1
@@ -79,7 +83,7 @@ class Outcome:
     objects_read: int = 0
     end_rate: float = 0.0  # reads per second the bucket served at the end
     events: int = 0
-    cpu_s: float = 0.0
+    cpu_s: float = field(default=0.0, compare=False)  # what simulating took, not an outcome
     tries_seen: dict[int, int] = field(default_factory=dict)
 
 
@@ -92,6 +96,11 @@ class _Bucket:
     def rate(self, now: float) -> float:
         return self.job.base_rate * 2.0 ** (now / self.job.doubling_s)
 
+    def stalled(self, now: float) -> int | None:
+        """The key range that refuses everything now, if any: one moving its load to more servers."""
+        step, into = divmod(now, self.job.doubling_s)
+        return int(step) % self.job.key_ranges if step >= 1 and into < self.job.stall_s else None
+
     def take(self, now: float) -> bool:
         rate = self.rate(now)
         self.tokens = min(rate * self.job.burst_s, self.tokens + (now - self.at) * rate)
@@ -103,10 +112,10 @@ class _Bucket:
 
 
 class _Read:
-    __slots__ = ("proc", "token", "index", "tries", "attempts", "first_sent")
+    __slots__ = ("proc", "token", "index", "key_range", "tries", "attempts", "first_sent")
 
-    def __init__(self, proc, token, index):
-        self.proc, self.token, self.index = proc, token, index
+    def __init__(self, proc, token, index, key_range):
+        self.proc, self.token, self.index, self.key_range = proc, token, index, key_range
         self.tries, self.attempts, self.first_sent = None, 0, None
 
 
@@ -190,7 +199,7 @@ class _Simulation:
             self.submit(proc)
 
     def submit(self, proc: _Process) -> None:
-        read = _Read(proc, proc.token, proc.next)
+        read = _Read(proc, proc.token, proc.next, (proc.run[0] * 1_000_003 + proc.next) % self.job.key_ranges)
         proc.next += 1
         if proc.free:
             proc.free -= 1
@@ -258,7 +267,7 @@ class _Simulation:
         read.attempts += 1
         if read.first_sent is None:
             read.first_sent = self.now
-        served = self.bucket.take(self.now)
+        served = (not self.job.stall_s or read.key_range != self.bucket.stalled(self.now)) and self.bucket.take(self.now)
         self.push(self.now + self.lat_lo + self.rng.random() * self.lat_span, _ANSWER, (read, served))
 
     def answer(self, read: _Read, served: bool) -> None:
@@ -318,20 +327,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=READS_IN_FLIGHT, help="reads in flight per process")
     parser.add_argument("--policy", choices=("throttled", "before", "both"), default="both")
     parser.add_argument("--encode-ms", type=float, default=Job.encode_ms, help="CPU per object once read")
+    parser.add_argument("--stall-s", type=float, default=0.0,
+                        help="after each doubling, one of 16 key ranges refuses every read this long")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     try:
         workers = [int(w) for w in args.workers.split(",")]
     except ValueError:
         parser.error(f"--workers: {args.workers!r} is not a list of whole numbers")
-    if min(workers) < 1 or args.objects < 1 or args.processes < 1 or args.in_flight < 1 or args.encode_ms < 0:
-        parser.error("workers, objects, processes and reads in flight must be at least 1, encode time at least 0")
+    if min(workers) < 1 or args.objects < 1 or args.processes < 1 or args.in_flight < 1:
+        parser.error("workers, objects, processes and reads in flight must be at least 1")
+    if args.encode_ms < 0 or args.stall_s < 0:
+        parser.error("--encode-ms and --stall-s must be at least 0")
     policies = ("throttled", "before") if args.policy == "both" else (args.policy,)
     print(HEADER, flush=True)
     for policy in policies:
         for count in workers:
             out = simulate(Job(workers=count, processes=args.processes, in_flight=args.in_flight,
-                               objects=args.objects, encode_ms=args.encode_ms, policy=policy, seed=args.seed))
+                               objects=args.objects, encode_ms=args.encode_ms, policy=policy, seed=args.seed,
+                               stall_s=args.stall_s))
             print(row(out), flush=True)
             print(f"  ({out.events:,} events in {out.cpu_s:.0f} CPU-s; the bucket served "
                   f"{out.end_rate:,.0f} reads/s at the end)", file=sys.stderr, flush=True)

@@ -92,7 +92,7 @@ class Throttle:
         return self.delay_s * (0.5 + self._rng.random())
 
     def admit(self) -> bool:
-        """Whether to send a request now (one held back counts as a request that was not accepted)."""
+        """Whether to send a request now; one held back is not counted (it asks again after hold())."""
         with self._lock:
             now = self.clock()
             return self._rng.random() >= self._probability(now)
@@ -109,7 +109,8 @@ class Throttle:
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with full jitter (waits drawn from [0, cap), the cap growing from `initial_s` by
-    `multiplier` up to `maximum_s`), given up when a try would end more than `budget_s` after `started`."""
+    `multiplier` up to `maximum_s`), given up when the next try would start more than `budget_s` after
+    `started` (the object's first failure)."""
 
     initial_s: float = 0.5
     maximum_s: float = 16.0
