@@ -15,7 +15,7 @@ import apache_beam as beam
 from shard_utils.media.encode import EncodeSettings, encode_item, reject
 from shard_utils.format.generations import label_order
 from shard_utils.inputs import MediaItem
-from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
+from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
@@ -113,7 +113,7 @@ class _EncodeRunFn(PooledDoFn):
         count("runs_encoded")
         yield encoded
 
-    def _throttled(self, tally) -> None:
+    def _throttled(self, tally: EncodeTally) -> None:
         """Reads held back by throttling, as Beam's IOs report them: Dataflow's autoscaler reads a
         `cumulativeThrottlingSeconds` counter as time spent waiting on a service, and adds no workers for it."""
         if tally.read_retries:
