@@ -3,6 +3,7 @@ when an object is given up, and that the throttle's odds are those of Beam's Ada
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 import requests
@@ -136,7 +137,8 @@ def retried(send, clock: Clock, policy: RetryPolicy = RetryPolicy(), throttle: T
 
 
 def test_an_object_answered_429_and_503_is_tried_again_and_its_wait_is_counted_as_throttled():
-    clock, waited = Clock(), Waited()
+    clock = Clock()
+    waited = Waited(clock)
     send, calls = failing(api.TooManyRequests("slow down"), api.ServiceUnavailable("busy"),
                           requests.ConnectionError("reset"))
     assert retried(send, clock, waited=waited) == b"data"
@@ -145,7 +147,8 @@ def test_an_object_answered_429_and_503_is_tried_again_and_its_wait_is_counted_a
 
 
 def test_a_process_whose_tries_are_refused_holds_its_next_tries_back():
-    clock, waited = Clock(), Waited()
+    clock = Clock()
+    waited = Waited(clock)
     send, calls = failing(*[api.TooManyRequests("slow down")] * 5)
     throttle = Throttle(clock=clock, rng=random.Random(2), delay_s=10.0)  # holds of 5-15 s; backoff here is < 8 s
     assert retried(send, clock, throttle=throttle, waited=waited) == b"data"
@@ -178,11 +181,32 @@ def test_a_process_whose_requests_were_refused_holds_the_next_ones_back_and_coun
     clock = Clock()
     throttle = refused(clock, 0.9, seed=1)  # 90 % refused: (1000 - 1.25 x 100) / 1001 of the next requests wait
     assert throttle.probability() == pytest.approx(875 / 1001)
-    waited = Waited()
+    waited = Waited(clock)
     send, _ = failing()
     assert retried(send, clock, throttle=throttle, waited=waited) == b"data"
     assert clock.slept and all(0.5 <= s < 1.5 for s in clock.slept)  # held 1 s +-50 %, then sent
     assert waited.seconds == pytest.approx(sum(clock.slept)) and waited.retries == 0
+
+
+def test_reads_waiting_at_the_same_time_count_once():
+    """Throttled time is how long a run had reads waiting, as one thread's waits would count, not their sum."""
+    clock = Clock()
+    waited = Waited(clock)
+    ready, done = threading.Barrier(3), threading.Event()
+
+    def sleep(seconds: float) -> None:
+        ready.wait(timeout=10)  # both reads are waiting now
+        done.wait(timeout=10)
+
+    readers = [threading.Thread(target=waited.wait, args=(sleep, 5.0)) for _ in range(2)]
+    for t in readers:
+        t.start()
+    ready.wait(timeout=10)
+    clock.now += 5.0
+    done.set()
+    for t in readers:
+        t.join(timeout=10)
+    assert waited.seconds == 5.0
 
 
 def test_a_process_whose_requests_are_refused_at_less_than_one_in_five_holds_nothing_back():

@@ -79,7 +79,7 @@ class Outcome:
     gave_up: int = 0  # objects still failing when their retry budget was spent
     bundle_failures: int = 0
     reads_redone: int = 0  # reads of runs that failed, done again
-    throttled_s: float = 0.0  # held back by a throttle or backing off after 429/503 (the counter's sum)
+    throttled_s: float = 0.0  # reads held back by a throttle or backing off after 429/503, summed over reads
     objects_read: int = 0
     end_rate: float = 0.0  # reads per second the bucket served at the end
     events: int = 0
@@ -305,7 +305,7 @@ def _minutes(seconds: float | None) -> str:
 
 HEADER = ("| policy | workers x processes x reads in flight | objects | read all in (min) | requests | "
           "answered 429/503 | most tries of an object | objects given up | bundle failures | job | "
-          "throttled (process-hours) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "reads waiting (read-hours) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def row(out: Outcome) -> str:

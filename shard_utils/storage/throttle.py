@@ -152,18 +152,33 @@ class GaveUp(RuntimeError):
 
 
 class Waited:
-    """Seconds that requests spent held back by the throttle or backing off after an overload answer
-    (429/503), and how many tries were repeated: added from every thread of a unit of work."""
+    """How long a unit of work (a run) had reads held back by the throttle or backing off after an overload
+    answer (429/503), counted once however many of its reads waited at the same time (so never more than its
+    wall time, as one thread's waits would be), and how many tries were repeated. Shared by its threads."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
+    def __init__(self, clock: Clock = time.monotonic):
+        self._lock, self._clock = threading.Lock(), clock
+        self._waiting, self._since = 0, 0.0
         self.seconds = 0.0
         self.retries = 0
 
-    def add(self, seconds: float, retried: bool = False) -> None:
+    def wait(self, sleep: Callable[[float], None], seconds: float) -> None:
+        """sleep(seconds), counted as throttled."""
         with self._lock:
-            self.seconds += seconds
-            self.retries += retried
+            if not self._waiting:
+                self._since = self._clock()
+            self._waiting += 1
+        try:
+            sleep(seconds)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                if not self._waiting:
+                    self.seconds += self._clock() - self._since
+
+    def retried(self) -> None:
+        with self._lock:
+            self.retries += 1
 
 
 def with_retries(send: Callable[[], T], *, transient: Callable[[BaseException], bool],
@@ -173,13 +188,11 @@ def with_retries(send: Callable[[], T], *, transient: Callable[[BaseException], 
     """send() under the throttle, tried again after a transient failure until the policy gives up (GaveUp).
     Any other exception is raised at once."""
     clock = throttle.clock
-    waited = waited or Waited()
+    waited = waited or Waited(clock)
     tries: Tries | None = None
     while True:
         while not throttle.admit():
-            held = throttle.hold()
-            sleep(held)
-            waited.add(held)
+            waited.wait(sleep, throttle.hold())
         try:
             value = send()
         except Exception as exc:
@@ -191,8 +204,11 @@ def with_retries(send: Callable[[], T], *, transient: Callable[[BaseException], 
             wait = tries.wait_after_failure(clock())
             if wait is None:
                 raise GaveUp(exc, tries.failures, clock() - tries.started) from exc
-            sleep(wait)
-            waited.add(wait if busy else 0.0, retried=True)
+            waited.retried()
+            if busy:
+                waited.wait(sleep, wait)
+            else:  # a reset or a 500 is not the bucket's load: waited out, not counted as throttled
+                sleep(wait)
             continue
         throttle.answered(served=True)
         return value
