@@ -240,7 +240,8 @@ def test_a_burst_of_429s_on_reads_is_ridden_out_and_the_shards_are_the_same(gcs,
     from shard_utils.storage.throttle import Throttle
 
     monkeypatch.setattr(_storage_gcs, "READ_THROTTLE", Throttle(delay_s=0.2))
-    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, budget_s=60.0))
+    # Backoff from 2 s: a run's reads then wait well over the counter's whole second, however they overlap.
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=2.0, budget_s=60.0))
     out = f"gs://{gcs.new_bucket('burst')}/ds"
     printed = io.StringIO()
     with BurstOf429(gcs.url, source.bucket) as proxy, storage_host(proxy.url), contextlib.redirect_stdout(printed):
