@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from shard_utils import storage
-from shard_utils.format import names, schema
+from shard_utils.format import names, schema, splits as split_expressions
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
@@ -136,13 +136,27 @@ class Manifest:
         return len(self.labels)
 
     def split(self, name: str) -> Split:
-        """A split by name, or a ManifestError listing the splits there are."""
+        """A split by name, or a ManifestError naming the closest names and listing the splits there are."""
         if name not in self.splits:
-            raise ManifestError(f"split {name!r} is not in this dataset; it has {', '.join(sorted(self.splits))}")
+            raise ManifestError(unknown_split(name, list(self.splits)))
         return self.splits[name]
 
-    def num_records(self, split: str) -> int:
-        return self.split(split).num_records
+    def select(self, expression: str | Sequence[str]) -> split_expressions.Selection:
+        """The records a split name, expression ('train[:80%]+validation', 'fold0+fold1') or list of them selects,
+        as shard pieces (see `shard_utils.format.splits`). An unknown split is a ManifestError naming the closest
+        names, before anything else is checked; a malformed expression a ValueError naming what is wrong."""
+        terms = split_expressions.parse(expression)
+        for term in terms:
+            if term.name != split_expressions.ALL or split_expressions.ALL in self.splits:
+                self.split(term.name)
+        counts = {name: [s.num_records for s in split.shards] for name, split in self.splits.items()}
+        return split_expressions.resolve(expression, counts)
+
+    def num_records(self, split: str | Sequence[str]) -> int:
+        """Records of a split, or of what a split expression selects."""
+        if not split_expressions.is_expression(split):
+            return self.split(split).num_records  # type: ignore[arg-type]
+        return self.select(split).num_records
 
     @property
     def formats(self) -> tuple[str, ...]:
@@ -152,14 +166,24 @@ class Manifest:
         twins = any(s.array_record_shards for s in self.splits.values())
         return ("tfrecord", ARRAY_RECORD) if twins else ("tfrecord",)
 
-    def shard_paths(self, split: str) -> list[str]:
-        """Full paths (local or gs://) of a split's TFRecord shards, in shard order; ManifestError for a dataset of
-        ArrayRecord shards only."""
+    def shard_paths(self, split: str | Sequence[str]) -> list[str]:
+        """Full paths (local or gs://) of the TFRecord shards of a split, or of an expression made of whole shards
+        ('fold0+fold1', 'train[:4shard]'), in reading order; ManifestError for a dataset of ArrayRecord shards only,
+        ValueError for an expression that cuts a shard (read it with the loader)."""
         if self.shard_format != "tfrecord":
             raise ManifestError(f"split {split!r} holds ArrayRecord shards only (built with --format array_record): "
                                 "read them with grain.sources.ArrayRecordDataSource(manifest.array_record_paths("
                                 f"{split!r})), or reshard to TFRecord")
-        return [storage.join(self.location, s.path) for s in self.split(split).shards]
+        if not split_expressions.is_expression(split):
+            return [storage.join(self.location, s.path) for s in self.split(split).shards]  # type: ignore[arg-type]
+        selection = self.select(split)
+        cut = [p for p, whole in zip(selection.pieces, selection.whole) if not whole]
+        if cut:
+            raise ValueError(f"split expression {selection.expression!r} cuts shard {cut[0].shard} of "
+                             f"{cut[0].split!r} (takes its records {cut[0].start}..{cut[0].stop - 1}); shard_paths "
+                             "lists whole shards: read the expression with the loader or RandomAccessSource, or "
+                             "slice on shard boundaries (e.g. train[:4shard])")
+        return [storage.join(self.location, self.splits[p.split].shards[p.shard].path) for p in selection.pieces]
 
     def array_record_shards(self, split: str) -> list[Shard]:
         """A split's ArrayRecord shards in shard order; ManifestError when the dataset has none."""
@@ -207,6 +231,18 @@ class Manifest:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def unknown_split(name: object, available: Sequence[str]) -> str:
+    """One line: `name` is not a split here; the closest names (aliases such as valid/val/eval for validation,
+    then close spellings) and every split there is. A split expression given where one name is taken says so."""
+    listed = ", ".join(sorted(available))
+    if isinstance(name, str) and split_expressions.is_expression(name) and names.split_name_problem(name):
+        return (f"{name!r} is a split expression; this takes one split's name (the loader, steps_per_epoch, "
+                f"eval_steps, num_records and RandomAccessSource take expressions); the dataset has {listed}")
+    close = split_expressions.closest_names(name, list(available)) if isinstance(name, str) else []
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    return f"split {names.shown(name)} is not in this dataset; {hint}it has {listed}"
 
 
 def safe_relative_path(path: Any, what: str = "shard path") -> str:
