@@ -210,6 +210,52 @@ def test_transient_faults_are_retried_and_do_not_change_the_output(gcs, source):
     assert_same_shards(gcs, out, source.local)
 
 
+class BurstOf429(FaultProxy):
+    """Answers 429 to the first two of every three GETs of each object of one bucket: every read of it (the
+    size sample's and the encode step's) is refused twice, then served."""
+
+    def __init__(self, upstream: str, bucket: str):
+        super().__init__(upstream)
+        self.bucket, self.gets = bucket, Counter()
+
+    def _fault(self, method: str, path: str) -> str | None:
+        name = path.split("?")[0]
+        if method == "GET" and "alt=media" in path and f"/b/{self.bucket}/o/" in name:
+            with self.lock:
+                self.gets[name] += 1
+                if self.gets[name] % 3:
+                    self.counts["429"] += 1
+                    return "429"
+        return super()._fault(method, path)
+
+
+@pytest.mark.slow
+def test_a_burst_of_429s_on_reads_is_ridden_out_and_the_shards_are_the_same(gcs, source, monkeypatch):
+    """Each read refused twice: retried per object under the process's throttle (made fresh here, with short
+    holds), none fails its run, the encode step counts the retries and the throttled time, and the shards
+    are those of the unthrottled local build."""
+    from dataclasses import replace
+
+    from shard_utils.storage import _gcs as _storage_gcs
+    from shard_utils.storage.throttle import Throttle
+
+    monkeypatch.setattr(_storage_gcs, "READ_THROTTLE", Throttle(delay_s=0.2))
+    # Backoff from 2 s: a run's reads then wait well over the counter's whole second, however they overlap.
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=2.0, budget_s=60.0))
+    out = f"gs://{gcs.new_bucket('burst')}/ds"
+    printed = io.StringIO()
+    with BurstOf429(gcs.url, source.bucket) as proxy, storage_host(proxy.url), contextlib.redirect_stdout(printed):
+        m = run_job(source.uri, out, *OPTS, "--workers", "1")
+    assert_same_dataset(m, source.manifest)
+    assert_same_shards(gcs, out, source.local)
+    line = next(l for l in printed.getvalue().splitlines() if l.strip().startswith("counters:"))
+    counters = dict((k, int(v)) for k, v in (item.strip().rsplit(" ", 1) for item in line.split(":", 1)[1].split(", ")))
+    read = m.files_seen - m.skipped["count"]  # the .DS_Store is skipped unread
+    assert counters["source_reads_retried"] == 2 * read == 38
+    assert counters["cumulativeThrottlingSeconds"] >= 1
+    assert proxy.counts["429"] == 2 * sum(n // 3 for n in proxy.gets.values())  # every read served on its 3rd try
+
+
 def test_two_worker_processes_read_the_bucket_and_write_the_same_bytes(gcs, source):
     out = f"gs://{gcs.new_bucket('multi')}/ds"
     with contextlib.redirect_stdout(io.StringIO()):
@@ -354,19 +400,22 @@ def test_a_bucket_build_reads_each_source_once_and_little_of_its_runs_back(gcs, 
 
 def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishes_nothing(gcs, source, monkeypatch,
                                                                                           capsys):
-    """A read that still fails after the client's retries (503s past its deadline) is not a rejection: the
+    """A read that still fails after its object's retries (503s past its budget) is not a rejection: the
     build fails, naming the object, and nothing is published; with 10 % of requests failing at random the
     same build completes (test_transient_faults_are_retried_and_do_not_change_the_output)."""
+    from dataclasses import replace
+
     from shard_utils.storage import _gcs as _storage_gcs
 
-    monkeypatch.setattr(_storage_gcs, "READ_RETRY", _storage_gcs.READ_RETRY.with_timeout(2.0))
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=0.1, budget_s=2.0))
     out = f"gs://{gcs.new_bucket('unavailable')}/ds"
     capsys.readouterr()
     with FaultProxy(gcs.url, fail_paths=r"/photos/dog/img0002\.jpg") as proxy, storage_host(proxy.url):
         code = cli_main(["build", "--input", source.uri, "--output", out, *OPTS, "--workers", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: ") and "503" in err[0]
+    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: 503 ")
+    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]  # retried on its own, then given up
     assert proxy.counts["503"] > 1  # retried before giving up
     bucket, prefix = storage.split_gcs(out)
     assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object
