@@ -36,7 +36,7 @@ from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
-from beam_jobs.publish.reports import Report, as_report, write_report
+from beam_jobs.publish.reports import PIECES_FOLDER, Report, as_report, write_report
 from shard_utils.errors import InternalError, PlanError
 
 OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds
@@ -156,8 +156,9 @@ def write_reports(folder: str, rejected: Report, skipped_files: Report) -> None:
     report)."""
     if not len(rejected) and not len(skipped_files):
         return
-    write_report(rejected, storage.join(folder, REJECTED_NAME), folder)
-    write_report(skipped_files, storage.join(folder, SKIPPED_NAME), folder)
+    scratch = storage.join(storage.parent(folder), PIECES_FOLDER)
+    write_report(rejected, storage.join(folder, REJECTED_NAME), scratch)
+    write_report(skipped_files, storage.join(folder, SKIPPED_NAME), scratch)
 
 
 def published_by(output: str, run: RunInfo) -> bool:
@@ -454,26 +455,40 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
             parse(manifest.to_json(), out)  # the loader's own checks, before anything is published
         except ManifestError as exc:
             raise InternalError(f"the manifest to publish does not validate: {exc}") from None
-        for name, report in pub.reports:
-            publish_report(report, storage.join(pub.run.temp_dir, "report", name), storage.join(out, name))
-        if pub.grows is None:
-            for name, data in tfds_files(manifest).items():
-                storage.write_bytes(storage.join(out, name), data)
-        storage.write_bytes(path, manifest.to_json().encode("utf-8"))
-        if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
-            for name, data in tfds_files(manifest).items():
-                storage.write_bytes(storage.join(out, name), data)
-            for name in sorted(named_files(pub.grows) - named_files(manifest)):
-                storage.delete(storage.join(out, name))
+        if reports_published(pub, out):
+            switch(pub, manifest, out)
     remove_run_folder(config.temp_root, pub.run.temp_dir)
     runlock.release(out, pub.run.run_id)
     return path
 
 
-def publish_report(report: Report, temp: str, dst: str) -> None:
-    """A report composed in the run's temporary folder (beside its pieces), then copied into the output."""
-    write_report(report, temp, storage.parent(temp))
-    storage.copy(temp, dst)
+def switch(pub: Publication, manifest: Manifest, out: str) -> None:
+    """The manifest written (TFDS's files before it for a build, after it for an append, with the files only the
+    old manifest named removed)."""
+    if pub.grows is None:
+        for name, data in tfds_files(manifest).items():
+            storage.write_bytes(storage.join(out, name), data)
+    storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
+    if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
+        for name, data in tfds_files(manifest).items():
+            storage.write_bytes(storage.join(out, name), data)
+        for name in sorted(named_files(pub.grows) - named_files(manifest)):
+            storage.delete(storage.join(out, name))
+
+
+def reports_published(pub: Publication, out: str) -> bool:
+    """Each report composed in the run's temporary folder (beside its pieces), then copied into the output; False
+    when another attempt at once published the run meanwhile (and removed the pieces)."""
+    for name, report in pub.reports:
+        temp = storage.join(pub.run.temp_dir, "report", name)
+        try:
+            write_report(report, temp, storage.join(pub.run.temp_dir, PIECES_FOLDER))
+            storage.copy(temp, storage.join(out, name))
+        except storage.NotFoundError:
+            if published_by(out, pub.run):
+                return False
+            raise
+    return True
 
 
 def with_indexes(m: Manifest, indexes: Mapping[str, IndexFile]) -> Manifest:

@@ -20,9 +20,10 @@ from shard_utils import storage
 
 PIECE_LINES = 20_000  # lines per piece, about: what one worker sorts at once
 MAX_PIECES = 1_000
+PIECES_FOLDER = "report-pieces"  # in a run's temporary folder, beside `report/` (what a failed build leaves)
 SAMPLE_KEYS = 4_096  # sort keys kept to cut the ranges (those of the smallest hashes: the same for any bundling)
 
-Key = tuple[str, str, str]  # (source, reason, line): the order of a report's lines
+Key = tuple[str, str]  # (source, reason): the order of a report's lines (then the line itself), and their ranges
 
 
 def line_of(entry: Mapping) -> str:
@@ -30,11 +31,16 @@ def line_of(entry: Mapping) -> str:
 
 
 def sort_key(entry: Mapping) -> Key:
-    return entry["source"], entry["reason"], line_of(entry)
+    return entry["source"], entry["reason"]
 
 
 def _hashed(key: Key) -> bytes:
-    return hashlib.blake2b(key[2].encode("utf-8"), digest_size=8).digest()
+    return hashlib.blake2b(f"{key[0]}\0{key[1]}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def _before(entry: Mapping, key: Key, other: tuple[Key, dict]) -> bool:
+    """Whether entry comes before `other` (key, entry) in a report."""
+    return key < other[0] or (key == other[0] and line_of(entry) < line_of(other[1]))
 
 
 @dataclass
@@ -52,7 +58,7 @@ class ReportCounts:
         self.count += 1
         self.by_reason[entry["reason"]] += 1
         first = self.examples.get(entry["reason"])
-        if first is None or key < first[0]:
+        if first is None or _before(entry, key, first):
             self.examples[entry["reason"]] = key, dict(entry)
         self.sample.append((_hashed(key), key))
         if len(self.sample) >= 2 * SAMPLE_KEYS:
@@ -64,7 +70,7 @@ class ReportCounts:
         self.by_reason.update(other.by_reason)
         for reason, example in other.examples.items():
             first = self.examples.get(reason)
-            if first is None or example[0] < first[0]:
+            if first is None or _before(example[1], example[0], first):
                 self.examples[reason] = example
         self.sample = sorted(set(self.sample + other.sample))[:SAMPLE_KEYS]
         return self
@@ -100,11 +106,12 @@ def piece_of(entry: Mapping, bounds: Sequence[Key]) -> int:
 
 def piece_bytes(entries: Iterable[Mapping]) -> bytes:
     """Entries as report lines, sorted by source (then reason, then the line)."""
-    return "".join(key[2] + "\n" for key in sorted(sort_key(e) for e in entries)).encode("utf-8")
+    lines = sorted((e["source"], e["reason"], line_of(e)) for e in entries)
+    return "".join(line + "\n" for _, _, line in lines).encode("utf-8")
 
 
 def piece_path(folder: str, report: str, piece: int) -> str:
-    return storage.join(folder, "report-pieces", report, f"{piece:05d}.jsonl")
+    return storage.join(folder, PIECES_FOLDER, report, f"{piece:05d}.jsonl")
 
 
 def write_piece(folder: str, report: str, piece: int, entries: Iterable[Mapping]) -> str:
