@@ -17,6 +17,8 @@ from beam_jobs.publish.reports import PIECE_LINES, ReportCounts, piece_of, write
 
 __all__ = ["WriteReport"]
 
+FANOUT = 256  # keys the entries are spread over to meet the bounds (a join holds each key's entries at once)
+
 
 class _CountFn(beam.CombineFn):
     def create_accumulator(self) -> ReportCounts:
@@ -31,8 +33,11 @@ class _CountFn(beam.CombineFn):
             merged.merge(counts)
         return merged
 
+    def compact(self, counts: ReportCounts) -> ReportCounts:
+        return counts.trimmed()
+
     def extract_output(self, counts: ReportCounts) -> ReportCounts:
-        return counts
+        return counts.trimmed()
 
 
 class WriteReport(beam.PTransform):
@@ -47,7 +52,7 @@ class WriteReport(beam.PTransform):
         counted = entries | "Count" >> beam.CombineGlobally(_CountFn())
         bounds = counted | "Bounds" >> beam.Map(ReportCounts.bounds, self.piece_lines)
         pieces = (entries
-                  | "WithBounds" >> WithSingleton(bounds)
+                  | "WithBounds" >> WithSingleton(bounds, fanout=FANOUT)
                   | "Piece" >> beam.MapTuple(lambda entry, cut: (piece_of(entry, cut), entry))
                   | "Group" >> beam.GroupByKey()
                   | "Write" >> beam.Map(_written, self.report, beam.pvalue.AsSingleton(self.run)))

@@ -16,7 +16,6 @@ A build that cannot publish leaves its reports in its temporary folder and fails
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence

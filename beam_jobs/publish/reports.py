@@ -61,8 +61,11 @@ class ReportCounts:
         if first is None or _before(entry, key, first):
             self.examples[entry["reason"]] = key, dict(entry)
         self.sample.append((_hashed(key), key))
-        if len(self.sample) >= 2 * SAMPLE_KEYS:
-            self.sample = sorted(set(self.sample))[:SAMPLE_KEYS]
+        return self.trimmed() if len(self.sample) >= 2 * SAMPLE_KEYS else self
+
+    def trimmed(self) -> "ReportCounts":
+        """The same, its sample cut to the SAMPLE_KEYS smallest hashes (what any merge would keep)."""
+        self.sample = sorted(set(self.sample))[:SAMPLE_KEYS]
         return self
 
     def merge(self, other: "ReportCounts") -> "ReportCounts":
@@ -72,8 +75,8 @@ class ReportCounts:
             first = self.examples.get(reason)
             if first is None or _before(example[1], example[0], first):
                 self.examples[reason] = example
-        self.sample = sorted(set(self.sample + other.sample))[:SAMPLE_KEYS]
-        return self
+        self.sample += other.sample
+        return self.trimmed()
 
     def bounds(self, piece_lines: int = PIECE_LINES) -> tuple[Key, ...]:
         """Where pieces start (the first piece from the lowest key): quantiles of the sample, about
