@@ -33,7 +33,7 @@ from shard_utils.format.layout import generation_split
 from beam_jobs.jobs import options
 from beam_jobs import progress, publish
 from beam_jobs.publish.append import append_naming, plan_append, with_generation
-from beam_jobs.jobs.checks import inside, pipeline_options, prepare_inputs
+from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
 from beam_jobs.jobs.summary import counted, counter_totals, shard_noun, shards_of, twins_line
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
@@ -319,6 +319,7 @@ def run_append(args, beam_args) -> manifest.Manifest:
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
         run_id=new_run_id(now), created=now.isoformat(timespec="seconds"), listing=listing, local=local)
     config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
+    check_with_beam(opts)
     with guard_interrupts(config, local):
         old = open_dataset(config)
         started = time.monotonic()

@@ -13,6 +13,7 @@ from shard_utils.media.video import VideoOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS
 from shard_utils.sharding.runs import CHUNK_BYTES
+from shard_utils.storage.lock import LEASE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class BuildConfig:
     temp_root: str  # runs' temporary folders live under it: <output>/.tpu-shards-tmp or <temp_location>/...
     run_id: str | None = None  # None: decided when the job runs (a template launch)
     created: str | None = None
+    lease_seconds: float = LEASE_SECONDS  # how long the output's lock holds a run without a renewal
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_dirs: bool = False
     image: ImageOptions = ImageOptions()

@@ -21,6 +21,7 @@ from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
+from beam_jobs.pipeline.start import keep_lease
 
 __all__ = ["EncodeRuns"]
 
@@ -73,7 +74,7 @@ class _EncodeRunFn(PooledDoFn):
 
     def process(self, grouped, labels: list[str], run: RunInfo):
         (split, index), chunks = grouped
-        self._run = run
+        self._run = keep_lease(run, self.config)
         if self._settings is None:
             ids = {name: i for i, name in enumerate(label_order(labels, self.known_labels))}
             self._settings = encode_settings(self.config, ids)
