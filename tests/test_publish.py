@@ -277,3 +277,19 @@ def test_the_publish_code_holds_no_more_for_a_million_rejects_than_for_a_hundred
     assert (small["lines"], large["lines"], large["pieces"]) == (100_000, 1_000_000, 50)  # whole, sorted (checked)
     assert "1000000 of 1000000 files were rejected, more than --max-rejected 0" in large["message"]
     assert large["peak_rss_mb"] - small["peak_rss_mb"] < 25, (small, large)  # holding them all: about +500 MB
+
+
+def test_an_appended_report_is_the_old_one_as_it_is_then_the_new_lines(tmp_path):
+    new = [{"source": "b.jpg", "reason": "corrupt", "generation": 1}, {"source": "a.jpg", "reason": "tiny"}]
+    piece = reports.write_piece(str(tmp_path / "run"), "rejected", 0, new)
+    for old, joined in ((b'{"z": 1}\n', b'{"z": 1}\n'), (b'{"z": 1}', b'{"z": 1}\n'), (None, b"")):
+        before = tmp_path / "old.jsonl"
+        if old is not None:
+            before.write_bytes(old)
+        elif before.exists():
+            before.unlink()
+        report = reports.Report(reports.counted(new).brief(), (piece,), before=str(before))
+        dst = str(tmp_path / "rejected.g001.jsonl")
+        reports.write_report(report, dst, str(tmp_path / "scratch"))
+        assert storage.read_bytes(dst) == joined + b'{"source": "a.jpg", "reason": "tiny"}\n' \
+                                                   b'{"source": "b.jpg", "reason": "corrupt", "generation": 1}\n'
