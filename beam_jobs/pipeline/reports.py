@@ -17,8 +17,6 @@ from beam_jobs.publish.reports import PIECE_LINES, ReportCounts, piece_of, write
 
 __all__ = ["WriteReport"]
 
-FANOUT = 256  # keys the entries are spread over to meet the bounds (a join holds each key's entries at once)
-
 
 class _CountFn(beam.CombineFn):
     def create_accumulator(self) -> ReportCounts:
@@ -52,7 +50,7 @@ class WriteReport(beam.PTransform):
         counted = entries | "Count" >> beam.CombineGlobally(_CountFn())
         bounds = counted | "Bounds" >> beam.Map(ReportCounts.bounds, self.piece_lines)
         pieces = (entries
-                  | "WithBounds" >> WithSingleton(bounds, fanout=FANOUT)
+                  | "WithBounds" >> WithSingleton(bounds)
                   | "Piece" >> beam.MapTuple(lambda entry, cut: (piece_of(entry, cut), entry))
                   | "Group" >> beam.GroupByKey()
                   | "Write" >> beam.Map(_written, self.report, beam.pvalue.AsSingleton(self.run)))
