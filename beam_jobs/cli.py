@@ -43,7 +43,8 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
           f"{m.num_cores} cores x {m.num_hosts} hosts, {formats_text(m)}")
     for name, split in m.splits.items():
-        print(f"  {name}: {counted(split.num_records, 'record')}, {counted(len(split.shards), shard_noun(m))}, "
+        unlabeled = "" if split.labeled else " (unlabeled)"
+        print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, {counted(len(split.shards), shard_noun(m))}, "
               f"{split.num_bytes / 1e6:.1f} MB")
         for line in twins_line(split.array_record_shards):
             print(line)

@@ -95,13 +95,13 @@ def test_bucket_to_bucket_build_is_identical_to_local_build(gcs, source, built):
     assert built.manifest.rejected["by_reason"] and built.manifest.skipped["count"] == 1
     assert_same_shards(gcs, built.uri, source.local)
     assert load(built.uri).splits == built.manifest.splits  # the manifest on the bucket is the one returned
-    # The input was listed one level per request, in parallel: the preflight's first page, the top level
-    # (once to look for split folders, once by the job), then each label folder.
+    # The input was listed level by level, in parallel: the top level (the preflight's one page, which also
+    # looks for split folders, then the job's), then each label folder in its two pages of 4 entries.
     walked = [p for p in built.pages if f"/b/{source.bucket}/" in p]
     assert all("maxResults=4" in p for p in walked)
-    assert sum("delimiter" not in p for p in walked) == 1
+    assert sum("delimiter" not in p for p in walked) == 0
     levels = sorted(re.search(r"prefix=([^&]*)", p).group(1) for p in walked if "delimiter" in p)
-    assert levels == ["photos%2F", "photos%2F", "photos%2Fcat%2F", "photos%2Fdog%2F", "photos%2Ffish%2F"]
+    assert levels == ["photos%2F"] * 2 + [f"photos%2F{label}%2F" for label in ("cat", "dog", "fish") for _ in "12"]
 
 
 def test_manifest_crc32c_is_what_gcs_reports(gcs, built):

@@ -34,7 +34,7 @@ from beam_jobs.jobs import options
 from beam_jobs import progress, publish
 from beam_jobs.publish.append import append_naming, plan_append, with_generation
 from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
-from beam_jobs.jobs.summary import counted, counter_totals, shard_noun, shards_of, twins_line
+from beam_jobs.jobs.summary import counted, counter_totals, label_ids_line, shard_noun, shards_of, twins_line
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs.running import execute, guard_interrupts
@@ -355,6 +355,7 @@ def append_summary(m: manifest.Manifest, seconds: float) -> str:
     if g.labels_added:
         first = len(m.labels) - len(g.labels_added)
         lines.append("  new labels: " + ", ".join(f"{name} (id {first + i})" for i, name in enumerate(g.labels_added)))
+        lines += label_ids_line(m.labels)
     if g.rejected:
         lines.append(f"  see {storage.join(m.location, m.rejected['path'])} for why each file was rejected")
     return "\n".join(lines)

@@ -60,11 +60,11 @@ def check_input(path: str) -> bool:
             raise UsageError(f"input folder {path} does not exist")
         if not os.path.isdir(path):
             raise UsageError(f"input {path} is not a folder")
-    try:
-        first = next(iter(storage.walk(path)), None)  # one page of the listing, not the whole bucket
-        if first is None:
+    try:  # one page of the top level, not the whole bucket: split folders are decided from what it shows
+        files, folders, _ = storage.list_level(path, "", max_pages=1)
+        if not files and not folders:
             raise UsageError(f"input {path} is empty" if not storage.is_gcs(path) else f"input {path} holds no objects")
-        return inputs.has_split_dirs(storage.top_level_dirs(path))
+        return inputs.has_split_dirs([f.rstrip("/") for f in folders])
     except storage.StorageError as exc:
         raise UsageError(f"cannot list input {path}: {exc.reason}") from None
 

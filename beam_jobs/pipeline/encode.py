@@ -13,7 +13,7 @@ from typing import Iterable
 import apache_beam as beam
 
 from shard_utils.media.encode import EncodeSettings, encode_item, reject
-from shard_utils.format.generations import label_order
+from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
 

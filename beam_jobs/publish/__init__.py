@@ -26,7 +26,7 @@ from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, INDEX_FI
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.read import tfds_meta
-from shard_utils.format.generations import label_order
+from shard_utils.format.labels import label_order
 from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, MANIFEST_NAME, REJECTED_NAME,
                                          SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
                                          parse)
@@ -286,8 +286,9 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
                    rejected: Mapping[str, int], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
                    known_labels: Sequence[str] = ()) -> Manifest:
     """The manifest of a finished build, without its splits' index entries (see `commit`); InternalError if a
-    shard is missing or the accounting does not close. Label ids are the sorted names, after `known_labels`,
-    which keep theirs. `plans`: each split's plan (anything with `num_shards`); `rejected`: the rejects by reason."""
+    shard is missing or the accounting does not close. Label ids are the names in label order (numeric when every
+    label is an integer; `labels.label_order`), after `known_labels`, which keep theirs. `plans`: each split's plan
+    (anything with `num_shards`); `rejected`: the rejects by reason."""
     names = label_order(labels, known_labels)
     splits = {}
     longest: Counter = Counter()
@@ -304,10 +305,12 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine]
         twins = [twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
         shards = tfrecords if "tfrecord" in config.formats else twins or []
+        num_records = sum(r.num_records for r in mine)
         splits[split] = Split(
-            num_records=sum(r.num_records for r in mine), num_bytes=sum(s.num_bytes for s in shards),
+            num_records=num_records, num_bytes=sum(s.num_bytes for s in shards),
             class_counts={name: classes.get(i, 0) for i, name in enumerate(names)},
-            shards=shards, array_record_shards=twins if shards is tfrecords else None)
+            shards=shards, array_record_shards=twins if shards is tfrecords else None,
+            unlabeled=0 if names else num_records)  # a build is labeled or not as a whole (encode.unlabeled_reject)
     image = config.image
     multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
     video = config.video

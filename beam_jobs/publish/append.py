@@ -50,6 +50,10 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     if unknown:
         raise PlanError(f"split {unknown[0]!r} is not in the dataset (it has {', '.join(old.splits)}); an append adds "
                         "records to the dataset's splits; nothing was written")
+    if labels and not old.labels:
+        shown = ", ".join(repr(x) for x in sorted(labels)[:5]) + (" ..." if len(labels) > 5 else "")
+        raise PlanError(f"this dataset is unlabeled, and the new media have labels ({shown}): a split holds labeled "
+                        "or unlabeled records, not both; build them into another output; nothing was written")
     nothing_new = set(rejected.counts.by_reason) <= {"duplicate"} and len(rejected) + sum(
         tally.skipped.values()) == tally.seen  # every new file was a copy of a record (or there were none)
     if not sum(counts.values()) and nothing_new:
@@ -168,10 +172,11 @@ def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequ
     new_counts = {labels[i]: n for i, n in classes.items()}
     kept_twins = list(split.array_record_shards or [])[:len(kept)]
     all_twins = kept_twins + twins if twins is not None and shards is tfrecords else None
-    return Split(num_records=sum(s.num_records for s in kept) + sum(r.num_records for r in mine),
-                 num_bytes=sum(s.num_bytes for s in kept) + sum(s.num_bytes for s in shards),
+    num_records = sum(s.num_records for s in kept) + sum(r.num_records for r in mine)
+    return Split(num_records=num_records, num_bytes=sum(s.num_bytes for s in kept) + sum(s.num_bytes for s in shards),
                  class_counts=generations.merged_counts(counts, new_counts, labels),
-                 shards=kept + shards, index=None, array_record_shards=all_twins)
+                 shards=kept + shards, index=None, array_record_shards=all_twins,
+                 unlabeled=0 if labels else num_records)
 
 
 def _grown_part(part: dict, new_reasons: Counter, new_count: int) -> dict:

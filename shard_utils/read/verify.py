@@ -271,7 +271,7 @@ _TYPES = {"int64": int, "float32": float, "string": bytes}
 
 def check_record(m: Manifest, record: bytes) -> Iterator[str]:
     """Problems with one serialized record: every declared feature present with its type and count, every
-    JPEG (image or clip frame) decoding, labels in range."""
+    JPEG (image or clip frame) decoding, labels in range (or NO_LABEL in a dataset with unlabeled records)."""
     try:
         fields = schema.decode_lists(record)
     except ValueError as exc:
@@ -289,7 +289,10 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
                 yield f"feature {key!r} holds {len(values)} values, more than its max_length {spec.get('max_length')}"
         elif len(values) != math.prod(shape):
             yield f"feature {key!r} holds {len(values)} values, its shape {shape} needs {math.prod(shape)}"
+    unlabeled = any(s.unlabeled for s in m.splits.values())
     for label in fields.get(schema.LABEL, []):
+        if unlabeled and label == schema.NO_LABEL + m.label_offset:
+            continue
         if isinstance(label, int) and not 0 <= label - m.label_offset < len(m.labels):
             yield (f"label {label} is outside {m.label_offset}..{m.label_offset + len(m.labels) - 1}"
                    if m.label_offset else f"label {label} is outside 0..{len(m.labels) - 1}")
@@ -397,6 +400,7 @@ class _IndexRows:
         self.shard = -1  # the shard of the previous row
         self.end = 0  # where the previous row's record ends
         self.counts = [0] * len(self.split.shards)
+        self.unlabeled = 0  # rows without a label
         self.data: bytes | None = None
         self.fields = {field_name(k[len(schema.EXTRA_PREFIX):]): (k, v)
                        for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
@@ -421,6 +425,7 @@ class _IndexRows:
             self._load(row.shard)
         shard = shards[row.shard]
         self.counts[row.shard] += 1
+        self.unlabeled += not row.labels
         if row.offset != self.end:
             self.problem(f"{where}: offset {row.offset}, but the previous record ends at {self.end} "
                          f"in {shard.path}; rows are not contiguous")
@@ -460,6 +465,9 @@ class _IndexRows:
 
     def finish(self) -> None:
         self._close_shard()
+        if self.unlabeled != self.split.unlabeled:
+            self.problem(f"{self.where}: {self.unlabeled} rows have no label, the manifest says {self.split.unlabeled} "
+                         "unlabeled records")
         for shard, count in zip(self.split.shards, self.counts):
             if count != shard.num_records:
                 self.problem(f"{self.where}: {count} rows for {shard.path}, manifest says {shard.num_records} records")
@@ -470,7 +478,7 @@ class _IndexRows:
         except ValueError as exc:
             yield str(exc)
             return
-        labels = tuple(v - self.m.label_offset for v in f.get(schema.LABEL, []))
+        labels = schema.label_ids_of(f.get(schema.LABEL, []), self.m.label_offset)
         expect = {"source_id": b"".join(f.get(schema.SOURCE_ID, [])).decode("utf-8", "replace"),
                   "sha256": b"".join(f.get(schema.SHA256, [])).decode("utf-8", "replace"),
                   "height": (f.get(schema.IMAGE_HEIGHT) or [None])[0],

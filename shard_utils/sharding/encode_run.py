@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject
+from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject, unlabeled_reject
 from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
@@ -110,6 +110,8 @@ def _embedded(outcomes: list, embed: Embed) -> Iterable[Encoded | dict]:
 def read_items(items: Sequence[MediaItem], settings: EncodeSettings):
     """(item, bytes or Unusable) in order: remote sources read ahead while earlier ones are encoded."""
     def read(item: MediaItem):
+        if unlabeled_reject(item, settings) is not None:
+            return b""  # rejected without being read
         return read_source(item.uri, settings.max_file_bytes, item.size)
 
     if any(needs_prefetch(item.uri) for item in items):

@@ -17,6 +17,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY as _LIBRARY_RETRY
 from google.cloud.storage.retry import DEFAULT_RETRY_IF_GENERATION_SPECIFIED as _LIBRARY_CONDITIONAL
 
 from shard_utils.storage import base as storage
+from shard_utils.storage import ranges
 
 # The library's retry waits up to 60 s between tries and gives up after 120 s; under a burst of 503s that
 # stalls a worker for minutes per request. Tries here wait at most 4 s (full jitter) and stop after 60 s:
@@ -112,14 +113,17 @@ def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None =
 def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str | None, max_pages: int | None,
                delimiter: bool = True) -> tuple[Iterator[storage.Entry] | list, list[str], str | None]:
     """Objects under root/rel_dir whose names (relative to root) come after `after` = (name, inclusive) and
-    before `end`.
+    before `end`. After a sub-folder ('a/', not inclusive) means after everything it holds.
 
     With delimiter, only that level: its objects, and its sub-folders' relative paths. At most max_pages
-    pages are listed; the third value is then the last name listed when more remain (else None). Without a
-    page limit the objects stream, one page held at a time. The range is also checked here, name by name:
-    a server that ignores startOffset/endOffset (an emulator) gives the same result."""
+    pages are listed; the third value is then the last entry listed, object or sub-folder, when more remain
+    (else None). Without a page limit the objects stream, one page held at a time. The range is also
+    checked here, name by name: a server that ignores startOffset/endOffset (an emulator) gives the same
+    result."""
     bucket, prefix = _prefix(root)
     level = prefix + (rel_dir.rstrip("/") + "/" if rel_dir.strip("/") else "")
+    if after is not None:
+        after = ranges.start_of(after)
     kwargs = dict(prefix=level, page_size=storage.LIST_PAGE_SIZE, retry=DEFAULT_RETRY,
                   fields="items(name,size),prefixes,nextPageToken")
     if delimiter:
@@ -141,15 +145,17 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
 
     if max_pages is None and not delimiter:
         return (e for page in blobs.pages for e in entries_of(page)), [], None
-    found, folders, last, pages = [], [], None, 0
+    found: list[storage.Entry] = []
+    folders: list[str] = []
+    pages, last = 0, ""
     for page in blobs.pages:
-        names = list(entries_of(page))
-        found += names
-        folders += [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
+        found += entries_of(page)
+        here = [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
+        folders += here
         pages += 1
-        if names:
-            last = names[-1].rel_path
-        if max_pages is not None and pages >= max_pages and blobs.next_page_token:
+        # The last entry in name order, object or sub-folder: a page of sub-folders alone goes on from its last.
+        last = max([e.rel_path for e in found[-1:]] + here + [last])
+        if max_pages is not None and pages >= max_pages and blobs.next_page_token and last:
             return found, sorted(set(folders)), last
     return found, sorted(set(folders)), None
 
