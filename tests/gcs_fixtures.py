@@ -241,17 +241,20 @@ class FaultProxy:
     prefixes together, startOffset/endOffset, a nextPageToken; see benchmarks/scale_sim/stand_in.py): the
     emulator answers every object and prefix at once and ignores the offsets. deny_writes_to=<bucket> answers every write to
     that bucket with 403, like a bucket the credentials may only read. fail_paths (a regular
-    expression) answers every request whose path matches with 503: an object that stays unavailable.
-    latency (seconds) delays every request before it is forwarded, as a remote store would; requests
+    expression) answers every request whose path matches with 503: an object that stays unavailable (with
+    fail_first=N, only the first N of them: a request that fails, then works when tried again). latency (seconds) delays every request before it is forwarded, as a remote store would; requests
     in flight at once wait at once.
     """
 
     def __init__(self, upstream: str, rate: float = 0.0, seed: int = 1, deny_writes_to: str | None = None,
-                 paginate: bool = False, latency: float = 0.0, fail_paths: str | None = None):
+                 paginate: bool = False, latency: float = 0.0, fail_paths: str | None = None,
+                 fail_first: int | None = None):
         self.upstream = upstream.removeprefix("http://")
         self.paginate = paginate
         self.latency = latency
         self.fail_paths = re.compile(fail_paths) if fail_paths else None
+        self.fail_first = fail_first
+        self.failed_paths = 0  # requests answered 503 for matching fail_paths
         self.rate = rate
         self.random = random.Random(seed)
         self.deny_writes_to = deny_writes_to
@@ -324,7 +327,9 @@ class FaultProxy:
             time.sleep(self.latency)
         with self.lock:
             self.requests.append((method, path))
-            if self.fail_paths is not None and self.fail_paths.search(urllib.parse.unquote(path)):
+            if (self.fail_paths is not None and self.fail_paths.search(urllib.parse.unquote(path))
+                    and (self.fail_first is None or self.failed_paths < self.fail_first)):
+                self.failed_paths += 1
                 self.counts["503"] += 1
                 return "503"
             if self.deny_writes_to and method != "GET" and f"/b/{self.deny_writes_to}/" in path:

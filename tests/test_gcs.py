@@ -10,6 +10,7 @@ from collections import Counter
 import io
 import re
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import google_crc32c
@@ -21,6 +22,7 @@ from readers import shard_bytes
 
 from beam_jobs.cli import main as cli_main
 from shard_utils import storage
+from shard_utils.storage import _gcs as storage_gcs
 from shard_utils.storage import base as storage_base
 from shard_utils.format.manifest import load
 
@@ -419,3 +421,44 @@ def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishe
     assert proxy.counts["503"] > 1  # retried before giving up
     bucket, prefix = storage.split_gcs(out)
     assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object
+
+
+def put_objects(em, bucket: str, prefix: str, n: int) -> None:
+    """n one-byte objects prefix/0000... (uploaded several at once)."""
+    b = em.client.bucket(bucket)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: b.blob(f"{prefix}/{i:04d}").upload_from_string(b"x"), range(n)))
+
+
+def most_at_once(timeline) -> int:
+    """The most requests of a timeline (start, end, ...) in flight at one moment."""
+    events = sorted([(t[0], 1) for t in timeline] + [(t[1], -1) for t in timeline])
+    peak = now = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+@pytest.mark.slow
+def test_deleting_a_folder_sends_its_batches_at_once_and_leaves_the_rest(gcs):
+    bucket = gcs.new_bucket("clean")
+    put_objects(gcs, bucket, "tmp/run", 400)
+    put_objects(gcs, bucket, "tmpx", 2)  # beside the folder, not in it
+    with FaultProxy(gcs.url, latency=0.2) as proxy, storage_host(proxy.url):
+        storage.delete_prefix(f"gs://{bucket}/tmp")
+    assert gcs.names(bucket) == ["tmpx/0000", "tmpx/0001"]
+    batches = [t for t in proxy.timeline if t[3].startswith("/batch/")]
+    assert len(batches) == 4 and not [p for m, p in proxy.requests if m == "DELETE"]  # 100 a batch, none left
+    assert 3 <= most_at_once(batches) <= storage_gcs.DELETE_BATCHES_IN_FLIGHT
+
+
+@pytest.mark.slow
+def test_the_objects_of_a_failed_batch_are_deleted_one_by_one(gcs):
+    bucket = gcs.new_bucket("clean")
+    put_objects(gcs, bucket, "tmp/run", 200)
+    with FaultProxy(gcs.url, fail_paths=r"^/batch/", fail_first=1) as proxy, storage_host(proxy.url):
+        storage.delete_prefix(f"gs://{bucket}/tmp")
+    assert gcs.names(bucket) == []
+    assert proxy.failed_paths == 1  # one of the two batches answered 503
+    assert len([p for m, p in proxy.requests if m == "DELETE"]) == 100  # its objects, by the final pass

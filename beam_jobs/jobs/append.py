@@ -32,7 +32,7 @@ from shard_utils.format.layout import generation_split
 
 from beam_jobs.jobs import options
 from beam_jobs import progress, publish
-from beam_jobs.publish.append import append_naming, plan_append
+from beam_jobs.publish.append import append_naming, plan_append, with_generation
 from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
 from beam_jobs.jobs.summary import counted, counter_totals, label_ids_line, shard_noun, shards_of, twins_line
 from beam_jobs.jobs.config import BuildConfig
@@ -194,9 +194,12 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
         config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
         existing_hashes=dataset.hashes if config.dedup else None, grows=old)
-    rejected = (fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
+    g = next_generation(old)
+    rejected = ((fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
+                | "RejectedOfGeneration" >> beam.Map(with_generation, g))
+    skipped = fresh["skipped_files"] | "SkippedOfGeneration" >> beam.Map(with_generation, g)
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
-         "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
+         "skipped_files": skipped, "tally": fresh["tally"], "labels": labels, "run": run,
          "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"]} \
         | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
 

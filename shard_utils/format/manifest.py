@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -649,20 +648,21 @@ def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest
     return parse(data, folder)
 
 
-def assemble(*, splits: Mapping[str, Split], rejected: Sequence[Mapping[str, Any]], skipped: Mapping[str, int],
+def assemble(*, splits: Mapping[str, Split], rejected: Mapping[str, int], skipped: Mapping[str, int],
              skipped_extensions: Mapping[str, int], seen: int, skipped_path: str | None = None,
              **fields: Any) -> Manifest:
-    """The manifest of a finished build, from its splits and its accounting.
+    """The manifest of a finished build, from its splits and its accounting (`rejected` and `skipped`: counts by
+    reason; the manifest names the reports that list them, never their lines).
 
     Raises InternalError when the accounting does not close (a bug: every input must end as a record,
     a rejection or a skip). `fields` are the Manifest's other fields (tool_version, options, ...).
     """
     written = sum(s.num_records for s in splits.values())
-    n_skipped = sum(skipped.values())
-    if seen != written + len(rejected) + n_skipped:
+    n_skipped, n_rejected = sum(skipped.values()), sum(rejected.values())
+    if seen != written + n_rejected + n_skipped:
         raise InternalError(f"accounting does not close: {seen} inputs seen, {written} written, "
-                            f"{len(rejected)} rejected, {n_skipped} skipped")
-    by_reason = Counter(r["reason"] for r in rejected)
+                            f"{n_rejected} rejected, {n_skipped} skipped")
+    by_reason = {reason: n for reason, n in rejected.items() if n}
     skipped_part: dict[str, Any] = {"count": n_skipped, "by_reason": dict(sorted(skipped.items()))}
     if skipped_extensions:
         skipped_part["by_extension"] = dict(sorted(skipped_extensions.items()))
@@ -670,5 +670,5 @@ def assemble(*, splits: Mapping[str, Split], rejected: Sequence[Mapping[str, Any
         skipped_part["path"] = skipped_path
     return Manifest(
         splits=dict(sorted(splits.items())), files_seen=seen, skipped=skipped_part,
-        rejected={"count": len(rejected), "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
+        rejected={"count": n_rejected, "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
         **fields)

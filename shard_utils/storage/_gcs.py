@@ -8,6 +8,7 @@ Functions raise the library's exceptions; `storage` words them with describe().
 from __future__ import annotations
 
 import re
+from concurrent import futures
 from typing import Callable, Iterator
 
 from google.api_core import exceptions as api
@@ -34,6 +35,7 @@ READ_THROTTLE = Throttle()  # one per process: every read in flight asks it
 READ_TIMEOUT = (10.0, 60.0)  # seconds to connect, and to wait for each chunk of an answer
 
 _BATCH = 100  # deletes per batch request (the JSON API's documented limit)
+DELETE_BATCHES_IN_FLIGHT = 8  # batch requests at once when deleting a folder
 
 
 def _bucket(uri: str):
@@ -358,8 +360,9 @@ def delete(uri: str) -> None:
         pass
 
 
-def delete_prefix(folder: str) -> None:
-    """Batched deletes page by page, then one retried delete for anything a failed batch left."""
+def delete_prefix(folder: str, batches_in_flight: int = DELETE_BATCHES_IN_FLIGHT) -> None:
+    """Batched deletes, up to `batches_in_flight` batch requests at once while the listing goes on, then one
+    retried delete for anything a failed batch left."""
     bucket_name, prefix = _prefix(folder)
     client = storage.gcs_client()
     bucket = client.bucket(bucket_name)
@@ -369,14 +372,18 @@ def delete_prefix(folder: str) -> None:
                                  fields="items(name),nextPageToken", retry=DEFAULT_RETRY)
 
     try:
-        names: list[str] = []
-        for blob in listing():
-            names.append(blob.name)
-            if len(names) == _BATCH:
-                _delete_batch(client, bucket, names)
-                names = []
-        if names:
-            _delete_batch(client, bucket, names)
+        with futures.ThreadPoolExecutor(batches_in_flight, thread_name_prefix="tpu-shards-delete") as pool:
+            pending: set[futures.Future] = set()
+            names: list[str] = []
+            for blob in listing():
+                names.append(blob.name)
+                if len(names) == _BATCH:
+                    if len(pending) >= batches_in_flight:  # bounded: the listing waits for a batch to finish
+                        pending = futures.wait(pending, return_when=futures.FIRST_COMPLETED).not_done
+                    pending.add(pool.submit(_delete_batch, client, bucket, names))
+                    names = []
+            if names:
+                pending.add(pool.submit(_delete_batch, client, bucket, names))
         for blob in listing():
             try:
                 bucket.blob(blob.name).delete(retry=DEFAULT_RETRY)
@@ -387,6 +394,7 @@ def delete_prefix(folder: str) -> None:
 
 
 def _delete_batch(client, bucket, names: list[str]) -> None:
+    """One batch request (the client's current batch is per thread, so batches may run at once)."""
     try:
         with client.batch(raise_exception=False):
             for name in names:
