@@ -130,10 +130,11 @@ def tfds_files(manifest: Manifest) -> dict[str, bytes]:
         return {}
 
 
-def described_files(manifest: Manifest) -> dict[str, bytes]:
-    """Every file derived from the manifest beside it: TFDS's metadata, croissant.json and the card README.md."""
-    return {**tfds_files(manifest), CROISSANT_NAME: croissant.croissant_bytes(manifest),
-            CARD_NAME: card.card_bytes(manifest)}
+def described_files(manifest: Manifest, output: str) -> dict[str, bytes]:
+    """Every file derived from the manifest beside it in `output`: TFDS's metadata, croissant.json and the card
+    README.md (both named after the output folder unless --name was given)."""
+    placed = replace(manifest, location=output)
+    return {**tfds_files(manifest), CROISSANT_NAME: croissant.croissant_bytes(placed), CARD_NAME: card.card_bytes(placed)}
 
 
 def failure_message(why: str, rejected: Sequence[dict], tally: Tally, report: str) -> str:
@@ -469,11 +470,11 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
         for name, data in pub.reports:
             storage.write_bytes(storage.join(out, name), data)
         if pub.grows is None:
-            for name, data in described_files(manifest).items():
+            for name, data in described_files(manifest, out).items():
                 storage.write_bytes(storage.join(out, name), data)
         storage.write_bytes(path, manifest.to_json().encode("utf-8"))
         if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
-            for name, data in described_files(manifest).items():
+            for name, data in described_files(manifest, out).items():
                 storage.write_bytes(storage.join(out, name), data)
             for name in sorted(named_files(pub.grows) - named_files(manifest)):
                 storage.delete(storage.join(out, name))
