@@ -66,7 +66,7 @@ def test_a_hostile_croissant_json_is_reported_and_never_read_by_loaders(copy, ho
         first["sha256"] = "0" * 64
         doc["distribution"].append({"@type": "cr:FileObject", "contentUrl": "../elsewhere.tfrecord", "sha256": "0"})
         path.write_text(json.dumps(doc))
-        expected = [f"croissant.json: lists '../elsewhere.tfrecord', which the manifest does not name",
+        expected = ["croissant.json: lists '../elsewhere.tfrecord', which the manifest does not name",
                     f"croissant.json: {first['contentUrl']}: sha256 or size differs from the manifest"]
     elif hostile == "not json":
         path.write_bytes(b"\xff{not json")
