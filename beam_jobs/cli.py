@@ -68,7 +68,8 @@ def inspect_command(argv: Sequence[str] | None) -> None:
 def describe(m, show: bool, write: bool) -> None:
     """Print and/or write a dataset's croissant.json and card, from its manifest."""
     from shard_utils import storage
-    from shard_utils.format import card, croissant
+    from shard_utils.format import croissant
+    from shard_utils.read import card
     from shard_utils.format.layout import CARD_NAME, CROISSANT_NAME
 
     data = croissant.croissant_bytes(m)

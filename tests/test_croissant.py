@@ -43,7 +43,8 @@ def test_mlcroissant_finds_no_error_and_reads_labels_and_splits(small_dataset, m
     m = load(str(small_dataset))
     ds = mlc.Dataset(jsonld=str(small_dataset / "croissant.json"))  # raises ValidationError on any error
     warnings = ds.metadata.ctx.issues.warnings
-    assert {w.split('"')[1] for w in warnings} <= {"https://schema.org/license", "http://mlcommons.org/croissant/citeAs"}
+    recommended = {w.split('"')[1] for w in warnings}
+    assert recommended <= {"https://schema.org/license", "http://mlcommons.org/croissant/citeAs"}
     names = {r["labels/id"]: r["labels/name"] for r in ds.records("labels")}
     assert [names[i] for i in range(len(m.labels))] == [n.encode() if isinstance(n, bytes) else n for n in m.labels]
     assert {r["splits/name"]: r["splits/num_records"] for r in ds.records("splits")} == {
@@ -102,3 +103,49 @@ def test_description_options_are_checked(images, tmp_path, option):
     with pytest.raises(UsageError, match=option[0]):
         run_job(images, tmp_path / "out", *option)
     assert not (tmp_path / "out").exists()
+
+
+def kaggle_shaped(small_dataset):
+    """The sample's manifest as a Kaggle-shaped dataset would have it: extra columns (a number, a score, a list of
+    tags), an embedding, several labels per record stored from 1, and 60 labels."""
+    from dataclasses import replace
+
+    from shard_utils.format import schema
+
+    m = load(str(small_dataset))
+    extras = [schema.ExtraSpec("age", "int64"), schema.ExtraSpec("score", "float32"),
+              schema.ExtraSpec("tags", "string", is_list=True)]
+    features = schema.feature_table(multi_label=True, extras=extras, embedding_key=schema.EMBEDDING,
+                                    embedding_shape=[8], max_lengths={schema.LABEL: 3, "extra/tags": 4})
+    labels = m.labels + [f"breed {i:02d}" for i in range(60 - len(m.labels))]
+    return replace(m, features=features, multi_label=True, label_offset=1, labels=labels,
+                   embedding={"key": schema.EMBEDDING, "shape": [8], "model": "tiny.keras"},
+                   options={**m.options, "metadata": {"name": "pets", "license": "https://example.com/licence"}})
+
+
+def test_extra_columns_embeddings_and_many_labels_are_described(small_dataset):
+    from shard_utils.read import card
+
+    m = kaggle_shaped(small_dataset)
+    doc = croissant.croissant(m)
+    fields = {f["name"]: f for rs in doc["recordSet"] if rs["@id"] == "records" for f in rs["field"]}
+    assert fields["extra_age"]["dataType"] == "sc:Integer" and "repeated" not in fields["extra_age"]
+    assert fields["extra_score"]["dataType"] == "sc:Float"
+    assert fields["extra_tags"]["dataType"] == "sc:Text" and fields["extra_tags"]["repeated"]
+    assert fields["image_embedding"]["repeated"] and "tiny.keras" in fields["image_embedding"]["description"]
+    assert fields["image_class_label"]["repeated"] and fields["image_class_label"]["references"]
+    labels = next(rs for rs in doc["recordSet"] if rs["@id"] == "labels")["data"]
+    assert [r["labels/id"] for r in labels] == list(range(1, 61))
+    text = card.card(m)
+    assert "license: other\nlicense_link: \"https://example.com/licence\"" in text
+    assert "| 50 | breed 46 |" in text and "| 51 |" not in text and "... and 10 more labels" in text
+
+
+@pytest.mark.slow
+def test_mlcroissant_finds_no_error_in_a_kaggle_shaped_description(small_dataset, tmp_path):
+    import mlcroissant as mlc
+
+    path = tmp_path / "croissant.json"
+    path.write_bytes(croissant.croissant_bytes(kaggle_shaped(small_dataset)))
+    ds = mlc.Dataset(jsonld=str(path))
+    assert [r["labels/id"] for r in ds.records("labels")] == list(range(1, 61))

@@ -22,12 +22,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from shard_utils.format import card, croissant, index, schema
+from shard_utils.format import croissant, index, schema
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, CARD_NAME, CROISSANT_NAME, INDEX_FILE,
                                        LOCK_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE)
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
-from shard_utils.read import tfds_meta
+from shard_utils.read import card, tfds_meta
 from shard_utils.format.generations import label_order
 from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, MANIFEST_NAME, REJECTED_NAME,
                                          SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
@@ -134,7 +134,8 @@ def described_files(manifest: Manifest, output: str) -> dict[str, bytes]:
     """Every file derived from the manifest beside it in `output`: TFDS's metadata, croissant.json and the card
     README.md (both named after the output folder unless --name was given)."""
     placed = replace(manifest, location=output)
-    return {**tfds_files(manifest), CROISSANT_NAME: croissant.croissant_bytes(placed), CARD_NAME: card.card_bytes(placed)}
+    return {**tfds_files(manifest), CROISSANT_NAME: croissant.croissant_bytes(placed),
+            CARD_NAME: card.card_bytes(placed)}
 
 
 def failure_message(why: str, rejected: Sequence[dict], tally: Tally, report: str) -> str:

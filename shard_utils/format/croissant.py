@@ -26,7 +26,8 @@ METADATA = ("name", "description", "license", "citation", "url")  # what a user 
 _DTYPES = {"int64": "sc:Integer", "float32": "sc:Float", "string": "sc:Text"}
 _CONTEXT: dict[str, Any] = {  # Croissant 1.0's standard @context (mlcroissant warns about any other)
     "@language": "en", "@vocab": "https://schema.org/", "citeAs": "cr:citeAs", "column": "cr:column",
-    "conformsTo": "dct:conformsTo", "cr": "http://mlcommons.org/croissant/", "rai": "http://mlcommons.org/croissant/RAI/",
+    "conformsTo": "dct:conformsTo", "cr": "http://mlcommons.org/croissant/",
+    "rai": "http://mlcommons.org/croissant/RAI/",
     "data": {"@id": "cr:data", "@type": "@json"}, "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
     "dct": "http://purl.org/dc/terms/", "equivalentProperty": "cr:equivalentProperty",
     "examples": {"@id": "cr:examples", "@type": "@json"}, "extract": "cr:extract", "field": "cr:field",

@@ -10,6 +10,7 @@ from typing import Any
 from shard_utils.format import croissant
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME, MANIFEST_NAME
 from shard_utils.format.manifest import Manifest
+from shard_utils.read.tfds_meta import split_expression
 
 MAX_LABEL_ROWS = 50  # the label table's rows; the rest are counted in one line
 _SPDX = re.compile(r"^[A-Za-z0-9.+-]{1,64}$")  # a licence identifier Hugging Face takes as `license:`
@@ -130,8 +131,10 @@ def _loading(m: Manifest) -> str:
         out += ["Grain over the ArrayRecord shards:\n", "```python", "import grain",
                 "from shard_utils.format.manifest import load", 'm = load("PATH/TO/THIS/FOLDER")',
                 f'source = grain.sources.ArrayRecordDataSource(m.array_record_paths("{split}"))', "```\n"]
-    out += ["TFDS:\n", "```python", "import tensorflow_datasets as tfds",
-            'ds = tfds.builder_from_directory("PATH/TO/THIS/FOLDER").as_dataset(split="' + split + '")', "```\n",
+    out += ["TFDS (a split grown by appends is one TFDS split per generation):\n", "```python",
+            "import tensorflow_datasets as tfds",
+            f'ds = tfds.builder_from_directory("PATH/TO/THIS/FOLDER").as_dataset(split="{split_expression(m, split)}")',
+            "```\n",
             f"{MANIFEST_NAME} is the dataset's contract (every file's size and checksums); {CROISSANT_NAME} "
             "describes it in Croissant 1.0.\n"]
     return "\n".join(out)
