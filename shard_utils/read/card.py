@@ -86,10 +86,12 @@ def _labels(m: Manifest) -> str:
 
 
 def command_line(m: Manifest) -> str:
-    """The build's command line as the manifest's options record it (defaults included)."""
+    """The build's command line as the manifest's options record it (defaults included; an option the manifest
+    records under another name than its flag's shows under the recorded name)."""
     args = ["tpu-shards", "build", m.input or "INPUT", "OUTPUT"]
     for key, value in m.options.items():
-        if value is None or value is False or value == [] or value == "" or key == "metadata":
+        if value is None or value is False or value == [] or value == "" or key == "metadata" or (
+                key == "splits" and isinstance(value, str)):  # "from folders": the input's layout, not a flag
             continue
         flag = "--" + key.replace("_", "-")
         if value is True:
