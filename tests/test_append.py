@@ -456,3 +456,10 @@ def test_an_append_without_the_first_builds_label_options_is_refused_and_changes
                     "--output", out, "--num-cores", "2", "--label-separator", " ")
     assert grown.returncode == 0, grown.stderr
     assert load(str(out)).labels == ["cat", "dog", "flower"]
+
+
+def test_an_append_rewrites_croissant_json_and_the_card(appended):
+    from described import assert_described
+
+    m = assert_described(appended.out)
+    assert "bird" in m.labels and m.generations and len(m.generations) == 2

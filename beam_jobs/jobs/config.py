@@ -78,6 +78,7 @@ class BuildConfig:
     dedup: bool = False
     follow_symlinks: bool = False
     listing: ListingOptions = ListingOptions()
+    described: tuple[tuple[str, str], ...] = ()  # --name, --license, ...: the manifest's options["metadata"]
     # A local run (Beam's in-process runner) reports a build that cannot publish through a Beam metric
     # the driver reads (an exception in a local worker process prints Beam's traceback), where a remote
     # run fails the job with the message; and it streams the listing into the encode step, where a
@@ -147,4 +148,5 @@ class BuildConfig:
             "video_frames": self.video.frames if self.video else None,
             "video_fps": self.video.fps if self.video else None,
             "embed_model": self.embed.model if self.embed else None,
+            **({"metadata": dict(self.described)} if self.described else {}),
         }

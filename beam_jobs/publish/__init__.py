@@ -7,7 +7,8 @@ once), the middle two in parallel over shards and splits:
     clear_output (once)      the old manifest out, then files it named that the new dataset does not reuse
     move_shard (per shard)   the shard from the run's temporary folder to its name in the output
     merge_index (per split)  the split's index: a header, then each shard's index blocks in order
-    commit (once)            reports, TFDS metadata, and the manifest last; temporary data removed, lock released
+    commit (once)            reports, TFDS and Croissant metadata, the card README.md, and the manifest last;
+                             temporary data removed, lock released
 
 A reader starting from `manifest.json` never sees a partial dataset. An append (`append_publish`) plans
 differently and leaves the old manifest and every file it names alone until its new manifest replaces it.
@@ -20,12 +21,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from shard_utils.format import index, schema
-from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, INDEX_FILE, LOCK_NAME, REPORT_FILE, SHARD_FILE,
-                                       TEMP_ROOT, TFDS_LABELS_BEFORE)
+from shard_utils.format import croissant, index, schema
+from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, CARD_NAME, CROISSANT_NAME, INDEX_FILE,
+                                       LOCK_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE)
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
-from shard_utils.read import tfds_meta
+from shard_utils.read import card, tfds_meta
 from shard_utils.format.labels import label_order
 from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, MANIFEST_NAME, REJECTED_NAME,
                                          SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
@@ -42,7 +43,7 @@ OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an outp
 REPORTED_REASONS = 3  # reasons named in a failure's one line
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
 _DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
-                  TFDS_LABELS_BEFORE)
+                  TFDS_LABELS_BEFORE, CROISSANT_NAME, CARD_NAME)
 
 __all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
            "move_shard", "merge_index", "commit", "finish", "published_by"]
@@ -127,6 +128,14 @@ def tfds_files(manifest: Manifest) -> dict[str, bytes]:
         return tfds_meta.tfds_files(manifest)
     except ValueError:
         return {}
+
+
+def described_files(manifest: Manifest, output: str) -> dict[str, bytes]:
+    """Every file derived from the manifest beside it in `output`: TFDS's metadata, croissant.json and the card
+    README.md (both named after the output folder unless --name was given)."""
+    placed = replace(manifest, location=output)
+    return {**tfds_files(manifest), CROISSANT_NAME: croissant.croissant_bytes(placed),
+            CARD_NAME: card.card_bytes(placed)}
 
 
 def failure_message(why: str, rejected: Report | Sequence[dict], tally: Tally, report: str) -> str:
@@ -465,14 +474,14 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
 
 
 def switch(pub: Publication, manifest: Manifest, out: str) -> None:
-    """The manifest written (TFDS's files before it for a build, after it for an append, with the files only the
+    """The manifest written (TFDS's files, croissant.json and the card before it for a build, after it for an append, with the files only the
     old manifest named removed)."""
     if pub.grows is None:
-        for name, data in tfds_files(manifest).items():
+        for name, data in described_files(manifest, out).items():
             storage.write_bytes(storage.join(out, name), data)
     storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
     if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
-        for name, data in tfds_files(manifest).items():
+        for name, data in described_files(manifest, out).items():
             storage.write_bytes(storage.join(out, name), data)
         for name in sorted(named_files(pub.grows) - named_files(manifest)):
             storage.delete(storage.join(out, name))

@@ -16,7 +16,7 @@ from shard_utils.format import names, schema, splits as split_expressions
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
-                                       SHARD_PATTERN, SKIPPED_NAME, array_record_name)
+                                       CARD_NAME, CROISSANT_NAME, SHARD_PATTERN, SKIPPED_NAME, array_record_name)
 
 FORMAT_VERSION = 2
 ARRAY_RECORD_VERSION = 3  # a dataset of ArrayRecord shards only: readers of versions 1 and 2 must refuse it
@@ -464,7 +464,8 @@ def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, An
                           skipped: Mapping[str, Any]) -> None:
     """Every file the manifest names is named once: a shard listed twice, or in two splits, would be read as
     twice the records; an index or report sharing a name with another file would be overwritten by it."""
-    owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself"}
+    owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself", CROISSANT_NAME: "the Croissant description",
+                              CARD_NAME: "the dataset card"}
     named = [(shard.path, f"split {name!r} shard {i}") for name, split in splits.items()
              for i, shard in enumerate(split.shards)]
     named += [(twin.path, f"split {name!r} array_record shard {i}") for name, split in splits.items()

@@ -10,11 +10,11 @@ import os
 from typing import Iterator
 
 from shard_utils import storage
-from shard_utils.format import array_record, schema
+from shard_utils.format import array_record, croissant, schema
 from shard_utils.format.index import (NO_LABEL, IndexFormatError, IndexRow, check_header, check_place, field_name,
                                      read_index, unframe)
 from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
-from shard_utils.format.layout import ARRAY_RECORD
+from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -47,7 +47,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         for shard, twin in zip(split.shards, split.array_record_shards or ()):
             problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
         problems.extend(index_problems)
-    return _links_outside(m) + problems + check_reports(m)
+    return _links_outside(m) + problems + check_reports(m) + check_croissant(m)
 
 
 CHEAP_CHECK_THREADS = 32  # files looked at once on gs:// (one metadata request each)
@@ -143,6 +143,19 @@ def check_reports(m: Manifest) -> list[str]:
             problems.append(f"{part['path']}: {len(entries)} rejected files listed, the manifest says "
                             f"{part.get('count', 0)}")
     return problems
+
+
+def check_croissant(m: Manifest) -> list[str]:
+    """How croissant.json differs from the manifest (its files, checksums and sizes); none when it is absent (a
+    dataset built before it existed: `tpu-shards inspect --write-croissant` writes it)."""
+    path = storage.join(m.location, CROISSANT_NAME)
+    try:
+        data = storage.read_bytes(path, limit=croissant.MAX_CROISSANT_BYTES + 1)
+    except storage.NotFoundError:
+        return []
+    except storage.StorageError as exc:
+        return [f"{CROISSANT_NAME}: cannot read: {storage.problem(exc, path)}"]
+    return croissant.file_problems(data, m)
 
 
 def _read_shard(m: Manifest, shard: Shard) -> bytes | list[str]:
