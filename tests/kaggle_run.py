@@ -17,7 +17,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 from shard_utils import loader  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MARKED = re.compile(r"<!-- test: snippet -->\n```python\n(.*?)```", re.S)
+MARKED = re.compile(r"<!-- test: kaggle snippet -->\n```python\n(.*?)```", re.S)
 
 
 def train(strategy: tf.distribute.Strategy) -> tf.keras.Model:

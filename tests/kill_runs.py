@@ -38,18 +38,19 @@ def run(script: str, *args, kill_after: int | None = None, timeout: float = 600)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, str(REPO / "examples" / script), *map(str, args)], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=err, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
-        piece = Piece(returncode=0, start=-1)
-        for line in proc.stdout:
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+                                start_new_session=True)  # killed as a group: no child keeps the pipe open
+        piece, killed = Piece(returncode=0, start=-1), False
+        for line in proc.stdout:  # after the kill, on to the end: what it printed before dying is still in the pipe
             piece.lines.append(line.rstrip("\n"))
             words = line.split()
             if words[:1] == ["START"]:
                 piece.start = int(words[1])
             elif words[:1] in (["STEP"], ["BATCH"]):
                 piece.steps[int(words[1])] = words[2:]
-                if kill_after is not None and int(words[1]) >= piece.start + kill_after:
-                    proc.send_signal(signal.SIGKILL)
-                    break
+                if kill_after is not None and not killed and int(words[1]) >= piece.start + kill_after:
+                    os.killpg(proc.pid, signal.SIGKILL)  # a loaded reader may be steps behind the loop it kills
+                    killed = True
             elif words[:1] == ["SAVED"]:
                 piece.saved.append(int(words[1]))
         proc.stdout.close()
