@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import sys
@@ -132,3 +133,58 @@ def pytest_collection_modifyitems(config, items):
         if module is not None and any(getattr(v, "__name__", "").split(".")[0] == "tensorflow"
                                       for v in vars(module).values()):
             item.add_marker(pytest.mark.tf)
+
+
+# The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
+# test in it that uses more CPU than FAST_TEST_CPU_S (its setup and call, its subprocesses included) fails,
+# asking for the `slow` marker, and the subset's total is held to FAST_SUBSET_CPU_S. CPU time, not wall time:
+# on cores shared with other work a test's wall time grows, its CPU time hardly does.
+FAST_TEST_CPU_S = 4.0
+FAST_SUBSET_CPU_S = 150.0
+SUBSET_MARKERS = ("slow", "gcs", "tf")
+_setup_cpu = pytest.StashKey[float]()
+_fast_cpu: dict[str, float] = {}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process (every thread) and by its children that have ended."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def in_fast_subset(item) -> bool:
+    return not any(item.get_closest_marker(name) for name in SUBSET_MARKERS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    start = cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        item.stash[_setup_cpu] = cpu_seconds() - start
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    start = cpu_seconds()
+    result = yield  # a failing test raises here: its own failure is the one reported
+    if in_fast_subset(item):
+        spent = _fast_cpu[item.nodeid] = item.stash.get(_setup_cpu, 0.0) + cpu_seconds() - start
+        if spent > FAST_TEST_CPU_S:
+            pytest.fail(f"this test used {spent:.1f} CPU seconds (setup and call), more than the fast subset "
+                        f"allows ({FAST_TEST_CPU_S:g}); mark it @pytest.mark.slow", pytrace=False)
+    return result
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _fast_cpu:
+        top = sorted(_fast_cpu.items(), key=lambda kv: -kv[1])[:5]
+        terminalreporter.write_line(f"fast subset: {len(_fast_cpu)} tests used {sum(_fast_cpu.values()):.1f} CPU "
+                                    f"seconds (at most {FAST_SUBSET_CPU_S:g}); most: " +
+                                    ", ".join(f"{name.split('::')[-1][:50]} {cpu:.1f}" for name, cpu in top))
+
+
+def pytest_sessionfinish(session):
+    if sum(_fast_cpu.values()) > FAST_SUBSET_CPU_S:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the summary above says why

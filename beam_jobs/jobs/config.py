@@ -55,6 +55,7 @@ class BuildConfig:
     created: str | None = None
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_dirs: bool = False
+    stratify: bool = False  # --stratify: each class cut into the splits at their fractions (pipeline.stratify)
     image: ImageOptions = ImageOptions()
     num_cores: int = 8
     num_hosts: int = 1
@@ -120,6 +121,7 @@ class BuildConfig:
         return {
             "splits": ("from folders" if self.split_dirs else f"from column {self.listing.split_column}"
                        if self.listing.split_column else dict(self.splits)),
+            "stratify": self.stratify,
             "image_size": list(self.image.size) if self.image.size else None,
             "resize": self.image.resize,
             "jpeg_quality": self.image.quality,

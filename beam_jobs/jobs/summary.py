@@ -1,7 +1,7 @@
 """What a finished job prints: its summary lines and its Beam counters."""
 from __future__ import annotations
 
-from shard_utils import storage
+from shard_utils import inputs, storage
 from shard_utils.format import manifest
 
 
@@ -70,6 +70,13 @@ def shards_of(m: manifest.Manifest, shards: list[manifest.Shard]) -> str:
             f"{'record' if sizes == [1] else 'records'}")
 
 
+def split_name_notes(split_names) -> list[str]:
+    """A note for each split named one edit (or an alias) away from train, validation or test: loaders and
+    TFDS code ask for the usual names. The name is kept as given."""
+    return [f"  note: split {name!r} is not {usual!r}; loaders asking for {usual!r} will not find it"
+            for name in split_names for usual in [inputs.usual_split_meant(name)] if usual]
+
+
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:
     """A few lines a person reads at the end of a local run."""
     how = f"{runner}, {workers} encode processes" if workers > 1 else runner
@@ -78,6 +85,8 @@ def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1)
         lines.append(f"  {name}: {counted(split.num_records, 'record')} in {shards_of(m, split.shards)}, "
                      f"{split.num_bytes / 1e6:.1f} MB")
         lines += twins_line(split.array_record_shards)
+
+    lines += split_name_notes(m.splits)
 
     def reasons(part: dict) -> str:
         return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""

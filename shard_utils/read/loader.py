@@ -400,7 +400,7 @@ def _warn_uneven_shards(m: Manifest, split: str, n: int) -> None:
     division = topology.shard_division(len(m.split(split).shards), n)
     if division is None:
         return
-    built = m.tpu or f"{m.num_cores} cores x {m.num_hosts} hosts"
+    built = m.tpu or topology.cores_x_hosts(m.num_cores, m.num_hosts)
     warnings.warn(f"split {split!r} has {len(m.split(split).shards)} shards (built for {built}) for {n} input "
                   f"pipelines: {division}, and each repeats its own, so the records of the pipelines with fewer "
                   "shards are seen more often per pass. For exact epochs on any host count pass seed= and "
