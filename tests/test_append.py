@@ -140,6 +140,7 @@ def source_ids(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*.jpg")}
 
 
+@pytest.mark.slow
 def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
     out, grown = appended.out, appended.grown
     assert "bird/more000.jpg" in source_ids(appended.root)

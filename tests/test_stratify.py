@@ -121,14 +121,18 @@ def split_labels(out) -> Counter:
 
 
 @pytest.mark.slow
-def test_a_stratified_build_has_every_class_within_one_and_the_same_bytes_with_other_workers(tmp_path):
+def test_a_stratified_build_has_every_class_within_one_and_the_same_bytes_with_other_workers(tmp_path, capsys):
+    """(With a split named `valid`: kept, with a note in the summary.)"""
     sizes = {"a": 23, "b": 9, "c": 14}
     write_images(tmp_path / "in", sizes, size=(16, 12))
-    opts = ("--num-cores", "1", "--splits", "train=0.7,validation=0.2,test=0.1", "--stratify")
+    opts = ("--num-cores", "1", "--splits", "train=0.7,valid=0.2,test=0.1", "--stratify")
     m = run_job(tmp_path / "in", tmp_path / "one", *opts)
-    assert m.options["stratify"] is True
+    assert m.options["stratify"] is True and sorted(m.splits) == ["test", "train", "valid"]
+    assert "  note: split 'valid' is not 'validation'; loaders asking for 'validation' will not find it" in \
+        capsys.readouterr().out.splitlines()
     counts = split_labels(tmp_path / "one")
-    assert within_one(counts, {m.labels.index(k): n for k, n in sizes.items()}) == []
+    splits = (("train", 0.7), ("valid", 0.2), ("test", 0.1))
+    assert within_one(counts, {m.labels.index(k): n for k, n in sizes.items()}, splits) == []
     assert sum(counts.values()) == 46
     run_job(tmp_path / "in", tmp_path / "two", *opts, "--workers", "1")  # other bundles, one encode process
     shards = sorted(p.name for p in (tmp_path / "one").glob("*.tfrecord"))
