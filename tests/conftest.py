@@ -140,7 +140,7 @@ def pytest_collection_modifyitems(config, items):
 # fails, asking for the `slow` marker, and the subset's total, fixtures shared by several tests (module or
 # session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU time, not wall time: on cores shared
 # with other work a test's wall time grows, its CPU time hardly does.
-FAST_TEST_CPU_S = 4.0
+FAST_TEST_CPU_S = 3.0
 FAST_SUBSET_CPU_S = 150.0
 SUBSET_MARKERS = ("slow", "gcs", "tf")
 _setup_cpu = pytest.StashKey[float]()

@@ -82,6 +82,7 @@ def test_old_shards_and_reports_are_byte_identical_and_a_generation_is_added(app
     assert "appended generation 1" in appended.printed and "bird (id 2)" in appended.printed
 
 
+@pytest.mark.slow
 def test_new_label_gets_the_next_id_and_old_ids_never_change(appended):
     first, grown, out = appended.first, appended.grown, appended.out
     assert first.labels == ["cat", "dog"] and grown.labels == ["cat", "dog", "bird"]
@@ -97,6 +98,7 @@ def test_new_label_gets_the_next_id_and_old_ids_never_change(appended):
     assert total == {"cat": 19, "dog": 12, "bird": 7}
 
 
+@pytest.mark.slow
 def test_hosts_stay_balanced_across_generations(appended):
     grown = appended.grown
     for split in grown.splits.values():
@@ -451,6 +453,7 @@ def test_label_order_keeps_known_ids():
     assert generations.label_order({"ant", "dog", "zebra"}, ["dog", "cat"]) == ["dog", "cat", "ant", "zebra"]
 
 
+@pytest.mark.slow
 def test_manifest_generations_are_checked(appended):
     text = json.loads((appended.out / "manifest.json").read_text())
     assert manifest.from_dict(text).generations[1].labels_added == ["bird"]

@@ -97,6 +97,7 @@ def test_array_record_alone_publishes_only_array_record_shards_of_the_same_recor
         RandomAccessSource(m, "train")
 
 
+@pytest.mark.slow
 def test_the_same_build_gives_the_same_array_record_bytes(datasets, tmp_path):
     out, _ = datasets.both
     again = tmp_path / "again"
@@ -189,6 +190,7 @@ def test_an_array_record_manifest_is_validated_on_load(datasets, change, message
         parse(json.dumps(raw))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (("--format", "parquet"), "--format"),
     (("--format", "array_record", "--shard-extension", "tfrec"), "--shard-extension tfrec"),
@@ -199,6 +201,7 @@ def test_bad_format_options_are_one_line(images, tmp_path, args, message):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_a_rebuild_replaces_array_record_shards_it_does_not_write_again(datasets, tmp_path):
     out = tmp_path / "d"
     shutil.copytree(datasets.array_record[0], out)
@@ -373,7 +376,7 @@ def test_inspect_names_the_formats_and_the_twins_size(datasets):
         out, m = getattr(datasets, fmt)
         done = run_cli("inspect", out)
         lines = done.stdout.splitlines()
-        assert done.returncode == 0 and lines[0].endswith(f" hosts, {formats}"), (done.stdout, done.stderr)
+        assert done.returncode == 0 and lines[0].endswith(f" 2 cores x 1 host, {formats}"), (done.stdout, done.stderr)
         for name, split in m.splits.items():
             at = lines.index(f"  {name}: {split.num_records} records, {len(split.shards)}"
                              f"{' ArrayRecord' if fmt == 'array_record' else ''} shards, {split.num_bytes / 1e6:.1f} MB")
@@ -428,6 +431,7 @@ def test_without_the_package_array_record_is_one_line_naming_the_extra_and_tfrec
     assert plain.returncode == 0, plain.stderr
 
 
+@pytest.mark.slow
 def test_without_the_package_verify_checks_array_record_bytes_and_deep_is_one_line_naming_the_extra(datasets,
                                                                                                     tmp_path):
     """Plain verify reads ArrayRecord shards as bytes (the base install checks any dataset); --deep, which reads

@@ -113,6 +113,7 @@ def test_failed_rerun_keeps_the_previous_dataset(images, tmp_path):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_console_entry_point_and_help(tmp_path):
     assert run_cli("build", "--help").returncode == 0
     done = run_cli()
@@ -168,6 +169,7 @@ def test_progress_forced_without_tqdm_is_one_line_and_exit_2(images, tmp_path):
     assert done.returncode == 2 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_listing_of_ids_is_refused_before_any_work_saying_what_path_template_does(in_process, tmp_path):
     """Kaggle's train.csv holds ids (`id,label`): without --path-template every file would be missing."""
     write_images(tmp_path / "in", {"x": 3})
