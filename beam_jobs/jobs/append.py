@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
+from typing import Collection
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
@@ -198,7 +199,7 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
 # ---------------------------------------------------------------------------------------------- the driver
 
 
-def check_appendable(old: manifest.Manifest, config: BuildConfig, given: set[str] = frozenset()) -> None:
+def check_appendable(old: manifest.Manifest, config: BuildConfig, given: Collection[str] = ()) -> None:
     """Refuse, with one line, a dataset this append cannot grow, or options (`given`: the ones on the command
     line) that differ from its first build's."""
     where = f"cannot append to {config.output}"
@@ -237,7 +238,7 @@ def check_intact(old: manifest.Manifest, config: BuildConfig) -> None:
                          "lists every problem; nothing was written")
 
 
-def open_dataset(config: BuildConfig, given: set[str] = frozenset()) -> manifest.Manifest:
+def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.Manifest:
     """Take the output's lock and load the dataset to grow; UsageError (lock given back) when it cannot be grown."""
     out = config.output
     if config.input and inside(out, config.input):
@@ -279,7 +280,7 @@ def recorded_options(output: str) -> dict:
         return {}
 
 
-def run_append(args, beam_args, given: set[str] = frozenset()) -> manifest.Manifest:
+def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifest:
     """The driver of `build --append` (options already parsed by `build.run`; `given`: the options its command
     line gives, the others are taken from the dataset's manifest); returns the manifest after."""
     opts = pipeline_options(beam_args)
@@ -302,7 +303,7 @@ def run_append(args, beam_args, given: set[str] = frozenset()) -> manifest.Manif
         run_id=new_run_id(now), created=now.isoformat(timespec="seconds"), listing=listing, local=local)
     config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
     with guard_interrupts(config, local):
-        old = open_dataset(config, set(given))
+        old = open_dataset(config, given)
         started = time.monotonic()
         result = execute(config, opts, lambda p: build_append_pipeline(p, config, old), show_progress=args.progress)
         after = manifest.load(args.output)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from beam_jobs.errors import UsageError
 
@@ -26,7 +26,7 @@ def _same(value: Any) -> Any:
 # Recorded option -> how its value is given back to the build's parser (the option's dest is the key).
 RECORDED: dict[str, Callable[[Any], Any]] = {
     "splits": _splits, "stratify": bool, "image_size": _joined, "resize": _same, "jpeg_quality": _same,
-    "max_pixels": _same, "background": _joined, "validate": _same, "target_shard_mb": _same, "num_shards": _same,
+    "max_pixels": _same, "background": _joined, "validate": _same, "target_shard_mb": _same,
     "seed": _same, "label_offset": _same, "shard_extension": _same, "format": _same, "max_rejected": _same,
     "dedup": bool, "follow_symlinks": bool, "label_from_name": _same,
     # The listing's shape: taken only when the append reads a listing too.
@@ -37,7 +37,8 @@ LISTING_SHAPE = ("path_column", "path_template", "label_column", "label_separato
                  "extra_separator", "extra_columns")
 TOPOLOGY = ("tpu", "num_cores", "num_hosts")  # compared as cores x hosts (check_appendable)
 # Options that steer one run, not the records' shape or place: taken when not given, free to differ when given.
-PER_RUN = ("target_shard_mb", "num_shards", "dedup", "max_pixels", "validate", "max_rejected", "follow_symlinks")
+# (--num-shards is not taken at all: a generation's shard count follows its own records.)
+PER_RUN = ("target_shard_mb", "dedup", "max_pixels", "validate", "max_rejected", "follow_symlinks")
 # Options the label sources exclude each other by: given one, the other is not taken.
 EXCLUSIVE = {"label_column": "label_from_name", "label_from_name": "label_column"}
 
@@ -49,7 +50,7 @@ def given_options(ap: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     return set(vars(ap.parse_known_args(argv)[0]))
 
 
-def take_recorded(args: argparse.Namespace, given: set[str], recorded: Mapping[str, Any]) -> argparse.Namespace:
+def take_recorded(args: argparse.Namespace, given: Collection[str], recorded: Mapping[str, Any]) -> argparse.Namespace:
     """`args` with every recorded option the command line did not give set to its recorded value."""
     taken = dict(vars(args))
     for name, to_arg in RECORDED.items():
@@ -60,7 +61,7 @@ def take_recorded(args: argparse.Namespace, given: set[str], recorded: Mapping[s
         if name == "label_column" and recorded.get("label_from_name") is not None:
             continue
         taken[name] = to_arg(recorded[name])
-    if not given & set(TOPOLOGY):
+    if not set(given) & set(TOPOLOGY):
         if recorded.get("tpu"):
             taken["tpu"] = recorded["tpu"]
         else:
@@ -68,7 +69,7 @@ def take_recorded(args: argparse.Namespace, given: set[str], recorded: Mapping[s
     return argparse.Namespace(**taken)
 
 
-def check_same(recorded: Mapping[str, Any], now: Mapping[str, Any], given: set[str], where: str) -> None:
+def check_same(recorded: Mapping[str, Any], now: Mapping[str, Any], given: Collection[str], where: str) -> None:
     """Refuse (UsageError, one line) an option whose value differs from the one the dataset was built with."""
     for name in RECORDED:
         if name in PER_RUN or name not in recorded or json.dumps(recorded[name], sort_keys=True) == json.dumps(
