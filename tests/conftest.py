@@ -137,13 +137,14 @@ def pytest_collection_modifyitems(config, items):
 
 # The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
 # test in it that uses more CPU than FAST_TEST_CPU_S (its call and its own fixtures, its subprocesses included)
-# fails, asking for the `slow` marker, and the subset's total, fixtures shared by several tests (module or
+# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total, fixtures shared by several tests (module or
 # session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU time, not wall time: on cores shared
 # with other work a test's wall time grows, its CPU time hardly does.
 FAST_TEST_CPU_S = 3.0
 FAST_SUBSET_CPU_S = 150.0
 SUBSET_MARKERS = ("slow", "gcs", "tf")
 _setup_cpu = pytest.StashKey[float]()
+_had_tensorflow = pytest.StashKey[bool]()
 _fast_cpu: dict[str, float] = {}  # test id -> CPU seconds of its call and function-scoped fixtures
 _shared = {"cpu": 0.0, "depth": 0, "fast": 0.0}  # shared fixtures: CPU so far, nesting, CPU for fast tests
 
@@ -175,6 +176,7 @@ def pytest_fixture_setup(fixturedef):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     start, shared = cpu_seconds(), _shared["cpu"]
+    item.stash[_had_tensorflow] = "tensorflow" in sys.modules
     try:
         return (yield)
     finally:
@@ -189,6 +191,9 @@ def pytest_runtest_call(item):
     start = cpu_seconds()
     result = yield  # a failing test raises here: its own failure is the one reported
     if in_fast_subset(item):
+        if not item.stash.get(_had_tensorflow, True) and "tensorflow" in sys.modules:
+            pytest.fail("this test imports TensorFlow (seconds of CPU, whichever test does it first); mark it "
+                        "@pytest.mark.tf", pytrace=False)
         spent = _fast_cpu[item.nodeid] = item.stash.get(_setup_cpu, 0.0) + cpu_seconds() - start
         if spent > FAST_TEST_CPU_S:
             pytest.fail(f"this test used {spent:.1f} CPU seconds (its call and own fixtures), more than the fast "

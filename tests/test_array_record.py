@@ -123,6 +123,7 @@ def test_grain_reads_the_shards_and_the_decoder_maps_them(datasets):
     assert first["image"].shape == (24, 24, 3) and m.labels[first["label"]] in ("cat", "dog", "fish")
 
 
+@pytest.mark.tf  # imports TensorFlow (the loader)
 def test_tfds_reads_array_record_output(datasets):
     tfds = pytest.importorskip("tensorflow_datasets")
     from shard_utils.read.tfds_meta import array_record_builder

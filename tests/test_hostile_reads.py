@@ -392,6 +392,7 @@ def test_by_default_a_bucket_shard_is_checked_by_its_stored_checksum_without_rea
     assert not [uri for uri in opened if uri.endswith(".tfrecord")]
 
 
+@pytest.mark.tf  # imports TensorFlow (the loader)
 def test_check_files_takes_true_false_or_framing(valid):
     from shard_utils.read.loader import make_dataset
 
