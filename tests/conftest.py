@@ -159,18 +159,26 @@ def in_fast_subset(item) -> bool:
     return not any(item.get_closest_marker(name) for name in SUBSET_MARKERS)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef):
-    """A fixture shared by several tests is counted once, in the subset's total, not in the first test's cost."""
-    if fixturedef.scope == "function":
-        return (yield)
-    start, _shared["depth"] = cpu_seconds(), _shared["depth"] + 1
-    try:
-        return (yield)
-    finally:
-        _shared["depth"] -= 1
-        if _shared["depth"] == 0:
-            _shared["cpu"] += cpu_seconds() - start
+class SharedFixtureCpu:
+    """A fixture shared by several tests (module or session scope) is counted once, in the subset's total, not in
+    the first test's cost. A plugin registered for the whole session: a conftest's own hook would not see the
+    session-scoped fixtures, which pytest sets up for the session, above this folder."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef):
+        if fixturedef.scope == "function":
+            return (yield)
+        start, _shared["depth"] = cpu_seconds(), _shared["depth"] + 1
+        try:
+            return (yield)
+        finally:
+            _shared["depth"] -= 1
+            if _shared["depth"] == 0:
+                _shared["cpu"] += cpu_seconds() - start
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(SharedFixtureCpu(), "tpu-shards-shared-fixture-cpu")
 
 
 @pytest.hookimpl(wrapper=True)
