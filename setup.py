@@ -38,7 +38,9 @@ setup(
         # Reading with Grain: RandomAccessSource and Grain's ArrayRecordDataSource (which needs array-record; Grain
         # requires it too, except on Windows). Not pulled by `array_record`, which Dataflow images install to write.
         "grain": ["grain>=0.2.18", "array-record>=0.8"],
-        "report": ["matplotlib>=3.8"],  # `tpu-shards inspect --report`; not needed to build or load
+        "report": ["matplotlib>=3.8"],
+        # Validating croissant.json with MLCommons' own checker; writing it needs nothing (it is plain JSON)
+        "croissant": ["mlcroissant>=1.1,<1.2"],  # `tpu-shards inspect --report`; not needed to build or load
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
         "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
         # benchmarks/bench_build.py: the TensorFlow Datasets peer it compares the job with
@@ -55,6 +57,7 @@ setup(
             "grain>=0.2.18",  # random access is tested against the real Grain and TFDS
             "array-record>=0.8",  # ArrayRecord shards are written and read with the real package
             "tensorflow-datasets>=4.9.10,<4.10",
+            "mlcroissant>=1.1,<1.2",  # every build's croissant.json is validated by the real checker
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip
             "mkdocs>=1.6",  # tests/test_docs.py builds the docs site with warnings as errors
             "mkdocstrings[python]>=1.0",

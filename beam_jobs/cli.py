@@ -53,12 +53,20 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the records shown on the contact sheets")
     ap.add_argument("--max-records", type=int, default=5000,
                     help="records read per split for the contact sheets and size chart (default 5000)")
+    ap.add_argument("--croissant", action="store_true",
+                    help="print the dataset's Croissant description (croissant.json), made from its manifest")
+    ap.add_argument("--write-croissant", action="store_true",
+                    help="write croissant.json and the README.md card beside the manifest (e.g. for a dataset built "
+                         "before they existed)")
     args = ap.parse_args(argv)
     m = load(args.dataset)
+    if args.croissant or args.write_croissant:
+        return describe(m, args.croissant, args.write_croissant)
     print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
           f"{cores_x_hosts(m.num_cores, m.num_hosts)}, {formats_text(m)}")
     for name, split in m.splits.items():
-        print(f"  {name}: {counted(split.num_records, 'record')}, {counted(len(split.shards), shard_noun(m))}, "
+        unlabeled = "" if split.labeled else " (unlabeled)"
+        print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, {counted(len(split.shards), shard_noun(m))}, "
               f"{split.num_bytes / 1e6:.1f} MB")
         for line in twins_line(split.array_record_shards):
             print(line)
@@ -71,6 +79,22 @@ def inspect_command(argv: Sequence[str] | None) -> None:
         raise UsageError("--max-records must be at least 1")
     page = report.write_report(m, args.report, seed=args.seed, max_records=args.max_records)
     print(f"tpu-shards: report written to {page}")
+
+
+def describe(m, show: bool, write: bool) -> None:
+    """Print and/or write a dataset's croissant.json and card, from its manifest."""
+    from shard_utils import storage
+    from shard_utils.format import croissant
+    from shard_utils.read import card
+    from shard_utils.format.layout import CARD_NAME, CROISSANT_NAME
+
+    data = croissant.croissant_bytes(m)
+    if show:
+        sys.stdout.write(data.decode("utf-8"))
+    if write:
+        storage.write_bytes(storage.join(m.location, CROISSANT_NAME), data)
+        storage.write_bytes(storage.join(m.location, CARD_NAME), card.card_bytes(m))
+        print(f"tpu-shards: wrote {CROISSANT_NAME} and {CARD_NAME} in {m.location}", file=sys.stderr)
 
 
 def extract_command(argv: Sequence[str] | None) -> None:

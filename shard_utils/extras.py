@@ -15,6 +15,9 @@ from typing import Iterator, Sequence
 
 REPORT_EXTRA = "report"  # matplotlib: the inspect report and its contact sheets
 DISTRIBUTION = "tpu-shards"
+# pip's name for a module whose package is named otherwise (the others: the module's own name).
+_PACKAGES = {"PIL": "Pillow", "google_crc32c": "google-crc32c", "google.protobuf": "protobuf",
+             "google.cloud.storage": "google-cloud-storage", "yaml": "PyYAML"}
 
 
 class MissingExtra(ImportError):
@@ -30,21 +33,53 @@ def require(module: str, extra: str | None = REPORT_EXTRA, needed_for: str = "th
             with tensorflow_quietly():
                 return importlib.import_module(module)
         return importlib.import_module(module)
-    except ImportError:
-        raise MissingExtra(_not_installed(needed_for, [module.split(".")[0]], extra)) from None
+    except ImportError as exc:
+        raise MissingExtra(import_problem(exc, module, needed_for, extra)) from None
 
 
 def require_all(modules: Sequence[str], needed_for: str) -> None:
     """Raise one MissingExtra naming every module of the base install in `modules` that is not importable (after
-    an install with --no-deps), so a user installs them all at once."""
+    an install with --no-deps), so a user installs them all at once; one installed but failing to import is
+    named with its own error."""
     missing = []
     for module in modules:
         try:
             importlib.import_module(module)
-        except ImportError:
+        except ImportError as exc:
+            if not _absent(exc, module):
+                raise MissingExtra(import_problem(exc, module, needed_for, None)) from None
             missing.append(module)
     if missing:
         raise MissingExtra(_not_installed(needed_for, missing, None))
+
+
+def import_problem(exc: ImportError, module: str, needed_for: str, extra: str | None) -> str:
+    """Why `module` did not import, in one line with the pip command that mends it: it is not installed; or it is,
+    but a package it imports is missing (named); or it is, and fails to import (its own error, first line)."""
+    top = module.split(".")[0]
+    if _absent(exc, module):
+        return _not_installed(needed_for, [top], extra)
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return (f"{needed_for} needs {top}, which is installed but cannot import {exc.name}, a package it needs: "
+                f"pip install {_package(exc.name)}")
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{needed_for} needs {top}, which is installed but fails to import ({detail}); mend or reinstall it: " \
+           f"{install_hint(extra, top)}"
+
+
+def _absent(exc: ImportError, module: str) -> bool:
+    """Whether the import failed because `module` itself (or a package above it) is not installed."""
+    name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    return bool(name) and (module == name or module.startswith(f"{name}."))
+
+
+def _package(module: str) -> str:
+    """The pip package that provides a module (its top-level name unless known to differ)."""
+    parts = module.split(".")
+    for depth in range(len(parts), 0, -1):
+        if ".".join(parts[:depth]) in _PACKAGES:
+            return _PACKAGES[".".join(parts[:depth])]
+    return parts[0]
 
 
 def _not_installed(needed_for: str, modules: Sequence[str], extra: str | None) -> str:

@@ -27,6 +27,8 @@ from typing import Iterator
 
 import pytest
 
+from benchmarks.scale_sim import stand_in
+
 PROJECT = "local-emulator"
 
 
@@ -235,20 +237,24 @@ class FaultProxy:
 
     A failed request never reaches the emulator: it gets either an HTTP 503 (or 429) or a
     TCP reset with no response at all. Everything else is forwarded unchanged, except that with
-    paginate=True object listings are answered in pages of maxResults with a nextPageToken, as GCS
-    does (the emulator itself ignores maxResults). deny_writes_to=<bucket> answers every write to
+    paginate=True object listings are answered as Cloud Storage pages them (maxResults entries, items and
+    prefixes together, startOffset/endOffset, a nextPageToken; see benchmarks/scale_sim/stand_in.py): the
+    emulator answers every object and prefix at once and ignores the offsets. deny_writes_to=<bucket> answers every write to
     that bucket with 403, like a bucket the credentials may only read. fail_paths (a regular
-    expression) answers every request whose path matches with 503: an object that stays unavailable.
-    latency (seconds) delays every request before it is forwarded, as a remote store would; requests
+    expression) answers every request whose path matches with 503: an object that stays unavailable (with
+    fail_first=N, only the first N of them: a request that fails, then works when tried again). latency (seconds) delays every request before it is forwarded, as a remote store would; requests
     in flight at once wait at once.
     """
 
     def __init__(self, upstream: str, rate: float = 0.0, seed: int = 1, deny_writes_to: str | None = None,
-                 paginate: bool = False, latency: float = 0.0, fail_paths: str | None = None):
+                 paginate: bool = False, latency: float = 0.0, fail_paths: str | None = None,
+                 fail_first: int | None = None):
         self.upstream = upstream.removeprefix("http://")
         self.paginate = paginate
         self.latency = latency
         self.fail_paths = re.compile(fail_paths) if fail_paths else None
+        self.fail_first = fail_first
+        self.failed_paths = 0  # requests answered 503 for matching fail_paths
         self.rate = rate
         self.random = random.Random(seed)
         self.deny_writes_to = deny_writes_to
@@ -321,7 +327,9 @@ class FaultProxy:
             time.sleep(self.latency)
         with self.lock:
             self.requests.append((method, path))
-            if self.fail_paths is not None and self.fail_paths.search(urllib.parse.unquote(path)):
+            if (self.fail_paths is not None and self.fail_paths.search(urllib.parse.unquote(path))
+                    and (self.fail_first is None or self.failed_paths < self.fail_first)):
+                self.failed_paths += 1
                 self.counts["503"] += 1
                 return "503"
             if self.deny_writes_to and method != "GET" and f"/b/{self.deny_writes_to}/" in path:
@@ -334,27 +342,34 @@ class FaultProxy:
             self.counts[kind] += 1
             return kind
 
+    PAGING = ("maxResults", "pageToken", "delimiter", "startOffset", "endOffset")
+
     def _page_request(self, method: str, path: str):
-        """For a paged object listing (the emulator returns everything at once): the upstream path
-        without paging, and which page to answer with, as GCS would."""
+        """For an object listing (the emulator answers every object and prefix at once, and ignores the
+        offsets): the upstream path asking for every object under the prefix, and the paging to apply."""
         if not self.paginate or method != "GET":
             return None
         url = urllib.parse.urlsplit(path)
         query = urllib.parse.parse_qs(url.query)
-        if not re.fullmatch(r"/storage/v1/b/[^/]+/o", url.path) or "maxResults" not in query or "delimiter" in query:
+        if not re.fullmatch(r"/storage/v1/b/[^/]+/o", url.path):
             return None
-        size, start = int(query.pop("maxResults")[0]), int(query.pop("pageToken", ["0"])[0])
-        return url.path + "?" + urllib.parse.urlencode(query, doseq=True), start, size
+        paging = {k: query.pop(k)[0] for k in self.PAGING if k in query}
+        query.pop("fields", None)  # the whole metadata of every object: the page is cut here
+        return url.path + "?" + urllib.parse.urlencode(query, doseq=True), query.get("prefix", [""])[0], paging
 
     @staticmethod
-    def _page_of(data: bytes, start: int, size: int) -> bytes:
+    def _page_of(data: bytes, prefix: str, paging: dict) -> bytes:
+        """The page Cloud Storage would answer (benchmarks/scale_sim/stand_in.py) cut from the full listing."""
         listing = json.loads(data)
-        items = listing.get("items", [])
-        listing["items"] = items[start:start + size]
-        listing.pop("nextPageToken", None)
-        if start + size < len(items):
-            listing["nextPageToken"] = str(start + size)
-        return json.dumps(listing).encode()
+        items = {item["name"]: item for item in listing.get("items", [])}
+        found = stand_in.page(sorted(items), prefix, paging.get("delimiter"), paging.get("startOffset"),
+                              paging.get("endOffset"), paging.get("pageToken"),
+                              int(paging.get("maxResults", stand_in.MAX_RESULTS)))
+        answer = {"kind": listing.get("kind", "storage#objects"), "items": [items[n] for n in found.items],
+                  "prefixes": found.prefixes}
+        if found.token is not None:
+            answer["nextPageToken"] = found.token
+        return json.dumps(answer).encode()
 
     @property
     def faults(self) -> int:

@@ -57,6 +57,17 @@ def record_of(data: bytes, m: Manifest) -> schema.ImageRecord:
     return record
 
 
+def redescribed(out: Path) -> Manifest:
+    """The rewritten manifest, with croissant.json made again from it (as `inspect --write-croissant` would), so it
+    lists the new index."""
+    from shard_utils.format import croissant
+
+    m = manifest_mod.load(str(out))
+    if (out / "croissant.json").exists():
+        (out / "croissant.json").write_bytes(croissant.croissant_bytes(m))
+    return m
+
+
 def add_index(out: Path) -> Manifest:
     """Write <split>.index.avro for every split of a job-built dataset and record them in its manifest."""
     m = manifest_mod.load(str(out))
@@ -71,7 +82,7 @@ def add_index(out: Path) -> Manifest:
             written = index.write_index(f, rows, schema_)
         raw["splits"][name]["index"] = written.index_file(path).__dict__
     (out / "manifest.json").write_text(json.dumps(raw, indent=2))
-    return manifest_mod.load(str(out))
+    return redescribed(out)
 
 
 def image_record(i: int, label_ids: Sequence[int], labels: Sequence[str], *, multi_label: bool = False,
@@ -149,3 +160,4 @@ def rewrite_index(out: Path, split: str, change) -> None:
     raw = json.loads((out / "manifest.json").read_text())
     raw["splits"][split]["index"] = {**written.index_file(entry.path).__dict__, "num_rows": entry.num_rows}
     (out / "manifest.json").write_text(json.dumps(raw, indent=2))
+    redescribed(out)

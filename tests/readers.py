@@ -47,5 +47,5 @@ TFDS_FILES = ["dataset_info.json", "features.json", "image.class.label.labels.tx
 
 def dataset_files(splits=("train",), rejected=True, skipped=False) -> list[str]:
     """The files a published image dataset holds besides its shards."""
-    names = ["manifest.json", *TFDS_FILES, *(f"{s}.index.avro" for s in splits)]
+    names = ["manifest.json", "croissant.json", "README.md", *TFDS_FILES, *(f"{s}.index.avro" for s in splits)]
     return names + (["rejected.jsonl"] if rejected else []) + (["skipped.jsonl"] if skipped else [])

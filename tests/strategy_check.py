@@ -7,6 +7,7 @@ own process. Prints one JSON line of findings for the test to assert on.
     python strategy_check.py fit DATASET --global-batch 16 --epochs 2 [--eval-steps-per-execution 3]
                                  [--features embedding]
     python strategy_check.py shapes DATASET [DATASET ...] --global-batch 16
+    python strategy_check.py evaluate DATASET --global-batch 16
 """
 import argparse
 import json
@@ -126,6 +127,41 @@ def fit(args) -> dict:
     }
 
 
+def evaluate(args) -> dict:
+    """The validation loss of two models, through the loader's padded evaluation on 8 replicas, as Keras reports
+    it (loss with the default and with the mean_with_sample_weight reduction) and as a weighted metric, beside
+    the exact mean over the real records computed here: a model of zero logits (ln K) and a random one."""
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
+    manifest = loader.load_manifest(args.datasets[0])
+    gb = args.global_batch
+    val = strategy.distribute_datasets_from_function(lambda ctx: loader.make_dataset(
+        manifest, "validation", ctx.get_per_replica_batch_size(gb), training=False, input_context=ctx))
+    steps = loader.eval_steps(manifest, "validation", gb)
+    found = {"records": manifest.num_records("validation"), "steps": steps, "num_classes": manifest.num_classes}
+    for name, kernel in (("zero", "zeros"), ("random", "glorot_uniform")):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            inputs = keras.Input(tuple(manifest.image_size) + (3,))
+            model = keras.Model(inputs, keras.layers.Dense(manifest.num_classes, kernel_initializer=kernel)(
+                keras.layers.Flatten()(inputs)))
+        result = {}
+        for reduction in ("sum_over_batch_size", "mean_with_sample_weight"):
+            with strategy.scope():
+                model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
+                              weighted_metrics=[keras.metrics.SparseCategoricalCrossentropy(from_logits=True,
+                                                                                             name="cross_entropy")])
+            got = model.evaluate(val, steps=steps, return_dict=True, verbose=0)
+            result[reduction] = got["loss"]
+            result["cross_entropy"] = got["cross_entropy"]
+        losses = []
+        for image, label, weight in loader.make_dataset(manifest, "validation", 8, training=False, repeat=False):
+            per_record = keras.losses.sparse_categorical_crossentropy(label, model(image), from_logits=True)
+            losses += [float(x) for x, w in zip(per_record.numpy(), weight.numpy()) if w]
+        result["exact"] = sum(losses) / len(losses)
+        found[name] = result
+    return found
+
+
 def shapes(args) -> dict:
     """Per-replica shapes of the train and eval dicts of each dataset: as a compiled step sees them
     (None = not static), and of the first batch's values."""
@@ -156,11 +192,11 @@ def shapes(args) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["fit", "shapes"])
+    parser.add_argument("mode", choices=["fit", "shapes", "evaluate"])
     parser.add_argument("datasets", nargs="+")
     parser.add_argument("--global-batch", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--eval-steps-per-execution", type=int, default=1)
     parser.add_argument("--features", default="media")
     arguments = parser.parse_args()
-    print("RESULT " + json.dumps(fit(arguments) if arguments.mode == "fit" else shapes(arguments)))
+    print("RESULT " + json.dumps({"fit": fit, "shapes": shapes, "evaluate": evaluate}[arguments.mode](arguments)))

@@ -513,3 +513,10 @@ def test_an_append_takes_the_first_builds_label_options_and_refuses_others(tmp_p
                     "--output", out)  # the separator and the 2 cores are the manifest's
     assert grown.returncode == 0, grown.stderr
     assert load(str(out)).labels == ["cat", "dog", "flower"]
+
+
+def test_an_append_rewrites_croissant_json_and_the_card(appended):
+    from described import assert_described
+
+    m = assert_described(appended.out)
+    assert "bird" in m.labels and m.generations and len(m.generations) == 2

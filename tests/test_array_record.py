@@ -158,6 +158,7 @@ def test_verify_finds_a_damaged_twin_and_a_twin_of_other_records(datasets, tmp_p
     raw["splits"]["train"]["array_record_shards"][0].update(num_bytes=written.num_bytes, crc32c=written.crc32c,
                                                             sha256=written.sha256)
     (out / "manifest.json").write_text(json.dumps(raw))
+    (out / "croissant.json").unlink()  # it describes the twin the manifest no longer names: verify would say so
     assert verify(str(out)) == []
     assert [p for p in verify(str(out), deep=True) if "differs from record 0" in p] and other.path
 

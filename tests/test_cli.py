@@ -159,6 +159,19 @@ def test_build_help_says_workers_are_refused_on_dataflow(in_process):
     assert done.returncode == 0 and "Refused above 1 on Dataflow" in text and "Ignored" not in text
 
 
+@pytest.mark.slow
+def test_options_beam_refuses_are_one_line_and_exit_2_without_beams_warnings(images, tmp_path):
+    """A project id Beam refuses printed Beam's warnings and `internal error: ValueError: Pipeline has validations
+    errors`, exit 3. Beam's validator now runs before any work; its warnings (here about the bucket) stay out."""
+    template = tmp_path / "t.json"
+    done = run_cli("build", "--input", images, "--output", tmp_path / "out", "--runner", "DataflowRunner",
+                   "--project", "p", "--temp_location", "gs://Bad_/tmp", "--template_location", template)
+    assert_one_line_error(done, "Beam refuses these options: Invalid GCS bucket (gs://Bad_/tmp), given for the option: "
+                          "temp_location", "Invalid Project ID (p)", "Missing required option: region")
+    assert done.returncode == 2 and "WARNING" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "out").exists() and not template.exists()
+
+
 def test_progress_forced_without_tqdm_is_one_line_and_exit_2(images, tmp_path):
     """An install made with --no-deps may lack tqdm: asking for bars is then a user's error, not a bug."""
     from base_install import environment

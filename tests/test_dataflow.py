@@ -9,16 +9,25 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
+import threading
+import time
+from pathlib import Path
 
-from conftest import REPO, write_images
+import pytest
+from conftest import REPO, faults, write_images
 
+from beam_jobs import publish
+from beam_jobs.errors import UsageError
 from beam_jobs.jobs.build import run
 from shard_utils import storage
+from shard_utils.format import manifest
+from shard_utils.storage import lock as runlock
 
-STEPS = {"StartRun", "KeepLease", "ListMedia", "ShardMedia", "Publish"}
+STEPS = {"StartRun", "ListMedia", "ShardMedia", "Publish"}
 
 
 def dataflow_args(tmp_bucket: str, template: str) -> list[str]:
@@ -58,7 +67,7 @@ def test_dataflow_template_lists_the_steps_and_stages_the_package(gcs, tmp_path)
     pipeline = beam_runner_api_pb2.Pipeline.FromString(read_gs(gcs, options["pipelineUrl"]))
     names = {t.unique_name for t in pipeline.components.transforms.values()}
     assert STEPS <= names
-    assert {"StartRun/Stable", "StartRun/TakeLock", "ListMedia/List1", "ShardMedia/PlanLayout",
+    assert {"StartRun/Stable", "StartRun/TakeLock", "StartRun/KeepLease", "ListMedia/List1", "ShardMedia/PlanLayout",
             "ShardMedia/EncodeRuns/Encode", "ShardMedia/PlanShards", "ShardMedia/WriteShards/Copy",
             "ShardMedia/WriteShards/Take", "Publish/Move", "Publish/MergeIndex", "Publish/Commit"} <= names
 
@@ -115,13 +124,8 @@ def test_each_template_launch_decides_its_own_run_and_a_retry_of_its_lock_step_r
     step) succeeds; another launch's run is refused while the first holds the lock."""
     from dataclasses import replace
 
-    import pytest
-
-    from beam_jobs import publish
     from beam_jobs.jobs.config import BuildConfig
-    from beam_jobs.errors import UsageError
     from beam_jobs.pipeline.start import decide_run, take_lock
-    from shard_utils.storage import lock as runlock
 
     out = tmp_path / "out"
     config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
@@ -143,24 +147,90 @@ def test_each_template_launch_decides_its_own_run_and_a_retry_of_its_lock_step_r
     assert runlock.holds(str(out), third.run_id)
 
 
-def test_the_lease_of_a_template_launch_is_renewed_by_one_step_until_the_run_lets_go(tmp_path):
-    """KeepLease: renews while the run holds the lock, stops once it is given back (published or lost)."""
-    from beam_jobs import publish
-    from beam_jobs.jobs.config import BuildConfig
-    from beam_jobs.pipeline.start import decide_run, keep_lease_until_done, take_lock
-    from shard_utils.storage import lock as runlock
+def run_bounded(job, seconds: float) -> list[BaseException]:
+    """Run job() in a thread for at most `seconds`; the exceptions it raised. Fails if it is still running."""
+    failed: list[BaseException] = []
 
+    def target():
+        try:
+            job()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    return failed
+
+
+@pytest.mark.slow
+def test_a_template_launch_runs_to_the_end_and_publishes(tmp_path):
+    """The graph of a template launch (run decided inside the job) on the in-process runner, which runs one bundle
+    at a time: no step waits on the lease's renewals, so the run's side input is complete once the lock is taken,
+    and the job publishes and gives the lock back."""
+    from template_job import run_template_job, template_config
+
+    write_images(tmp_path / "in", {"cat": 3, "dog": 3}, size=(32, 24))
     out = tmp_path / "out"
-    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
-    run = take_lock(decide_run(config), config)
-    expiries = []
+    config = template_config(tmp_path / "in", out, lease_seconds=2.0)
+    assert run_bounded(lambda: run_template_job(config), 120) == []
+    built = manifest.load(str(out))
+    assert built.num_records("train") == 6 and len(list(out.glob("train-*.tfrecord"))) == 2
+    assert not (out / runlock.LOCK_NAME).exists() and not (out / publish.TEMP_ROOT).exists()
 
-    def wait(seconds: float) -> bool:  # a renewal period passes; the run publishes after the third
-        found = storage.read_versioned(runlock.lock_path(str(out)))
-        expiries.append(runlock.Lease.from_bytes(found[0]).expires)
-        if len(expiries) == 3:
-            runlock.release(str(out), run.run_id)
-        return False
 
-    assert keep_lease_until_done(run, config, every=0.0, wait=wait) == 3
-    assert expiries == sorted(expiries) and not (out / runlock.LOCK_NAME).exists()
+def lease_of(output: Path) -> runlock.Lease | None:
+    path = output / runlock.LOCK_NAME
+    return runlock.Lease.from_bytes(path.read_bytes()) if path.exists() else None
+
+
+def wait_for(condition, seconds: float, what: str):
+    """Poll condition() until it is true (returned), failing after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {seconds} s")
+
+
+@pytest.mark.slow
+def test_a_killed_template_launch_leaves_a_lease_that_runs_out(tmp_path):
+    """A template-mode job held in WriteShards renews its lease from the job's own processes (the step does not);
+    SIGKILLed there, nothing renews it any more. Its workers are on another host (as on Dataflow), so the next
+    build is refused until the lease has run out, then takes the output and publishes."""
+    from template_job import run_template_job, template_config
+
+    from beam_jobs.pipeline.start import decide_run, take_lock
+
+    write_images(tmp_path / "in", {"cat": 3, "dog": 3}, size=(32, 24))
+    out, held, lease_seconds = tmp_path / "out", tmp_path / "go", 4.0
+    env = {**os.environ, **faults(hold=f"shard_utils.sharding.writer:write_shard={held}"),
+           "TPU_SHARDS_TEST_HOSTNAME": "dataflow-worker-0"}
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(REPO)])
+    with open(tmp_path / "job.err", "w") as err:
+        job = subprocess.Popen([sys.executable, str(REPO / "tests" / "template_job.py"), str(tmp_path / "in"),
+                                str(out), str(lease_seconds)], env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: Path(f"{held}.reached").exists() or job.poll() is not None, 120, "the job reaching WriteShards")
+        assert job.poll() is None, (tmp_path / "job.err").read_text()[-3000:]
+        first = lease_of(out)
+        assert first is not None and first.host == "dataflow-worker-0"
+        wait_for(lambda: lease_of(out).expires > first.expires, 30, "a renewal while the step is held")
+    finally:
+        job.kill()
+        job.wait(30)
+    last = (out / runlock.LOCK_NAME).read_bytes()
+    expires = runlock.Lease.from_bytes(last).expires
+    config = template_config(tmp_path / "in", out)
+    with pytest.raises(UsageError, match=f"being written by another build: run {first.run_id}"):
+        take_lock(decide_run(config), config)  # the lease still counts: its holder may be alive elsewhere
+    wait_for(lambda: time.time() > expires, lease_seconds + 5, "the lease running out")
+    assert (out / runlock.LOCK_NAME).read_bytes() == last  # nothing renewed it after the kill
+    assert run_bounded(lambda: run_template_job(config), 120) == []
+    built = manifest.load(str(out))
+    assert built.num_records("train") == 6 and built.created != first.started
+    assert not (out / runlock.LOCK_NAME).exists()
+    assert not (out / publish.TEMP_ROOT / first.run_id).exists()  # the killed run's temporary files are gone

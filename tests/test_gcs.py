@@ -10,6 +10,7 @@ from collections import Counter
 import io
 import re
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import google_crc32c
@@ -21,6 +22,7 @@ from readers import shard_bytes
 
 from beam_jobs.cli import main as cli_main
 from shard_utils import storage
+from shard_utils.storage import _gcs as storage_gcs
 from shard_utils.storage import base as storage_base
 from shard_utils.format.manifest import load
 
@@ -93,13 +95,13 @@ def test_bucket_to_bucket_build_is_identical_to_local_build(gcs, source, built):
     assert built.manifest.rejected["by_reason"] and built.manifest.skipped["count"] == 1
     assert_same_shards(gcs, built.uri, source.local)
     assert load(built.uri).splits == built.manifest.splits  # the manifest on the bucket is the one returned
-    # The input was listed one level per request, in parallel: the preflight's first page, the top level
-    # (once to look for split folders, once by the job), then each label folder.
+    # The input was listed level by level, in parallel: the top level (the preflight's one page, which also
+    # looks for split folders, then the job's), then each label folder in its two pages of 4 entries.
     walked = [p for p in built.pages if f"/b/{source.bucket}/" in p]
     assert all("maxResults=4" in p for p in walked)
-    assert sum("delimiter" not in p for p in walked) == 1
+    assert sum("delimiter" not in p for p in walked) == 0
     levels = sorted(re.search(r"prefix=([^&]*)", p).group(1) for p in walked if "delimiter" in p)
-    assert levels == ["photos%2F", "photos%2F", "photos%2Fcat%2F", "photos%2Fdog%2F", "photos%2Ffish%2F"]
+    assert levels == ["photos%2F"] * 2 + [f"photos%2F{label}%2F" for label in ("cat", "dog", "fish") for _ in "12"]
 
 
 def test_manifest_crc32c_is_what_gcs_reports(gcs, built):
@@ -208,6 +210,52 @@ def test_transient_faults_are_retried_and_do_not_change_the_output(gcs, source):
     assert proxy.counts["503"] >= 1 and proxy.counts["429"] >= 1 and proxy.counts["reset"] >= 1, proxy.counts
     assert_same_dataset(m, source.manifest)
     assert_same_shards(gcs, out, source.local)
+
+
+class BurstOf429(FaultProxy):
+    """Answers 429 to the first two of every three GETs of each object of one bucket: every read of it (the
+    size sample's and the encode step's) is refused twice, then served."""
+
+    def __init__(self, upstream: str, bucket: str):
+        super().__init__(upstream)
+        self.bucket, self.gets = bucket, Counter()
+
+    def _fault(self, method: str, path: str) -> str | None:
+        name = path.split("?")[0]
+        if method == "GET" and "alt=media" in path and f"/b/{self.bucket}/o/" in name:
+            with self.lock:
+                self.gets[name] += 1
+                if self.gets[name] % 3:
+                    self.counts["429"] += 1
+                    return "429"
+        return super()._fault(method, path)
+
+
+@pytest.mark.slow
+def test_a_burst_of_429s_on_reads_is_ridden_out_and_the_shards_are_the_same(gcs, source, monkeypatch):
+    """Each read refused twice: retried per object under the process's throttle (made fresh here, with short
+    holds), none fails its run, the encode step counts the retries and the throttled time, and the shards
+    are those of the unthrottled local build."""
+    from dataclasses import replace
+
+    from shard_utils.storage import _gcs as _storage_gcs
+    from shard_utils.storage.throttle import Throttle
+
+    monkeypatch.setattr(_storage_gcs, "READ_THROTTLE", Throttle(delay_s=0.2))
+    # Backoff from 2 s: a run's reads then wait well over the counter's whole second, however they overlap.
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=2.0, budget_s=60.0))
+    out = f"gs://{gcs.new_bucket('burst')}/ds"
+    printed = io.StringIO()
+    with BurstOf429(gcs.url, source.bucket) as proxy, storage_host(proxy.url), contextlib.redirect_stdout(printed):
+        m = run_job(source.uri, out, *OPTS, "--workers", "1")
+    assert_same_dataset(m, source.manifest)
+    assert_same_shards(gcs, out, source.local)
+    line = next(l for l in printed.getvalue().splitlines() if l.strip().startswith("counters:"))
+    counters = dict((k, int(v)) for k, v in (item.strip().rsplit(" ", 1) for item in line.split(":", 1)[1].split(", ")))
+    read = m.files_seen - m.skipped["count"]  # the .DS_Store is skipped unread
+    assert counters["source_reads_retried"] == 2 * read == 38
+    assert counters["cumulativeThrottlingSeconds"] >= 1
+    assert proxy.counts["429"] == 2 * sum(n // 3 for n in proxy.gets.values())  # every read served on its 3rd try
 
 
 def test_two_worker_processes_read_the_bucket_and_write_the_same_bytes(gcs, source):
@@ -355,19 +403,63 @@ def test_a_bucket_build_reads_each_source_once_and_little_of_its_runs_back(gcs, 
 
 def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishes_nothing(gcs, source, monkeypatch,
                                                                                           capsys):
-    """A read that still fails after the client's retries (503s past its deadline) is not a rejection: the
+    """A read that still fails after its object's retries (503s past its budget) is not a rejection: the
     build fails, naming the object, and nothing is published; with 10 % of requests failing at random the
     same build completes (test_transient_faults_are_retried_and_do_not_change_the_output)."""
+    from dataclasses import replace
+
     from shard_utils.storage import _gcs as _storage_gcs
 
-    monkeypatch.setattr(_storage_gcs, "READ_RETRY", _storage_gcs.READ_RETRY.with_timeout(2.0))
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=0.1, budget_s=2.0))
     out = f"gs://{gcs.new_bucket('unavailable')}/ds"
     capsys.readouterr()
     with FaultProxy(gcs.url, fail_paths=r"/photos/dog/img0002\.jpg") as proxy, storage_host(proxy.url):
         code = cli_main(["build", "--input", source.uri, "--output", out, *OPTS, "--workers", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: ") and "503" in err[0]
+    assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: 503 ")
+    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]  # retried on its own, then given up
     assert proxy.counts["503"] > 1  # retried before giving up
     bucket, prefix = storage.split_gcs(out)
     assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object
+
+
+def put_objects(em, bucket: str, prefix: str, n: int) -> None:
+    """n one-byte objects prefix/0000... (uploaded several at once)."""
+    b = em.client.bucket(bucket)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: b.blob(f"{prefix}/{i:04d}").upload_from_string(b"x"), range(n)))
+
+
+def most_at_once(timeline) -> int:
+    """The most requests of a timeline (start, end, ...) in flight at one moment."""
+    events = sorted([(t[0], 1) for t in timeline] + [(t[1], -1) for t in timeline])
+    peak = now = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+@pytest.mark.slow
+def test_deleting_a_folder_sends_its_batches_at_once_and_leaves_the_rest(gcs):
+    bucket = gcs.new_bucket("clean")
+    put_objects(gcs, bucket, "tmp/run", 400)
+    put_objects(gcs, bucket, "tmpx", 2)  # beside the folder, not in it
+    with FaultProxy(gcs.url, latency=0.2) as proxy, storage_host(proxy.url):
+        storage.delete_prefix(f"gs://{bucket}/tmp")
+    assert gcs.names(bucket) == ["tmpx/0000", "tmpx/0001"]
+    batches = [t for t in proxy.timeline if t[3].startswith("/batch/")]
+    assert len(batches) == 4 and not [p for m, p in proxy.requests if m == "DELETE"]  # 100 a batch, none left
+    assert 3 <= most_at_once(batches) <= storage_gcs.DELETE_BATCHES_IN_FLIGHT
+
+
+@pytest.mark.slow
+def test_the_objects_of_a_failed_batch_are_deleted_one_by_one(gcs):
+    bucket = gcs.new_bucket("clean")
+    put_objects(gcs, bucket, "tmp/run", 200)
+    with FaultProxy(gcs.url, fail_paths=r"^/batch/", fail_first=1) as proxy, storage_host(proxy.url):
+        storage.delete_prefix(f"gs://{bucket}/tmp")
+    assert gcs.names(bucket) == []
+    assert proxy.failed_paths == 1  # one of the two batches answered 503
+    assert len([p for m, p in proxy.requests if m == "DELETE"]) == 100  # its objects, by the final pass

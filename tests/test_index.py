@@ -120,8 +120,11 @@ def test_row_from_record_single_multi_offset_and_extras():
     assert r.extra == {"bbox": [1.5, 2.0], "x_2nd_score": None, "note": "x"}
     none = index.row_from_record(0, 0, 99, image_record(3, [], LABELS, multi_label=True))
     assert (none.label, none.labels) == (-1, ())
+    # With label_offset 1 a stored 0 is id -1, a record without a label; anything lower is refused.
+    unlabeled = index.row_from_record(0, 0, 99, image_record(4, [0], LABELS), label_offset=1)
+    assert (unlabeled.label, unlabeled.labels) == (-1, ())
     with pytest.raises(ValueError, match="below label_offset"):
-        index.row_from_record(0, 0, 99, image_record(4, [0], LABELS), label_offset=1)
+        index.row_from_record(0, 0, 99, image_record(4, [0], LABELS), label_offset=2)
 
 
 def test_foreign_and_damaged_files_are_refused():

@@ -202,11 +202,11 @@ def test_listing_items_and_duplicates_on_the_in_process_runner(tmp_path):
     assert [(i.source_id, i.uri, i.labels, i.split, i.origin) for i in sorted(out["items"], key=lambda i: i.uri)] == [
         ("/abs/x.jpg", "/abs/x.jpg", ("x", "y"), "test", "b.jsonl byte 57"),
         ("cat/1.jpg", "/in/cat/1.jpg", ("cat",), "train", "a.csv line 2"),
+        ("dog/1.jpg", "/in/dog/1.jpg", (), "train", "a.csv line 4"),  # unlabeled: encoding decides (rejected here)
         ("dog/2.jpg", "/in/dog/2.jpg", ("dog",), "validation", "a.csv line 5")]
     assert sorted(out["rejected"], key=lambda r: r["message"]) == [
         {"source": "cat/1.jpg", "reason": "duplicate_row",
          "message": "a.csv line 3: /in/cat/1.jpg is listed again; the row at a.csv line 2 is kept"},
-        {"source": "dog/1.jpg", "reason": "bad_row", "message": "a.csv line 4: empty label in column 'label'"},
         {"source": "cat/1.jpg", "reason": "duplicate_row",
          "message": "b.jsonl byte 0: /in/cat/1.jpg is listed again; the row at a.csv line 2 is kept"}]
 

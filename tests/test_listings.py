@@ -163,14 +163,19 @@ def test_multi_label_separators():
     assert labels_of("a b", None) == ("a b",)
     assert labels_of(7, None) == ("7",)
     for empty in ("", "  ", None, [], ["", " "]):
-        with pytest.raises(ValueError, match="empty label in column 'label'"):
-            labels_of(empty, " ")
+        assert labels_of(empty, " ") == ()
+
+
+@pytest.mark.parametrize("label", ["", "  ", None, []])
+def test_a_row_without_a_label_is_an_unlabeled_item_that_says_what_it_becomes_in_a_labeled_build(label):
+    out = item_from_row(row({"path": "a.jpg", "label": label}, line=17), ListingOptions(path_column="path"), "/in")
+    assert isinstance(out, MediaItem) and out.labels == () and out.label == ""
+    assert out.no_label == ("bad_row", "empty label in column 'label'") and out.origin == "train.csv line 17"
 
 
 @pytest.mark.parametrize("fields, message", [
     ({"label": "cat"}, "train.csv line 17: no column 'path'"),
     ({"path": "a.jpg"}, "train.csv line 17: no column 'label'"),
-    ({"path": "a.jpg", "label": ""}, "train.csv line 17: empty label in column 'label'"),
     ({"path": "a.jpg", "label": "cat", "age": "seven"}, "column 'age': 'seven' is not an integer (int64)"),
     ({"path": "a.jpg", "label": "cat", "age": "3.0"}, "is not an integer"),
     ({"path": "a.jpg", "label": "cat", "age": str(1 << 63)}, "does not fit in int64"),
@@ -218,7 +223,8 @@ def test_walk_keeps_folder_labels_and_split_folders():
     assert item_from_walk("train/cat/a.jpg", 10, "/in", True, o) == MediaItem(
         "train/cat/a.jpg", "/in/train/cat/a.jpg", 10, ("cat",), "train")
     out = item_from_walk("a.jpg", 10, "/in", False, o)
-    assert out == Rejection("a.jpg", "no_label", "file sits directly in the input folder, not in a label folder")
+    assert out == MediaItem("a.jpg", "/in/a.jpg", 10, (), no_label=(
+        "no_label", "file sits directly in the input folder, not in a label folder"))
 
 
 def test_extra_lists_in_csv_cells():

@@ -303,6 +303,24 @@ def test_mirrored_strategy_on_eight_simulated_devices(small):
     assert result["spe_accuracy"] == pytest.approx([result["exact_accuracy"]] * 2, abs=1e-6)
 
 
+@pytest.mark.slow
+def test_the_documented_compile_reports_the_exact_validation_loss_on_eight_replicas(small):
+    """17 validation records, a global batch of 16 on 8 replicas: the last step holds 1 real record, so 7 replicas
+    see padding only. The loss as a weighted metric (as the README compiles it) is the mean over real records:
+    ln 3 for zero logits, the directly computed mean for a random model. Keras's loss is not: the default reduction
+    gives the mean x records / padded slots, mean_with_sample_weight counts the all-padding replica batches as 0."""
+    out, _ = small
+    result = run_strategy_check("evaluate", out, "--global-batch", 16)
+    assert (result["records"], result["steps"], result["num_classes"]) == (17, 2, 3)
+    zero, random = result["zero"], result["random"]
+    assert zero["exact"] == pytest.approx(math.log(3), abs=1e-5)
+    assert zero["cross_entropy"] == pytest.approx(math.log(3), abs=1e-4)
+    assert random["cross_entropy"] == pytest.approx(random["exact"], abs=1e-4) and abs(random["exact"] - math.log(3)) > 1e-3
+    for model in (zero, random):  # the default: a constant factor, records / (steps x global batch)
+        assert model["sum_over_batch_size"] == pytest.approx(model["exact"] * 17 / 32, abs=1e-4)
+    assert zero["mean_with_sample_weight"] < math.log(3) - 0.05
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -453,3 +471,49 @@ def test_importing_the_loader_without_tensorflow_names_the_pip_command():
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 1 and last.startswith("shard_utils.extras.MissingExtra: the loader"), done.stderr
     assert 'pip install -e ".[tf]"' in last, last
+
+
+def test_a_tensorflow_that_fails_to_import_is_named_with_what_it_misses(tmp_path):
+    """TensorFlow installed but its numpy gone: the error names numpy and its pip command, not 'not installed'."""
+    from base_install import environment
+
+    done = subprocess.run([sys.executable, "-c", "import shard_utils.loader"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=environment(tmp_path / "site", {"numpy"}))
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last == ("shard_utils.extras.MissingExtra: the loader (shard_utils.loader) needs "
+                                             "tensorflow, which is installed but cannot import numpy, a package it "
+                                             "needs: pip install numpy"), done.stderr[-2000:]
+
+
+LOADS = """
+import sys
+from shard_utils import loader
+batch = next(iter(loader.make_dataset(sys.argv[1], "train", 2, training=False, as_dict=True, repeat=False)))
+print("read", sorted(batch))
+try:
+    loader.make_dataset(sys.argv[1], "train", 2, seed=0, start_step=0)
+except ImportError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked,resumable", [
+    ({"fastavro", "PIL", "apache_beam", "google.cloud", "tqdm"}, "MissingExtra shard_utils.random_access needs "
+                                                                 "fastavro, which is not installed: pip install -e"),
+    ({"google_crc32c"}, None),
+])
+def test_the_loader_needs_what_the_notebook_page_says(small, tmp_path, blocked, resumable):
+    """docs/notebooks.md: TensorFlow and google-crc32c; fastavro for seed=/start_step= (the index). Pillow, Beam,
+    the GCS client and tqdm are not needed."""
+    from base_install import environment
+
+    done = subprocess.run([sys.executable, "-c", LOADS, str(small[0])], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**environment(tmp_path / "site", blocked), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    if resumable is None:  # google-crc32c: every shard check needs it
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 1 and "needs google_crc32c, which is not installed" in last, done.stderr[-2000:]
+        return
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines[0] == "read ['image', 'label', 'source_id', 'weight']", done.stderr[-2000:]
+    assert lines[1].startswith(resumable) and len(lines) == 2, lines

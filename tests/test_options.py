@@ -3,6 +3,8 @@
 These run the command line in this process (no Beam subprocess): errors found before the pipeline is
 built need no runner.
 """
+import logging
+
 import pytest
 from conftest import run_job
 
@@ -154,3 +156,47 @@ def test_beam_options_beam_refuses_are_one_line_and_exit_2(command, beam_args, f
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: ") and fragment in lines[0], lines
     assert not out.exists()
+
+
+@pytest.mark.parametrize("beam_args, fragment", [
+    (["--project", "p", "--template_location", "gs://b-unused/t.json"],
+     "Beam refuses these options: Missing GCS path option: temp_location; Missing GCS path option: "
+     "staging_location; Invalid Project ID (p). Please make sure you specified the Project ID, not project "
+     "description; Missing required option: region"),
+    (["--project", "my-project", "--temp_location", "gs://Bad_/t", "--num_workers", "5", "--max_num_workers", "2"],
+     "Invalid GCS bucket (gs://Bad_/t), given for the option: temp_location"),
+    (["--project", "my-project", "--temp_location", "gs://Bad_/t", "--num_workers", "5", "--max_num_workers", "2"],
+     "; num_workers (5) cannot exceed max_num_workers (2)"),
+])
+def test_options_beams_validator_refuses_are_one_line_before_any_work(beam_args, fragment, images, tmp_path, capsys,
+                                                                      monkeypatch, caplog):
+    """Beam's validator ran when the pipeline was made, after the output was prepared, and its "Pipeline has
+    validations errors" was an internal error. Its warnings about the refused options are not shown.
+    (No gcloud on PATH: Beam asks it for a default region, a few seconds.)"""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-gcloud"))
+    out = tmp_path / "out"
+    assert main(["build", "--input", str(images), "--output", str(out), "--runner", "DataflowRunner", *beam_args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: ") and fragment in lines[0], lines
+    assert not out.exists()
+    assert not [r for r in caplog.records if r.name.startswith("apache_beam") and r.levelno >= logging.WARNING]
+
+
+def test_the_jobs_own_options_are_checked_before_beams(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-gcloud"))
+    assert main(["build", "--output", str(tmp_path / "out"), "--runner", "DataflowRunner", "--project", "p"]) == 2
+    assert capsys.readouterr().err.strip() == "tpu-shards: error: the following arguments are required: --input (or --listing)"
+
+
+def test_beams_warnings_about_options_it_accepts_are_still_shown(caplog):
+    from beam_jobs.jobs.checks import beam_logs_held
+
+    with beam_logs_held() as held:
+        logging.getLogger("apache_beam.options.pipeline_options").warning("kept for later")
+        assert [r.getMessage() for r in held] == ["kept for later"]
+        assert "kept for later" not in caplog.text
+    assert "kept for later" in caplog.text
+    with beam_logs_held() as held:
+        logging.getLogger("apache_beam.options.pipeline_options").warning("dropped")
+        held.clear()
+    assert "dropped" not in caplog.text

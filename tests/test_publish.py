@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
+from collections import Counter
 
 import pytest
 
+from benchmarks.scale_sim import reports as scale_reports
 from beam_jobs import publish
+from beam_jobs.publish import reports
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
 from shard_utils.format import index
@@ -63,7 +67,7 @@ def test_publish_moves_shards_writes_reports_and_manifest_and_tidies(tmp_path):
     (out / "train-00000-of-00004.tfrecord").write_bytes(b"stale shard of an earlier build")
     finish(config, run, results, plans, tally, rejected)
     assert sorted(p.name for p in out.iterdir()) == [
-        "dataset_info.json", "features.json", "image.class.label.labels.txt", "manifest.json", "rejected.jsonl",
+        "README.md", "croissant.json", "dataset_info.json", "features.json", "image.class.label.labels.txt", "manifest.json", "rejected.jsonl",
         "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord", "train.index.avro"]
     m = load(str(out))
     assert m.splits["train"].index.num_rows == 5
@@ -219,3 +223,73 @@ def test_two_attempts_at_publishing_at_once_both_succeed_with_the_same_dataset(t
         t.join(timeout=60)
     assert errors == []
     assert dataset_bytes(tmp_path / "both" / "out") == once
+
+
+def shuffled_rejects(n: int, seed: int = 3) -> list[dict]:
+    """n rejects in no order: some sources rejected for two reasons, some (source, reason) twice with two messages."""
+    rng = random.Random(seed)
+    entries = [{"source": f"d{rng.randrange(40):02d}/img{i:05d}.jpg", "reason": rng.choice(("corrupt", "tiny")),
+                "message": f"m{i % 3}"} for i in range(n)]
+    entries += [{**e, "reason": "symlink"} for e in entries[:50]] + [{**e, "message": "again"} for e in entries[:20]]
+    rng.shuffle(entries)
+    return entries
+
+
+def bundled_counts(entries: list[dict], size: int) -> reports.ReportCounts:
+    """Counts made per bundle of `size` and merged, as a runner's combine does."""
+    total = reports.ReportCounts()
+    for i in range(0, len(entries), size):
+        total.merge(reports.counted(entries[i:i + size]))
+    return total
+
+
+def test_a_report_written_in_range_pieces_is_the_one_sort_of_its_lines_whatever_the_bundles(tmp_path):
+    entries = shuffled_rejects(3000)
+    one_sort = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in sorted(
+        entries, key=lambda e: (e["source"], e["reason"], json.dumps(e, ensure_ascii=False)))).encode()
+    made = []
+    for size in (7, 1000):
+        counts = bundled_counts(entries, size)
+        bounds = counts.bounds(piece_lines=400)
+        pieces: dict[int, list] = {}
+        for e in entries:
+            pieces.setdefault(reports.piece_of(e, bounds), []).append(e)
+        paths = tuple(reports.write_piece(str(tmp_path / f"b{size}"), "rejected", k, pieces[k]) for k in sorted(pieces))
+        dst = str(tmp_path / f"rejected-{size}.jsonl")
+        reports.write_report(reports.Report(counts.brief(), paths), dst, str(tmp_path / "scratch"))
+        made.append((bounds, counts.brief(), storage.read_bytes(dst)))
+        assert len(paths) == len(bounds) + 1 >= 6  # about 3,070 lines in pieces of about 400
+        assert max(len(p) for p in pieces.values()) < 1000
+    assert made[0] == made[1]  # the same ranges, counts and bytes whatever the bundling
+    assert made[0][2] == one_sort
+    counts = made[0][1]
+    assert (counts.count, counts.by_reason) == (3070, Counter(e["reason"] for e in entries))
+    tally = publish.Tally(seen=4000)
+    assert publish.failure_message("why", reports.Report(counts), tally, "r") == publish.failure_message(
+        "why", entries, tally, "r")  # the failure line from the counts alone
+
+
+@pytest.mark.slow
+def test_the_publish_code_holds_no_more_for_a_million_rejects_than_for_a_hundred_thousand():
+    """The report path the job runs (counts merged per bundle, pieces written one at a time, the plan's failure
+    line and the composed report) over rejects streamed from a generator, each count in a process of its own."""
+    small, large = (scale_reports.in_child(n) for n in (100_000, 1_000_000))
+    assert (small["lines"], large["lines"], large["pieces"]) == (100_000, 1_000_000, 50)  # whole, sorted (checked)
+    assert "1000000 of 1000000 files were rejected, more than --max-rejected 0" in large["message"]
+    assert large["peak_rss_mb"] - small["peak_rss_mb"] < 25, (small, large)  # holding them all: about +500 MB
+
+
+def test_an_appended_report_is_the_old_one_as_it_is_then_the_new_lines(tmp_path):
+    new = [{"source": "b.jpg", "reason": "corrupt", "generation": 1}, {"source": "a.jpg", "reason": "tiny"}]
+    piece = reports.write_piece(str(tmp_path / "run"), "rejected", 0, new)
+    for old, joined in ((b'{"z": 1}\n', b'{"z": 1}\n'), (b'{"z": 1}', b'{"z": 1}\n'), (None, b"")):
+        before = tmp_path / "old.jsonl"
+        if old is not None:
+            before.write_bytes(old)
+        elif before.exists():
+            before.unlink()
+        report = reports.Report(reports.counted(new).brief(), (piece,), before=str(before))
+        dst = str(tmp_path / "rejected.g001.jsonl")
+        reports.write_report(report, dst, str(tmp_path / "scratch"))
+        assert storage.read_bytes(dst) == joined + b'{"source": "a.jpg", "reason": "tiny"}\n' \
+                                                   b'{"source": "b.jpg", "reason": "corrupt", "generation": 1}\n'

@@ -1,5 +1,6 @@
 """The README's getting-started path runs as written: its marked shell commands build the sample dataset, then
-each marked Python snippet runs, unchanged, in the same folder.
+each marked Python snippet of the README and of the docs site's loader page runs, unchanged, in the same folder
+(a snippet both hold runs once).
 
 Marks: `<!-- test: commands -->` before a bash block (its `&&` steps run, except making the venv and pip
 installs: this venv has them) and `<!-- test: snippet -->` before a Python block.
@@ -19,12 +20,13 @@ from conftest import REPO
 pytest.importorskip("tensorflow")
 
 README = REPO / "README.md"
+LOADER_PAGE = REPO / "docs" / "loader.md"  # the docs site's own training snippet
 _MARKED = re.compile(r"<!-- test: (commands|snippet) -->\n```(?:bash|python)\n(.*?)```", re.S)
 
 
-def marked(kind: str) -> list[str]:
-    """The README's blocks marked `kind`, in order."""
-    return [body for mark, body in _MARKED.findall(README.read_text(encoding="utf-8")) if mark == kind]
+def marked(kind: str, page: Path = README) -> list[str]:
+    """A page's blocks marked `kind`, in order."""
+    return [body for mark, body in _MARKED.findall(page.read_text(encoding="utf-8")) if mark == kind]
 
 
 def steps(commands: str) -> list[str]:
@@ -44,7 +46,8 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_getting_started_runs_as_written(tmp_path):
     [commands] = marked("commands")
     snippets = marked("snippet")
-    assert snippets, "no marked snippet in the README"
+    assert snippets and marked("snippet", LOADER_PAGE), "no marked snippet in the README or docs/loader.md"
+    snippets += [s for s in marked("snippet", LOADER_PAGE) if s not in snippets]
     # A folder laid out as the README assumes: the checkout's examples/, and .venv/ being this Python's venv.
     (tmp_path / "examples").symlink_to(REPO / "examples")
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
@@ -55,4 +58,4 @@ def test_getting_started_runs_as_written(tmp_path):
         (tmp_path / f"snippet{i}.py").write_text(snippet)
         out = run([str(tmp_path / ".venv" / "bin" / "python"), f"snippet{i}.py"], tmp_path).stdout
         assert out.strip(), f"snippet {i} printed nothing"
-    assert "['circle', 'square', 'triangle']" in out and "'accuracy'" in out
+    assert "['circle', 'square', 'triangle']" in out and "'accuracy'" in out and "'cross_entropy'" in out

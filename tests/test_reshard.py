@@ -203,3 +203,10 @@ def test_reshard_dataflow_template_is_built_offline(gcs, source, tmp_path):
     names = {t.unique_name for t in pipeline.components.transforms.values()}
     assert {"ListShards", "CopyRecords", "CarryOver", "PlanShards", "WriteShards", "Publish",
             "CopyRecords/Copy", "Publish/Move", "Publish/Commit"} <= names
+
+
+def test_a_reshard_writes_croissant_json_and_the_card(resharded):
+    from described import assert_described
+
+    m = assert_described(resharded.dst)
+    assert (m.num_cores, m.num_hosts) == (8, 4)

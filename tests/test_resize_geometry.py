@@ -95,11 +95,12 @@ small_targets = st.integers(1, 1024)
 @given(small_sides, small_sides, small_targets, small_targets, st.sampled_from(RESIZE_MODES))
 @example(413, 386, 224, 224, "fill")
 @example(386, 413, 299, 299, "fill")
+@example(4644, 4647, 1, 1, "fit")  # one reduce() by 1548 drifted the colour by 4
 def test_resize_gives_the_requested_size_for_any_source(width, height, target_h, target_w, mode):
     out = resize(Image.new("RGB", (width, height), (10, 20, 30)), (target_h, target_w), mode)
     check_size(out.size, width, height, (target_h, target_w), mode)
-    # A flat colour stays flat; reducing by factors in the thousands (Pillow reduce() then resize) may round by 2.
-    assert np.abs(np.asarray(out, dtype=np.int16) - (10, 20, 30)).max() <= 2
+    # A flat colour stays flat, also when reduced by factors in the thousands.
+    assert np.abs(np.asarray(out, dtype=np.int16) - (10, 20, 30)).max() <= 1
 
 
 @settings(max_examples=100, deadline=None)

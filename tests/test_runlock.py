@@ -5,6 +5,7 @@ import multiprocessing
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -97,3 +98,55 @@ def test_racing_builds_get_exactly_one_lock(output):
         p.join(30)
     won = [w for w in winners if w]
     assert len(won) == 1 and runlock.holds(output, won[0])
+
+
+def test_a_renewal_is_written_only_once_its_due_time_has_passed(output):
+    """Many processes of one run may keep its lease: each writes only when the last renewal is older than `due`."""
+    runlock.acquire(output, "run-a", "t", lease_seconds=100)
+    path = runlock.lock_path(output)
+    before = storage.read_versioned(path)
+    assert runlock.refresh(output, "run-a", 100, due=25)  # renewed a moment ago: held, nothing written
+    assert storage.read_versioned(path) == before
+    assert runlock.refresh(output, "run-a", 100)
+    after = storage.read_versioned(path)
+    assert after[1] != before[1]
+    assert runlock.Lease.from_bytes(after[0]).expires > runlock.Lease.from_bytes(before[0]).expires
+    assert not runlock.refresh(output, "run-b", 100)  # not the holder: nothing written
+    assert storage.read_versioned(path) == after
+
+
+def keepers(run_id: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"tpu-shards-lease-{run_id}"]
+
+
+def wait_until(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.02)
+
+
+def test_a_kept_lease_is_renewed_in_the_background_until_the_run_gives_it_back(tmp_path):
+    out = str(tmp_path / "out")
+    first = runlock.acquire(out, "run-kept", "t", lease_seconds=0.4)
+    runlock.keep(out, "run-kept", 0.4)
+    runlock.keep(out, "run-kept", 0.4)  # one thread per process and run, however often asked
+    (keeper,) = keepers("run-kept")
+    lease = lambda: runlock.Lease.from_bytes(storage.read_bytes(runlock.lock_path(out)))  # noqa: E731
+    wait_until(lambda: lease().expires > first.expires + 0.4, 10)  # renewed more than once
+    assert time.time() < lease().expires
+    runlock.release(out, "run-kept")
+    keeper.join(5)
+    assert not keeper.is_alive() and not storage.exists(runlock.lock_path(out))
+
+
+def test_a_keeper_stops_once_another_run_holds_the_lock(tmp_path):
+    out = str(tmp_path / "out")
+    runlock.acquire(out, "run-lost", "t", lease_seconds=0.4)
+    runlock.keep(out, "run-lost", 0.4)
+    (keeper,) = keepers("run-lost")
+    other = runlock.Lease("run-new", "t", socket.gethostname(), 1, time.time() + 3600)
+    storage.write_bytes(runlock.lock_path(out), other.to_bytes())
+    keeper.join(5)
+    assert not keeper.is_alive()
+    assert storage.read_bytes(runlock.lock_path(out)) == other.to_bytes()

@@ -1,4 +1,5 @@
-"""Encoding runs and writing shards without Beam: every shard, written twice or twice at once, is the same."""
+"""Encoding runs and writing shards without Beam: every shard, written twice or twice at once, is the same, and
+so is every shard of the whole step run again or several times at once."""
 from __future__ import annotations
 
 import threading
@@ -73,23 +74,69 @@ def test_each_shard_written_twice_or_twice_at_once_is_the_same(request, tmp_path
             assert first == again
             twice[task.name] = shard_bytes(again)
     assert twice == once
+    # The whole step again, its prefixes taken: locally the copies read the tails saved beside the runs' files.
+    assert {t.name: shard_bytes(write_shard(t, folders[1])) for t in copies + prefixes} == once
 
-    tasks = encoded_runs(tmp_path, folders[2], shards=16)
+    tasks = sorted(encoded_runs(tmp_path, folders[2], shards=16), key=lambda t: t.plan.prefix)
     results: dict[str, list] = {}
     errors = []
+    took_prefix = threading.Event()
 
-    def attempt(task):
+    def whole_step(order: list, after: threading.Event | None = None, then: threading.Event | None = None):
         try:
-            results.setdefault(task.name, []).append(write_shard(task, folders[2]))
+            if after is not None:
+                assert after.wait(60)
+            for task in order:
+                results.setdefault(task.name, []).append(write_shard(task, folders[2]))
+                if then is not None and task.plan.prefix:
+                    then.set()
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    for group in ([t for t in tasks if not t.plan.prefix], [t for t in tasks if t.plan.prefix]):
-        threads = [threading.Thread(target=attempt, args=(t,)) for t in group for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+    # Attempts at the whole step (copies first, prefixes in any order) at once; the last one's copies start once
+    # the first has taken a prefix of the run they read.
+    copies, prefixes = [t for t in tasks if not t.plan.prefix], [t for t in tasks if t.plan.prefix]
+    attempts = [(copies + prefixes[::-1], None, took_prefix), (tasks, None, None), (tasks, took_prefix, None)]
+    threads = [threading.Thread(target=whole_step, args=attempt) for attempt in attempts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
     assert errors == []
     assert {name: shard_bytes(rs[0]) for name, rs in results.items()} == once
-    assert all(rs[0] == rs[1] for rs in results.values())
+    assert all(rs[0] == r for rs in results.values() for r in rs) and {len(rs) for rs in results.values()} == {3}
+
+
+def test_a_run_whose_file_became_a_shard_is_read_from_its_saved_tail(tmp_path):
+    """Locally, taking a prefix moves the run's file and cuts it; its tail is saved first, so a copy that finds
+    the file gone, or cut under it by an attempt running at the same time, reads the tail instead."""
+    import os
+
+    from shard_utils import storage
+    from shard_utils.media.encode import RecordMeta
+    from shard_utils.sharding.runs import TAIL_SUFFIX, RunWriter, move_prefix
+
+    writer = RunWriter(str(tmp_path / "tmp"), "train", 0)
+    data = [bytes([i]) * (100 + i) for i in range(5)]
+    for i, framed in enumerate(data):
+        writer.add(framed, RecordMeta(i, f"s{i}", len(framed), (0,), "", 1, 1))
+    run = writer.close()
+    entries = run.entries()
+    cut, whole = entries[1].end, b"".join(data)
+    path = run.parts[0][0]
+    os.truncate(path, cut + 7)  # as an attempt that saved the tail and is cutting the file finds it
+    with pytest.raises(storage.StorageError, match="short read"):
+        run.read(cut, run.num_bytes)  # no tail saved: the bytes are gone
+    os.truncate(path, 0)
+    with open(path, "wb") as f:
+        f.write(whole)
+    move_prefix(run, entries, 2, str(tmp_path / "shard"))
+    assert (tmp_path / "shard").read_bytes() == whole[:cut] and not os.path.exists(path)
+    assert run.read(cut, run.num_bytes) == whole[cut:]
+    assert run.read(entries[2].end, entries[3].end) == data[3]
+    move_prefix(run, entries, 2, str(tmp_path / "shard"))  # taken again: the same shard, the tail kept
+    assert (tmp_path / "shard").read_bytes() == whole[:cut] and run.read(cut, run.num_bytes) == whole[cut:]
+    with open(path, "wb") as f:  # a file cut under a reader after its tail was saved
+        f.write(whole[:cut])
+    assert run.read(cut, run.num_bytes) == whole[cut:]
+    assert os.path.getsize(path + TAIL_SUFFIX) == 8 + len(whole) - cut

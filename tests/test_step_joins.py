@@ -8,7 +8,7 @@ import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 from steps import pipeline, run
 
-from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected
+from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected, singleton_pairs
 from shard_utils.inputs import MediaItem
 
 
@@ -65,3 +65,17 @@ def test_chunks_cross_a_group_by_key_whole():
                | beam.MapTuple(lambda k, chunks: (k, sorted(x for chunk in chunks for x in chunk))))
     assert_that(grouped, equal_to([("k", [(1, "a"), (2, "b"), (3, "c")])]))
     run(p)
+
+
+def test_singleton_pairs_read_a_keys_values_again_rather_than_keep_them():
+    values = [(False, x) for x in range(6)] + [(True, "plan")] + [(False, 6)]
+    walked = []
+
+    class Reiterable:
+        def __iter__(self):
+            walked.append(1)
+            return iter(values)
+
+    assert list(singleton_pairs((0, Reiterable()))) == [(x, "plan") for x in range(7)]
+    assert len(walked) == 2
+    assert list(singleton_pairs((0, [(False, 1), (False, 2)]))) == []

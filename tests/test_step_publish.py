@@ -3,6 +3,10 @@ Published again, or twice at once, the output is the same; a build that cannot p
 (locally, through the metric the driver raises) and publishes nothing."""
 from __future__ import annotations
 
+import functools
+import json
+import pickle
+import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +27,8 @@ from beam_jobs.pipeline.common import FAILURE_METRIC
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.write import WriteShards
-from beam_jobs.publish import Tally
+from beam_jobs.jobs.config import RejectLimit
+from beam_jobs.publish import Tally, plan_publication
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +141,37 @@ def test_too_many_rejects_publish_nothing(written, tmp_path):
     why = next(iter(string_sets(run(p))[FAILURE_METRIC]))
     assert "1 of 14 files were rejected, more than --max-rejected 0 allows" in why
     assert not (Path(config.output) / "manifest.json").exists()
+
+
+def measured_plan(results, config, *, record: str, **kw):
+    """plan_publication, after writing down how big the reports that reached the one key were when pickled."""
+    Path(record).write_text(json.dumps({name: [len(pickle.dumps(kw[name])), len(kw[name].pieces)]
+                                        for name in ("rejected", "skipped_files")}))
+    return plan_publication(results, config, **kw)
+
+
+@pytest.mark.slow
+def test_many_rejects_make_the_one_sorted_report_and_only_their_counts_reach_the_one_key(written, tmp_path):
+    config, inputs = fresh(written, tmp_path)
+    config = replace(config, max_rejected=RejectLimit(fraction=1.0))
+    rng = random.Random(5)
+    many = [{"source": f"gone/{rng.randrange(10**6):06d}-{i}.jpg", "reason": rng.choice(("corrupt", "too_small")),
+             "message": "simulated"} for i in range(2000)]
+    tally = Tally(seen=14 + len(many))
+    tally.skip("not_media", ".txt")
+    inputs = {**inputs, "rejected": list(inputs["rejected"]) + many, "tally": [tally]}
+    record = tmp_path / "joined.json"
+
+    def build(p):
+        pcolls = {name: created(p, name.title(), values) for name, values in inputs.items()}
+        pcolls["run"] = created(p, "Run", [run_info(config)])
+        planner = functools.partial(measured_plan, record=str(record))
+        return {"published": pcolls | Publish(config, planner=planner, piece_lines=300)}
+
+    outputs(build)
+    lines = sorted(inputs["rejected"], key=lambda e: (e["source"], e["reason"], json.dumps(e, ensure_ascii=False)))
+    assert (Path(config.output) / "rejected.jsonl").read_bytes() == "".join(
+        json.dumps(e, ensure_ascii=False) + "\n" for e in lines).encode()  # the bytes of one sort, as before
+    assert load(config.output).rejected["count"] == 2001 and verify(config.output) == []
+    (size, pieces), _ = json.loads(record.read_text()).values()
+    assert pieces >= 5 and size < 2_000 and 30 * size < len(pickle.dumps(inputs["rejected"]))  # not 2,001 dicts

@@ -134,10 +134,10 @@ def test_every_shard_is_written_with_its_planned_records(encoded, planned):
 
 
 @pytest.mark.slow
-def test_each_part_of_the_step_written_again_gives_the_same_shards(planned):
-    """Copies, then the whole step (the copies again, then the prefixes), then the prefixes again: what a retry
-    of each of the step's parts does, in the order the step runs them. (The whole step again after the prefixes
-    were taken cannot copy locally: taking a prefix moves the run's file and cuts the tail copies read.)"""
+def test_each_part_of_the_step_and_the_whole_step_written_again_give_the_same_shards(planned):
+    """Copies, then the whole step (the copies again, then the prefixes), then the prefixes again, then the whole
+    step once more: what a retry of each of the step's parts, or of the whole step, does. Taking a prefix moves
+    a run's file and cuts it; the copies run again read the tail saved beside it."""
     config, tasks = planned
     copies = [t for t in tasks if not t.plan.prefix]
     prefixes = [t for t in tasks if t.plan.prefix]
@@ -147,19 +147,20 @@ def test_each_part_of_the_step_written_again_gives_the_same_shards(planned):
     files = shard_files(temp)
     assert [r for r in everything if r.name in {t.name for t in copies}] == copied
     assert write(config, prefixes)[0] == [r for r in everything if r.name in {t.name for t in prefixes}]
+    assert write(config, tasks)[0] == everything
     assert shard_files(temp) == files and len(files) == 2 * len(tasks)  # each shard and its index part
 
 
 @pytest.mark.slow
-def test_each_part_of_the_step_written_twice_at_once_gives_the_same_shards(encoded, planned, request):
-    """Copies twice at once, then prefixes twice at once: the shards of one write of the whole step."""
+def test_the_whole_step_twice_at_once_gives_the_shards_of_one_write(encoded, planned, request):
+    """Two WriteShards over the same tasks at the same time (one may take a prefix while the other copies from
+    that run): the shards and index parts of one write of the step."""
     config, tasks = planned
-    copies = twice_at_once(lambda: write(config, [t for t in tasks if not t.plan.prefix])[0])
-    prefixes = twice_at_once(lambda: write(config, [t for t in tasks if t.plan.prefix])[0])
-    assert copies[0] == copies[1] and prefixes[0] == prefixes[1]
+    both = twice_at_once(lambda: write(config, tasks)[0])
+    assert both[0] == both[1]
     once, once_tasks = moved(encoded[0], planned_shards(*encoded)["tasks"], request.node.name[:40] + "-once")
     alone, _ = write(once, once_tasks)
-    assert without_paths(copies[0] + prefixes[0]) == without_paths(alone)
+    assert without_paths(both[0]) == without_paths(alone)
     assert shard_files(Path(run_info(config).temp_dir)) == shard_files(Path(run_info(once).temp_dir))
 
 

@@ -33,9 +33,9 @@ from shard_utils.format.topology import cores_x_hosts
 
 from beam_jobs.jobs import inherit, options
 from beam_jobs import progress, publish
-from beam_jobs.publish.append import append_naming, plan_append
-from beam_jobs.jobs.checks import inside, pipeline_options, prepare_inputs
-from beam_jobs.jobs.summary import counted, counter_totals, shard_noun, shards_of, twins_line
+from beam_jobs.publish.append import append_naming, plan_append, with_generation
+from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
+from beam_jobs.jobs.summary import counted, counter_totals, label_ids_line, shard_noun, shards_of, twins_line
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs.running import execute, guard_interrupts
@@ -189,9 +189,12 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
         config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
         existing_hashes=dataset.hashes if config.dedup else None, grows=old)
-    rejected = (fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
+    g = next_generation(old)
+    rejected = ((fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
+                | "RejectedOfGeneration" >> beam.Map(with_generation, g))
+    skipped = fresh["skipped_files"] | "SkippedOfGeneration" >> beam.Map(with_generation, g)
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
-         "skipped_files": fresh["skipped_files"], "tally": fresh["tally"], "labels": labels, "run": run,
+         "skipped_files": skipped, "tally": fresh["tally"], "labels": labels, "run": run,
          "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"]} \
         | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
 
@@ -302,6 +305,7 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
         run_id=new_run_id(now), created=now.isoformat(timespec="seconds"), listing=listing, local=local)
     config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
+    check_with_beam(opts)
     with guard_interrupts(config, local):
         old = open_dataset(config, given)
         started = time.monotonic()
@@ -337,6 +341,7 @@ def append_summary(m: manifest.Manifest, seconds: float) -> str:
     if g.labels_added:
         first = len(m.labels) - len(g.labels_added)
         lines.append("  new labels: " + ", ".join(f"{name} (id {first + i})" for i, name in enumerate(g.labels_added)))
+        lines += label_ids_line(m.labels)
     if g.rejected:
         lines.append(f"  see {storage.join(m.location, m.rejected['path'])} for why each file was rejected")
     return "\n".join(lines)

@@ -23,16 +23,15 @@ from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import ListListedMedia, ListMedia
 from beam_jobs.pipeline.publish import Publish
-from beam_jobs.pipeline.start import KeepLease, StartRun, new_run_id
-from beam_jobs.jobs.checks import check_models_and_codecs, pipeline_options, prepare_inputs, prepare_output
+from beam_jobs.pipeline.start import StartRun, new_run_id
+from beam_jobs.jobs.checks import (check_models_and_codecs, check_with_beam, pipeline_options, prepare_inputs,
+                                   prepare_output)
 from beam_jobs.jobs.summary import metrics_summary, summary
 
 
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     """Add the whole job to a pipeline: the same steps on every runner (see `beam_jobs.pipeline`)."""
-    run = p | "StartRun" >> StartRun(config)  # RunInfo
-    if config.run_id is None:  # a template launch: no driver renews the lock
-        _ = run | "KeepLease" >> KeepLease(config)
+    run = p | "StartRun" >> StartRun(config)  # RunInfo (a template launch: decided here, its lease kept by the job)
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
     listed = p | "ListMedia" >> lister  # media: [MediaItem] chunks; rejected; skipped_files; tally; labels
     sharded = listed["media"] | "ShardMedia" >> ShardMedia(config, listed["labels"], run,
@@ -65,6 +64,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
         run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing,
         local=runner in options.LOCAL_RUNNERS and not template)
+    check_with_beam(opts)
     config = check_models_and_codecs(config)
     local = runner in options.LOCAL_RUNNERS
     with running.guard_interrupts(config, local):  # from the lock on, Ctrl-C says what state the output is in

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import difflib
 import io
+import logging
 import os
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -59,11 +60,11 @@ def check_input(path: str) -> bool:
             raise UsageError(f"input folder {path} does not exist")
         if not os.path.isdir(path):
             raise UsageError(f"input {path} is not a folder")
-    try:
-        first = next(iter(storage.walk(path)), None)  # one page of the listing, not the whole bucket
-        if first is None:
+    try:  # one page of the top level, not the whole bucket: split folders are decided from what it shows
+        files, folders, _ = storage.list_level(path, "", max_pages=1)
+        if not files and not folders:
             raise UsageError(f"input {path} is empty" if not storage.is_gcs(path) else f"input {path} holds no objects")
-        return inputs.has_split_dirs(storage.top_level_dirs(path))
+        return inputs.has_split_dirs([f.rstrip("/") for f in folders])
     except storage.StorageError as exc:
         raise UsageError(f"cannot list input {path}: {exc.reason}") from None
 
@@ -142,7 +143,8 @@ def check_models_and_codecs(config: BuildConfig) -> BuildConfig:
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     """Beam options with the in-process runner as the local default; a UsageError in one line for a value Beam's
-    parser refuses or a runner Beam does not know."""
+    parser refuses or a runner Beam does not know (`check_with_beam` runs Beam's validator, after a job's own
+    checks)."""
     args = list(beam_args)
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         args.append(f"--runner={LOCAL_RUNNER}")
@@ -156,6 +158,50 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
         raise UsageError(last.split(" error: ", 1)[-1]) from None
     check_runner(opts.view_as(StandardOptions).runner or LOCAL_RUNNER)
     return opts
+
+
+def check_with_beam(opts: PipelineOptions) -> None:
+    """Beam's own checks of its options for the runner (a Dataflow project id, its region and temporary
+    locations...), for a job to run after its own checks and before any work (Beam runs them when the pipeline
+    is made): a UsageError naming everything Beam refused, in one line. Beam logs warnings about the same options while it checks: they are dropped when
+    it refuses (the line says it) and shown when it accepts."""
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.runner import create_runner
+
+    runner = create_runner(opts.view_as(StandardOptions).runner or LOCAL_RUNNER)
+    with beam_logs_held() as held:
+        errors = PipelineOptionsValidator(opts, runner).validate()
+        if errors:
+            held.clear()
+            said = "; ".join(" ".join(e.split()).rstrip(".") for e in errors)
+            raise UsageError(f"Beam refuses these options: {said}")
+
+
+class _Held(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def beam_logs_held() -> Iterator[list[logging.LogRecord]]:
+    """Within the block, what Beam logs is kept in the list given, not shown; afterwards what is left in the
+    list is shown as it would have been."""
+    beam_logger = logging.getLogger("apache_beam")
+    handler = _Held()
+    propagated = beam_logger.propagate
+    beam_logger.addHandler(handler)
+    beam_logger.propagate = False
+    try:
+        yield handler.records
+    finally:
+        beam_logger.removeHandler(handler)
+        beam_logger.propagate = propagated
+        for record in handler.records:
+            logging.getLogger(record.name).handle(record)
 
 
 def check_runner(name: str) -> None:

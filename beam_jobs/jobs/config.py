@@ -13,6 +13,7 @@ from shard_utils.media.video import VideoOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS
 from shard_utils.sharding.runs import CHUNK_BYTES
+from shard_utils.storage.lock import LEASE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class BuildConfig:
     temp_root: str  # runs' temporary folders live under it: <output>/.tpu-shards-tmp or <temp_location>/...
     run_id: str | None = None  # None: decided when the job runs (a template launch)
     created: str | None = None
+    lease_seconds: float = LEASE_SECONDS  # how long the output's lock holds a run without a renewal
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_dirs: bool = False
     stratify: bool = False  # --stratify: each class cut into the splits at their fractions (pipeline.stratify)
@@ -77,6 +79,7 @@ class BuildConfig:
     dedup: bool = False
     follow_symlinks: bool = False
     listing: ListingOptions = ListingOptions()
+    described: tuple[tuple[str, str], ...] = ()  # --name, --license, ...: the manifest's options["metadata"]
     # A local run (Beam's in-process runner) reports a build that cannot publish through a Beam metric
     # the driver reads (an exception in a local worker process prints Beam's traceback), where a remote
     # run fails the job with the message; and it streams the listing into the encode step, where a
@@ -147,4 +150,5 @@ class BuildConfig:
             "video_frames": self.video.frames if self.video else None,
             "video_fps": self.video.fps if self.video else None,
             "embed_model": self.embed.model if self.embed else None,
+            **({"metadata": dict(self.described)} if self.described else {}),
         }

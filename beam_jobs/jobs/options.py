@@ -93,6 +93,9 @@ def parser() -> OneLineParser:
                          "records too few for shards of their own (give the first build's options again)")
     progress.add_argument(ap)
     listings.add_arguments(ap)
+    described = ap.add_argument_group("dataset description (croissant.json and the README.md card)")
+    for flag, text in described_options():
+        described.add_argument(f"--{flag}", help=text)
     clips = ap.add_argument_group("video clips")
     clips.add_argument("--video-frames", type=int, help="build a dataset of video clips (.mp4 .mov .webm .mkv .avi): "
                                                        "N frames sampled evenly over each clip, one record per clip")
@@ -117,6 +120,36 @@ def parser() -> OneLineParser:
     ap.add_argument("--hash-bucket-bits", type=int, default=plan.DEFAULT_BUCKET_BITS, help=argparse.SUPPRESS)
     ap.add_argument("--run-part-mb", type=float, default=CHUNK_BYTES / 2**20, help=argparse.SUPPRESS)
     return ap
+
+
+def described_options() -> list[tuple[str, str]]:
+    """The options that describe the dataset (recorded in the manifest, written to croissant.json and the card)."""
+    return [("name", "the dataset's name (default: the output folder's name)"),
+            ("description", "one paragraph on what the dataset holds (default: a summary of its counts)"),
+            ("license", "its licence: an SPDX id (e.g. cc-by-4.0) or a URL"),
+            ("citation", "how to cite it (e.g. a BibTeX entry)"),
+            ("url", "its home page (http:// or https://)")]
+
+
+MAX_DESCRIBED = {"name": 200, "license": 2000, "url": 2000, "description": 20000, "citation": 20000}
+
+
+def described(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The given description options, checked: bounded, printable, a URL for --url (UsageError otherwise)."""
+    given = []
+    for flag, _ in described_options():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        multi_line = flag in ("description", "citation")
+        if not value.strip() or len(value) > MAX_DESCRIBED[flag] or any(
+                ord(c) < 32 and not (multi_line and c in "\n\t") for c in value):
+            raise UsageError(f"--{flag} must be non-empty printable text of at most {MAX_DESCRIBED[flag]} characters"
+                             + ("" if multi_line else " on one line"))
+        if flag == "url" and not value.startswith(("https://", "http://")):
+            raise UsageError(f"--url {names.shown(value)} must start with https:// or http://")
+        given.append((flag, value.strip()))
+    return tuple(given)
 
 
 def normalise(argv: Sequence[str], ours: Sequence[str]) -> list[str]:
@@ -386,4 +419,4 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         run_part_bytes=int(args.run_part_mb * 2**20), max_file_bytes=int(args.max_file_mb * 2**20),
         overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,
-        local=local)
+        local=local, described=described(args))

@@ -40,7 +40,7 @@ from shard_utils.format.manifest import Manifest, Shard
 
 from beam_jobs.jobs import options
 from beam_jobs import publish
-from beam_jobs.jobs.checks import pipeline_options, prepare_output
+from beam_jobs.jobs.checks import check_with_beam, pipeline_options, prepare_output
 from beam_jobs.jobs.summary import counter_totals, summary
 from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo
 from beam_jobs.errors import OneLineParser, UsageError
@@ -48,7 +48,7 @@ from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
 from beam_jobs.pipeline.publish import Publish
-from beam_jobs.pipeline.start import StartRun, new_run_id
+from beam_jobs.pipeline.start import StartRun, keep_lease, new_run_id
 from shard_utils.errors import PlanError
 from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
 
@@ -153,7 +153,7 @@ class _CopyFn(beam.DoFn):
         self._run: RunInfo | None = None
 
     def process(self, task: ShardTask, run: RunInfo):
-        self._run = run
+        self._run = keep_lease(run, self.config)
         cfg = self.config
         uri = storage.join(self.location, task.shard.path)
         records = array_record_shard_records(uri, task.shard, seed=cfg.seed, label_offset=cfg.label_offset,
@@ -382,6 +382,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     local = runner in options.LOCAL_RUNNERS and not template
     config = make_config(args, source, temp_root=publish.temp_root_for(args.dst, cloud.temp_location),
                          run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), local=local)
+    check_with_beam(opts)
     with guard_interrupts(config, local):
         created = prepare_output(config)
         started = time.monotonic()

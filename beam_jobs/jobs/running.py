@@ -7,7 +7,6 @@ import contextlib
 import gc
 import os
 import sys
-import threading
 from typing import Callable
 
 import apache_beam as beam
@@ -106,24 +105,15 @@ def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
 class LeaseKeeper:
     """Renews the run's lock on the output in the background while the driver waits for the job."""
 
-    def __init__(self, output: str, run_id: str, every: float = runlock.LEASE_SECONDS / 4):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, args=(output, run_id, every), daemon=True,
-                                        name="tpu-shards-lease")
-
-    def _loop(self, output: str, run_id: str, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                runlock.renew(output, run_id)
-            except storage.StorageError:
-                pass  # tried again next time; the lease is long
+    def __init__(self, output: str, run_id: str):
+        self.output, self.run_id = output, run_id
 
     def __enter__(self) -> "LeaseKeeper":
-        self._thread.start()
+        runlock.keep(self.output, self.run_id)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
+        runlock.stop_keeping(self.output, self.run_id)
 
 
 def abandon(config: BuildConfig, run_id: str) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from shard_utils import inputs, storage
-from shard_utils.format import manifest
+from shard_utils.format import labels, manifest
 
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
@@ -77,14 +77,23 @@ def split_name_notes(split_names) -> list[str]:
             for name in split_names for usual in [inputs.usual_split_meant(name)] if usual]
 
 
+def label_ids_line(names: list[str]) -> list[str]:
+    """The line saying which id each numeric label got, when an id is not the label itself; none otherwise."""
+    mapping = labels.renumbered(names)
+    return [f"  label ids: {mapping} (ids follow the labels' numeric order; manifest.labels[id] is the label)"] \
+        if mapping else []
+
+
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:
     """A few lines a person reads at the end of a local run."""
     how = f"{runner}, {workers} encode processes" if workers > 1 else runner
     lines = [f"tpu-shards: wrote {m.location} in {seconds:.1f}s ({how})"]
     for name, split in m.splits.items():
-        lines.append(f"  {name}: {counted(split.num_records, 'record')} in {shards_of(m, split.shards)}, "
+        unlabeled = "" if split.labeled else " (unlabeled)"
+        lines.append(f"  {name}: {counted(split.num_records, 'record')}{unlabeled} in {shards_of(m, split.shards)}, "
                      f"{split.num_bytes / 1e6:.1f} MB")
         lines += twins_line(split.array_record_shards)
+    lines += label_ids_line(m.labels)
 
     lines += split_name_notes(m.splits)
 

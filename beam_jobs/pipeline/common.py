@@ -15,6 +15,7 @@ from beam_jobs.local.pool import Crashed, Done, LocalPool, Outcome, Raised
 
 NAMESPACE = "tpu_shards"
 FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see Publish)
+SINGLETON_FANOUT = 64  # keys WithSingleton spreads its input over (each gets a copy of the singleton)
 
 
 def count(name: str, n: int = 1) -> None:
@@ -89,19 +90,31 @@ class WithSingleton(beam.PTransform):
     """Each element of the input paired with the one element of `singleton` (none when it is empty), by a join
     on keys instead of a side input: the pairs exist only once both are complete, on every runner. (Beam
     2.77's in-process runner has run a step before a side input derived from its own input was complete.)
-    The input is spread over `fanout` keys, so the pairs are made in parallel."""
+    The input is spread over `fanout` keys, so the pairs are made in parallel; a key's values are read twice
+    (the singleton, then the pairs), never gathered in a list: a key holds 1/fanout of the whole input."""
 
-    def __init__(self, singleton, fanout: int = 16):
+    def __init__(self, singleton, fanout: int = SINGLETON_FANOUT):
         super().__init__()
         self.singleton, self.fanout = singleton, fanout
 
     def expand(self, pcoll):
         fanout = self.fanout
-        keyed = pcoll | "Spread" >> beam.Map(lambda x: (random.randrange(fanout), x))
-        copies = self.singleton | "Copies" >> beam.FlatMap(lambda one: ((k, one) for k in range(fanout)))
-        return ({"x": keyed, "one": copies}
-                | "Join" >> beam.CoGroupByKey()
-                | "Pairs" >> beam.FlatMap(lambda kv: ((x, one) for one in kv[1]["one"] for x in kv[1]["x"])))
+        keyed = pcoll | "Spread" >> beam.Map(lambda x: (random.randrange(fanout), (False, x)))
+        copies = self.singleton | "Copies" >> beam.FlatMap(lambda one: ((k, (True, one)) for k in range(fanout)))
+        return ((keyed, copies)
+                | "Both" >> beam.Flatten()
+                | "Join" >> beam.GroupByKey()
+                | "Pairs" >> beam.FlatMap(singleton_pairs))
+
+
+def singleton_pairs(grouped: tuple[Any, Iterable[tuple[bool, Any]]]) -> Iterator[tuple[Any, Any]]:
+    """(x, one) for every element x of a key's values and every singleton value among them; the values (a
+    grouping's re-iterable result) are walked once for the singleton and once more for the elements."""
+    _, values = grouped
+    for one in [v for is_one, v in values if is_one]:
+        for is_one, x in values:
+            if not is_one:
+                yield x, one
 
 
 class Joined(beam.PTransform):

@@ -13,16 +13,19 @@ from typing import Iterable
 import apache_beam as beam
 
 from shard_utils.media.encode import EncodeSettings, encode_item, reject
-from shard_utils.format.generations import label_order
+from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
-from shard_utils.sharding.encode_run import EncodedRun, RunTask, encode_run
+from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
+from beam_jobs.pipeline.start import keep_lease
 
 __all__ = ["EncodeRuns"]
+
+THROTTLED_SECONDS = "cumulativeThrottlingSeconds"  # the name every Beam IO gives its throttled time
 
 
 class EncodeRuns(beam.PTransform):
@@ -66,6 +69,7 @@ class _EncodeRunFn(PooledDoFn):
         super().__init__(config.workers)
         self.config, self.known_labels = config, known_labels
         self._settings: EncodeSettings | None = None
+        self._throttled_s = 0.0  # throttled time not yet counted (the counter takes whole seconds)
 
     def start_bundle(self):
         super().start_bundle()
@@ -73,7 +77,7 @@ class _EncodeRunFn(PooledDoFn):
 
     def process(self, grouped, labels: list[str], run: RunInfo):
         (split, index), chunks = grouped
-        self._run = run
+        self._run = keep_lease(run, self.config)
         if self._settings is None:
             ids = {name: i for i, name in enumerate(label_order(labels, self.known_labels))}
             self._settings = encode_settings(self.config, ids)
@@ -106,8 +110,20 @@ class _EncodeRunFn(PooledDoFn):
         if t.trailers:  # bytes after the JPEG's end (motion photos, maker data): not image data
             count("jpeg_trailers_dropped", t.trailers)
             count("jpeg_trailer_bytes_dropped", t.trailer_bytes)
+        self._throttled(t)
         count("runs_encoded")
         yield encoded
+
+    def _throttled(self, tally: EncodeTally) -> None:
+        """Reads held back by throttling, as Beam's IOs report them: Dataflow's autoscaler reads a
+        `cumulativeThrottlingSeconds` counter as time spent waiting on a service, and adds no workers for it."""
+        if tally.read_retries:
+            count("source_reads_retried", tally.read_retries)
+        self._throttled_s += tally.throttled_s
+        whole = int(self._throttled_s)
+        if whole:
+            count(THROTTLED_SECONDS, whole)
+            self._throttled_s -= whole
 
     def crashed(self, context, why: str) -> Iterable:
         kind, task, extra = context

@@ -19,6 +19,7 @@ from shard_utils.sharding.writer import ShardResult
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, collected, count
+from beam_jobs.pipeline.start import keep_lease
 from shard_utils.errors import PlanError
 from shard_utils.format.layout import shard_name
 
@@ -139,7 +140,7 @@ class _WriteFn(PooledDoFn):
         split_plan = plans[0][split]
         name = shard_name(split, shard, split_plan.num_shards, self.config.shard_extension)
         task = FragmentShardTask(split, shard, tuple(pieces), split_plan, name)
-        return write_fragment_shard, (task, run.temp_dir, self.config.listing.extras), {
+        return write_fragment_shard, (task, keep_lease(run, self.config).temp_dir, self.config.listing.extras), {
             "array_record_twin": self.config.array_record}, None
 
     def done(self, context, result: ShardResult) -> Iterable[ShardResult]:

@@ -92,10 +92,14 @@ class ListingTotalsFn(beam.CombineFn):
         return acc
 
     def merge_accumulators(self, accs):
-        out: dict[str, ListingTotals] = {}
+        by_split: dict[str, list[ListingTotals]] = {}
         for acc in accs:
             for split, totals in acc.items():
-                out.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).merge(totals)
+                by_split.setdefault(split, []).append(totals)
+        out: dict[str, ListingTotals] = {}
+        for split, many in by_split.items():  # each split's histograms added in one pass
+            out[split] = ListingTotals(keys=lay.BucketCounts(self.bits))
+            out[split].merge_all(many)
         return out
 
     def extract_output(self, acc):

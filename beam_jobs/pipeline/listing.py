@@ -1,9 +1,11 @@
 """ListMedia and ListListedMedia: what to encode, as chunks of MediaItems, with rejects, skips and labels.
 
 A folder or bucket is listed in parallel from the start: the root's level is one element, each sub-folder
-it holds becomes an element of the next stage, and the third stage walks what is left of each sub-tree.
-On gs:// a level too large for one worker's few pages is cut into ranges of names, each an element of the
-next stage. A listing file (CSV, JSONL, Avro) is read by Beam's splittable sources.
+it holds becomes an element of the next stage, and the last stage walks what is left of each sub-tree.
+On gs:// a task lists at most a few pages; the rest of its range is cut into ranges of names chosen from
+the names it saw (`shard_utils.storage.ranges`), each an element of the next stage, which cuts its own rest
+again. A level holding mostly sub-folders (one per sample, per user) is listed flat, range by range, not
+one request per sub-folder. A listing file (CSV, JSONL, Avro) is read by Beam's splittable sources.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 
 from shard_utils import storage
+from shard_utils.storage import ranges
 from shard_utils.inputs import MediaItem
 
 from shard_utils.inputs import walk as media_listing
@@ -26,9 +29,9 @@ from beam_jobs.pipeline.common import Chunk, count, rejected
 __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
 
 LIST_CHUNK = 256  # items per element
-PAGES_PER_TASK = 10  # gs:// pages one worker lists of a level before cutting the rest into ranges
-RANGES_PER_SPLIT = 16
-STAGES = 3  # the last stage walks what is left without cutting it further
+PAGES_PER_TASK = 10  # gs:// pages one worker lists of a range before cutting the rest into ranges
+CUTS_PER_TASK = 64  # most ranges one task hands on
+STAGES = 5  # the last walks what is left uncut; at 10^7 (benchmarks/scale_sim) date folders yyyy/mm/dd/hh reach it
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,9 @@ class ListTask:
     """A folder to list (relative to the input; "" is the input), or a range of names of its level."""
 
     folder: str
-    after: tuple[str, bool] | None = None  # (name, inclusive)
+    after: tuple[str, bool] | None = None  # (name, inclusive); a sub-folder 'a/', not inclusive: after all it holds
     end: str | None = None
+    flat: bool = False  # every file under the range's names, at any depth, not the level's alone
 
 
 class ListMedia(beam.PTransform):
@@ -71,7 +75,7 @@ class ListMedia(beam.PTransform):
 
 def list_task(task: ListTask, config: BuildConfig, final: bool) -> Iterator:
     """The entries a task finds (chunks of storage.Entry) and, tagged `tasks`, the tasks it leaves: its
-    sub-folders, and the ranges of a level it did not finish."""
+    sub-folders, and the ranges of names it did not finish."""
     root, follow = config.input, config.follow_symlinks
     if final:
         walked = storage.walk(root, follow, start=task.folder, after=task.after, end=task.end) \
@@ -79,15 +83,42 @@ def list_task(task: ListTask, config: BuildConfig, final: bool) -> Iterator:
         yield from listed(chunked(walked))
         return
     entries, folders, more = storage.list_level(root, task.folder, follow, after=task.after, end=task.end,
-                                                max_pages=PAGES_PER_TASK)
-    yield from listed(chunked(entries))
-    for folder in folders:
-        yield beam.pvalue.TaggedOutput("tasks", ListTask(folder))
-    if more is not None:
-        cuts = storage.split_names(more, task.end, RANGES_PER_SPLIT)
-        starts = [(more, False)] + [(c, True) for c in cuts]
-        for start, stop in zip(starts, cuts + [task.end]):
-            yield beam.pvalue.TaggedOutput("tasks", ListTask(task.folder, start, stop))
+                                                max_pages=PAGES_PER_TASK, flat=task.flat)
+    keep, tasks = (True, [ListTask(folder) for folder in folders]) if more is None else rest_of(
+        task, entries, folders, more)
+    if keep:
+        yield from listed(chunked(entries))
+    for found in tasks:
+        yield beam.pvalue.TaggedOutput("tasks", found)
+
+
+def rest_of(task: ListTask, entries: list[storage.Entry], folders: list[str], more: str) -> tuple[bool, list[ListTask]]:
+    """(whether the entries listed are kept, the tasks that list the rest) of a task that stopped at `more`.
+
+    A level: its sub-folders, and the rest of its names in ranges; a level of more sub-folders than files is
+    handed on whole, as flat ranges (its entries are listed again there). A flat range: the rest in ranges
+    cut from the names seen; when every page lay in one sub-folder, the rest of that sub-folder (flat) and
+    the rest of the level after it (a level again, to find what else it holds)."""
+    level = task.folder.rstrip("/") + "/" if task.folder else ""
+    if task.flat:
+        keys = sorted({ranges.level_key(e.rel_path, level) for e in entries})
+        if len(keys) == 1 and "/" in more[len(level):]:
+            sub = level + keys[0]
+            return True, [ListTask(sub, (more, False), None, flat=True), ListTask(task.folder, (sub + "/", False),
+                                                                                   task.end)]
+        cuts = ranges.cut_points(level, keys, CUTS_PER_TASK)
+        return True, split(task, (more, False), cuts, flat=True)
+    keys = sorted({ranges.level_key(name, level) for name in [e.rel_path for e in entries] + folders})
+    if len(folders) > len(entries):
+        cuts = ranges.cut_points(level, keys, CUTS_PER_TASK, seen_too=True)
+        return False, split(task, task.after, cuts, flat=True)
+    cuts = ranges.cut_points(level, keys, CUTS_PER_TASK)
+    return True, [ListTask(folder) for folder in folders] + split(task, (more, False), cuts, flat=False)
+
+
+def split(task: ListTask, after: tuple[str, bool] | None, cuts: list[str], flat: bool) -> list[ListTask]:
+    """Tasks for the ranges the cuts make of (after, task.end) in the task's folder."""
+    return [ListTask(task.folder, start, stop, flat) for start, stop in ranges.ranges_between(after, cuts, task.end)]
 
 
 def listed(chunks: Iterable[list]) -> Iterator[Chunk]:

@@ -3,10 +3,12 @@
     Plan ─► Clear ─┬─► Move (per shard) ───────┬─► Commit
                    └─► MergeIndex (per split) ──┘
 
-Plan checks the shards and the accounting and decides what to write; Clear makes room; shards move in and
-each split's index is written in parallel; Commit writes the reports and the manifest once every move and
-index is done. Every step is safe to run twice, or twice at once. A build that cannot publish fails the job
-with one line (locally: a metric the driver raises, so no worker traceback is printed).
+The rejected and skipped files are written first, in sorted pieces in parallel (`WriteReport`); only their
+counts and the pieces' names join the rest under Plan's one key. Plan checks the shards and the accounting
+and decides what to write; Clear makes room; shards move in and each split's index is written in parallel;
+Commit composes the reports from their pieces and writes the manifest once every move and index is done.
+Every step is safe to run twice, or twice at once. A build that cannot publish fails the job with one line
+(locally: a metric the driver raises, so no worker traceback is printed).
 """
 from __future__ import annotations
 
@@ -20,26 +22,38 @@ from beam_jobs import publish
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
 from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, Joined, PooledDoFn, count
+from beam_jobs.pipeline.reports import WriteReport
+from beam_jobs.publish.reports import PIECE_LINES, Report
 from shard_utils.errors import PlanError
 
 __all__ = ["Publish"]
 
+REPORTS = ("rejected", "skipped_files")  # inputs written as reports, in pieces
 
 
 class Publish(beam.PTransform):
     """Input: a dict of PCollections: shards (ShardResult), plans ({split: SplitShards}, once), failure, rejected,
     skipped_files, tally (Tally, summed here), labels, run (RunInfo), cross_split, and any others `planner`
-    takes as lists, by name. `planner` (default `publish.plan_publication`) decides the Publication."""
+    takes as lists, by name. `planner` (default `publish.plan_publication`) decides the Publication; it gets
+    the reports (rejected, skipped_files) as `reports.Report`s. About `piece_lines` report lines per piece."""
 
-    def __init__(self, config: BuildConfig, planner: Callable[..., publish.Publication] | None = None):
+    def __init__(self, config: BuildConfig, planner: Callable[..., publish.Publication] | None = None,
+                 piece_lines: int = PIECE_LINES):
         super().__init__()
         self.config = config
         self.planner = planner or publish.plan_publication
+        self.piece_lines = piece_lines
 
     def expand(self, pcolls):
         cfg = self.config
         run = beam.pvalue.AsSingleton(pcolls["run"])
-        planned = (pcolls
+        small = {name: pcoll for name, pcoll in pcolls.items() if name not in REPORTS}
+        for name in REPORTS:
+            if name in pcolls:
+                written = pcolls[name] | f"Report{name.title().replace('_', '')}" >> WriteReport(
+                    name, pcolls["run"], self.piece_lines)
+                small[f"{name}_counts"], small[f"{name}_pieces"] = written["counts"], written["pieces"]
+        planned = (small
                    | "Everything" >> Joined()
                    | "Plan" >> beam.FlatMap(_or_fail(plan_step), cfg, self.planner)
                    | "Clear" >> beam.FlatMap(_or_fail(clear_step), cfg))
@@ -57,7 +71,13 @@ class Publish(beam.PTransform):
 
 
 def plan_step(found: dict, config: BuildConfig, planner):
-    """The publication planned from every input (`found`: name -> list, as Publish's inputs dict names them)."""
+    """The publication planned from every input (`found`: name -> list, as Publish's inputs dict names them; a
+    report as its counts and pieces)."""
+    found = dict(found)
+    for name in REPORTS:
+        if f"{name}_counts" in found:
+            pieces = tuple(path for _, path in sorted(dict(found.pop(f"{name}_pieces")).items()))
+            found[name] = Report(found.pop(f"{name}_counts")[0], pieces)
     side = {name: values for name, values in found.items() if name not in ("shards", "run", "tally", "plans")}
     pub = planner(found["shards"], config, run=found["run"][0], tally=publish.sum_tallies(found["tally"]),
                   plans=found["plans"], **side)

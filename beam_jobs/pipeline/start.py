@@ -1,32 +1,29 @@
-"""StartRun and KeepLease: the run's identity and the output's lock.
+"""StartRun: the run's identity and the output's lock.
 
 A driver (a local build, or a launcher that submits and waits) decides the run before submitting, takes
 the output's lock and renews it for the whole job: StartRun then only hands its RunInfo to the steps.
 
 A template launch has no driver: the job decides its run when it runs. The decision is made once, then
 made stable by a Reshuffle, so that a retried lock step takes the lock for the same run (acquiring a lock
-the run already holds succeeds) instead of finding its own first attempt's lock. KeepLease is then the one
-place that renews the lease: one element, one thread, until the run has published or lost the lock.
-Workers never write the lock.
+the run already holds succeeds) instead of finding its own first attempt's lock. The lease is then kept by
+the job's own processes (`keep_lease`): the one that took the lock, and each that works for the run, renews
+it from a background thread until the run publishes or loses the lock. No step waits on the renewals, so
+the run's RunInfo, a side input of most steps, is complete as soon as the lock is taken; and the lease runs
+out once no process of the job is left.
 """
 from __future__ import annotations
 
 import datetime
-import threading
-import time
 import uuid
-from typing import Callable
 
 import apache_beam as beam
 
-from shard_utils.format import manifest
 from shard_utils.storage import lock as runlock
-from shard_utils import storage
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
 
-__all__ = ["StartRun", "KeepLease", "new_run_id", "decide_run", "take_lock", "keep_lease_until_done"]
+__all__ = ["StartRun", "new_run_id", "decide_run", "take_lock", "keep_lease"]
 
 
 class StartRun(beam.PTransform):
@@ -44,7 +41,8 @@ class StartRun(beam.PTransform):
                 | "Once" >> beam.Create([None])
                 | "Decide" >> beam.Map(lambda _: decide_run(cfg))
                 | "Stable" >> beam.Reshuffle()
-                | "TakeLock" >> beam.Map(take_lock, cfg))
+                | "TakeLock" >> beam.Map(take_lock, cfg)
+                | "KeepLease" >> beam.Map(keep_lease, cfg))
 
 
 def new_run_id(now: datetime.datetime) -> str:
@@ -64,7 +62,7 @@ def take_lock(run: RunInfo, config: BuildConfig) -> RunInfo:
     from beam_jobs.publish import clean_stale_runs, output_content, remove_unfinished_writes
 
     try:
-        runlock.acquire(config.output, run.run_id, run.created)
+        runlock.acquire(config.output, run.run_id, run.created, config.lease_seconds)
     except runlock.OutputBusy as exc:
         raise UsageError(str(exc)) from None
     if output_content(config.output) and not config.overwrite:
@@ -75,43 +73,10 @@ def take_lock(run: RunInfo, config: BuildConfig) -> RunInfo:
     return run
 
 
-class KeepLease(beam.PTransform):
-    """For a run decided inside the job: renews its lease until it has published (one element, one thread)."""
-
-    def __init__(self, config: BuildConfig):
-        super().__init__()
-        self.config = config
-
-    def expand(self, run):
-        return run | "Renew" >> beam.Map(keep_lease_until_done, self.config)
-
-
-def published_by(output: str, run: RunInfo) -> bool:
-    """Whether the dataset in output is the one this run published."""
-    try:
-        return manifest.load(output).created == run.created
-    except (manifest.ManifestError, storage.StorageError):
-        return False
-
-
-def keep_lease_until_done(run: RunInfo, config: BuildConfig, *, every: float = runlock.LEASE_SECONDS / 4,
-                          wait: Callable[[float], bool] | None = None) -> int:
-    """Renew the run's lease every `every` seconds until the run no longer holds the lock (it published and
-    gave it back, or lost it); returns how many renewals were made. `wait(seconds)` returns True to stop
-    early (default: sleep)."""
-    stop = threading.Event()
-    wait = wait or stop.wait
-    renewals = 0
-    while True:
-        try:
-            if not runlock.renew(config.output, run.run_id):
-                return renewals
-            renewals += 1
-        except storage.StorageError:
-            pass  # tried again next time; the lease is long
-        if wait(every):
-            return renewals
-
-
-def _now() -> float:
-    return time.time()
+def keep_lease(run: RunInfo, config: BuildConfig) -> RunInfo:
+    """For a run decided inside the job: make sure this process renews its lease (a background thread, started
+    once per process); returns the run. Steps that read the run call it, so the lease lives as long as any
+    process works for the run. A driver-decided run is renewed by its driver: nothing to do."""
+    if config.run_id is None:
+        runlock.keep(config.output, run.run_id, config.lease_seconds)
+    return run

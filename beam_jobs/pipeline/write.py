@@ -1,9 +1,10 @@
 """WriteShards: every planned shard written under the run's temporary folder, with its index part.
 
-A shard that is a prefix of a run is that run's first bytes: moved and cut locally, composed from the run's
-parts by Cloud Storage on gs://; any other shard is copied from byte ranges of the runs, read in large
-blocks (`shard_utils.sharding.writer`). The copies are written first: taking a prefix locally moves the
-run's file and cuts its tail off, which copies may need. Shards are spread over the workers; locally they
+A shard that is a prefix of a run is that run's first bytes: moved and cut locally (the tail past the cut
+saved beside it first), composed from the run's parts by Cloud Storage on gs://; any other shard is copied
+from byte ranges of the runs, read in large blocks (`shard_utils.sharding.writer`). The copies are written
+first, from the runs' files; a copy run again after a prefix was taken (the step retried or run twice at
+once) reads the saved tail. Shards are spread over the workers; locally they
 are written in the build's worker processes. With --format array_record or both, each shard's ArrayRecord
 twin is written from the finished shard by the same call (`writer.write_twin`).
 """
@@ -18,6 +19,7 @@ from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count
+from beam_jobs.pipeline.start import keep_lease
 
 __all__ = ["WriteShards"]
 
@@ -51,7 +53,7 @@ class _WriteShardFn(PooledDoFn):
         self.config = config
 
     def call(self, task: ShardTask, run: RunInfo):
-        return write_shard, (task, run.temp_dir, self.config.listing.extras), {
+        return write_shard, (task, keep_lease(run, self.config).temp_dir, self.config.listing.extras), {
             "array_record_twin": self.config.array_record}, None
 
     def done(self, context, result: ShardResult) -> Iterable[ShardResult]:

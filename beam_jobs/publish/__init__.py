@@ -7,7 +7,8 @@ once), the middle two in parallel over shards and splits:
     clear_output (once)      the old manifest out, then files it named that the new dataset does not reuse
     move_shard (per shard)   the shard from the run's temporary folder to its name in the output
     merge_index (per split)  the split's index: a header, then each shard's index blocks in order
-    commit (once)            reports, TFDS metadata, and the manifest last; temporary data removed, lock released
+    commit (once)            reports, TFDS and Croissant metadata, the card README.md, and the manifest last;
+                             temporary data removed, lock released
 
 A reader starting from `manifest.json` never sees a partial dataset. An append (`append_publish`) plans
 differently and leaves the old manifest and every file it names alone until its new manifest replaces it.
@@ -16,18 +17,17 @@ A build that cannot publish leaves its reports in its temporary folder and fails
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from shard_utils.format import index, schema
-from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, INDEX_FILE, LOCK_NAME, REPORT_FILE, SHARD_FILE,
-                                       TEMP_ROOT, TFDS_LABELS_BEFORE)
+from shard_utils.format import croissant, index, schema
+from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, CARD_NAME, CROISSANT_NAME, INDEX_FILE,
+                                       LOCK_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE)
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
-from shard_utils.read import tfds_meta
-from shard_utils.format.generations import label_order
+from shard_utils.read import card, tfds_meta
+from shard_utils.format.labels import label_order
 from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, MANIFEST_NAME, REJECTED_NAME,
                                          SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
                                          parse)
@@ -36,13 +36,14 @@ from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
+from beam_jobs.publish.reports import PIECES_FOLDER, Report, as_report, write_report
 from shard_utils.errors import InternalError, PlanError
 
 OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds
 REPORTED_REASONS = 3  # reasons named in a failure's one line
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
 _DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
-                  TFDS_LABELS_BEFORE)
+                  TFDS_LABELS_BEFORE, CROISSANT_NAME, CARD_NAME)
 
 __all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
            "move_shard", "merge_index", "commit", "finish", "published_by"]
@@ -129,43 +130,43 @@ def tfds_files(manifest: Manifest) -> dict[str, bytes]:
         return {}
 
 
-def failure_message(why: str, rejected: Sequence[dict], tally: Tally, report: str) -> str:
+def described_files(manifest: Manifest, output: str) -> dict[str, bytes]:
+    """Every file derived from the manifest beside it in `output`: TFDS's metadata, croissant.json and the card
+    README.md (both named after the output folder unless --name was given)."""
+    placed = replace(manifest, location=output)
+    return {**tfds_files(manifest), CROISSANT_NAME: croissant.croissant_bytes(placed),
+            CARD_NAME: card.card_bytes(placed)}
+
+
+def failure_message(why: str, rejected: Report | Sequence[dict], tally: Tally, report: str) -> str:
     """One line: why nothing was published, the top rejection reasons with an example each, and where
-    the full lists are."""
+    the full lists are (from the counts alone)."""
     parts = [why]
-    by_reason = Counter(r["reason"] for r in rejected)
-    if by_reason:
-        examples = {}
-        for r in sorted(rejected, key=lambda r: r["source"]):
-            examples.setdefault(r["reason"], r)
-        shown = [f"{n} {reason} (e.g. {examples[reason]['source']}: {examples[reason]['message']})"
-                 for reason, n in by_reason.most_common(REPORTED_REASONS)]
-        more = len(by_reason) - REPORTED_REASONS
+    counts = as_report(rejected).counts
+    if counts.by_reason:
+        shown = [f"{n} {reason} (e.g. {counts.example(reason)['source']}: {counts.example(reason)['message']})"
+                 for reason, n in counts.by_reason.most_common(REPORTED_REASONS)]
+        more = len(counts.by_reason) - REPORTED_REASONS
         parts.append("rejected: " + ", ".join(shown) + (f" and {more} more reasons" if more > 0 else ""))
     skipped = sum(tally.skipped.values())
     if skipped:
         exts = ", ".join(f"{ext} {n}" for ext, n in tally.extensions.most_common(5))
         parts.append(f"skipped {skipped} ({', '.join(f'{k} {v}' for k, v in tally.skipped.most_common())}"
                      + (f"; not media: {exts}" if exts else "") + ")")
-    if rejected or skipped:
-        parts.append(f"skipped files are listed beside {storage.join(report, REJECTED_NAME)}" if not rejected else
-                     f"every rejected file is listed with its reason in {storage.join(report, REJECTED_NAME)}")
+    if counts.count or skipped:
+        parts.append(f"skipped files are listed beside {storage.join(report, REJECTED_NAME)}" if not counts.count
+                     else f"every rejected file is listed with its reason in {storage.join(report, REJECTED_NAME)}")
     return "; ".join(parts)
 
 
-def write_reports(folder: str, rejected: Sequence[dict], skipped_files: Sequence[dict]) -> None:
-    """rejected.jsonl and skipped.jsonl, sorted, in a folder (nothing when there is nothing to report)."""
-    if not rejected and not skipped_files:
+def write_reports(folder: str, rejected: Report, skipped_files: Report) -> None:
+    """rejected.jsonl and skipped.jsonl, sorted, in a folder of the run's (nothing when there is nothing to
+    report)."""
+    if not len(rejected) and not len(skipped_files):
         return
-    storage.write_bytes(storage.join(folder, REJECTED_NAME), _jsonl(rejected))
-    storage.write_bytes(storage.join(folder, SKIPPED_NAME), _jsonl(skipped_files))
-
-
-def _jsonl(entries: Sequence[dict]) -> bytes:
-    lines = sorted(entries, key=lambda r: (r["source"], r["reason"]))
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines).encode("utf-8")
-
-
+    scratch = storage.join(storage.parent(folder), PIECES_FOLDER)
+    write_report(rejected, storage.join(folder, REJECTED_NAME), scratch)
+    write_report(skipped_files, storage.join(folder, SKIPPED_NAME), scratch)
 
 
 def published_by(output: str, run: RunInfo) -> bool:
@@ -206,13 +207,14 @@ class IndexJob:
 @dataclass(frozen=True)
 class Publication:
     """What publishing does: the manifest (its splits' index entries filled in by `commit`), the moves, the
-    indexes, the reports; `grows` is the manifest an append grows (None: a build replaces the dataset)."""
+    indexes, the reports (name in the output, what it holds); `grows` is the manifest an append grows (None: a
+    build replaces the dataset)."""
 
     run: RunInfo
     manifest: Manifest
     moves: tuple[Move, ...]
     indexes: tuple[IndexJob, ...]
-    reports: tuple[tuple[str, bytes], ...]
+    reports: tuple[tuple[str, Report], ...]
     grows: Manifest | None = None
 
     @property
@@ -221,12 +223,14 @@ class Publication:
 
 
 def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, plans: Sequence[Mapping], failure: Sequence[str],
-                     rejected: Sequence[dict], skipped_files: Sequence[dict], tally: Tally, labels: Sequence[str],
-                     run: RunInfo, cross_split: Sequence[str] = (), known_labels: Sequence[str] = (),
-                     adjust: Callable[[Manifest], Manifest] | None = None) -> Publication:
+                     rejected: Report | Sequence[dict], skipped_files: Report | Sequence[dict], tally: Tally,
+                     labels: Sequence[str], run: RunInfo, cross_split: Sequence[str] = (),
+                     known_labels: Sequence[str] = (), adjust: Callable[[Manifest], Manifest] | None = None) -> Publication:
     """What a build publishes; PlanError (its reports left in the run's temporary folder) when planning failed
-    or more files were rejected than allowed. `known_labels` keep their ids; `adjust` changes the manifest
-    (a reshard carries the source's fields over). No side effect but the reports of a failure."""
+    or more files were rejected than allowed. The reports come as their counts and pieces (`reports.Report`) or
+    as entries. `known_labels` keep their ids; `adjust` changes the manifest (a reshard carries the source's
+    fields over). No side effect but the reports of a failure."""
+    rejected, skipped_files = as_report(rejected), as_report(skipped_files)
     report = storage.join(run.temp_dir, "report")
     if failure:
         write_reports(report, rejected, skipped_files)
@@ -238,12 +242,12 @@ def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, pla
             f"a dataset holds video clips or still images, not both: this video build (--video-frames) found "
             f"{stills} still images; build them into another output without --video-frames", rejected, tally,
             report))
-    manifest = build_manifest(config, run, results, plans[0], rejected, tally, labels, bool(skipped_files),
-                              known_labels)
+    manifest = build_manifest(config, run, results, plans[0], rejected.counts.by_reason, tally, labels,
+                              bool(len(skipped_files)), known_labels)
     if adjust is not None:
         manifest = adjust(manifest)
     if config.dedup:
-        manifest.duplicates = {"count": sum(r["reason"] == "duplicate" for r in rejected),
+        manifest.duplicates = {"count": rejected.counts.by_reason.get("duplicate", 0),
                                "cross_split": dict(sorted(Counter(cross_split).items()))}
     if config.max_rejected.exceeded(len(rejected), tally.seen):
         write_reports(report, rejected, skipped_files)
@@ -255,9 +259,9 @@ def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, pla
     indexes = tuple(IndexJob(name, index.index_name(name), tuple(r.index_part for r in _in_place_order(results, name)),
                              split.num_records, extras) for name, split in manifest.splits.items()
                     if "tfrecord" in config.formats)
-    reports = [(REJECTED_NAME, _jsonl(rejected))]
-    if skipped_files:
-        reports.append((SKIPPED_NAME, _jsonl(skipped_files)))
+    reports = [(REJECTED_NAME, rejected)]
+    if len(skipped_files):
+        reports.append((SKIPPED_NAME, skipped_files))
     return Publication(run, manifest, moves, indexes, tuple(reports))
 
 
@@ -288,11 +292,12 @@ def _in_place_order(results: Sequence[ShardResult], split: str) -> list[ShardRes
 
 
 def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardResult], plans: Mapping,
-                   rejected: Sequence[dict], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
+                   rejected: Mapping[str, int], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
                    known_labels: Sequence[str] = ()) -> Manifest:
     """The manifest of a finished build, without its splits' index entries (see `commit`); InternalError if a
-    shard is missing or the accounting does not close. Label ids are the sorted names, after `known_labels`,
-    which keep theirs. `plans`: each split's plan (anything with `num_shards`)."""
+    shard is missing or the accounting does not close. Label ids are the names in label order (numeric when every
+    label is an integer; `labels.label_order`), after `known_labels`, which keep theirs. `plans`: each split's plan
+    (anything with `num_shards`); `rejected`: the rejects by reason."""
     names = label_order(labels, known_labels)
     splits = {}
     longest: Counter = Counter()
@@ -309,10 +314,12 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine]
         twins = [twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
         shards = tfrecords if "tfrecord" in config.formats else twins or []
+        num_records = sum(r.num_records for r in mine)
         splits[split] = Split(
-            num_records=sum(r.num_records for r in mine), num_bytes=sum(s.num_bytes for s in shards),
+            num_records=num_records, num_bytes=sum(s.num_bytes for s in shards),
             class_counts={name: classes.get(i, 0) for i, name in enumerate(names)},
-            shards=shards, array_record_shards=twins if shards is tfrecords else None)
+            shards=shards, array_record_shards=twins if shards is tfrecords else None,
+            unlabeled=0 if names else num_records)  # a build is labeled or not as a whole (encode.unlabeled_reject)
     image = config.image
     multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
     video = config.video
@@ -459,20 +466,40 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
             parse(manifest.to_json(), out)  # the loader's own checks, before anything is published
         except ManifestError as exc:
             raise InternalError(f"the manifest to publish does not validate: {exc}") from None
-        for name, data in pub.reports:
-            storage.write_bytes(storage.join(out, name), data)
-        if pub.grows is None:
-            for name, data in tfds_files(manifest).items():
-                storage.write_bytes(storage.join(out, name), data)
-        storage.write_bytes(path, manifest.to_json().encode("utf-8"))
-        if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
-            for name, data in tfds_files(manifest).items():
-                storage.write_bytes(storage.join(out, name), data)
-            for name in sorted(named_files(pub.grows) - named_files(manifest)):
-                storage.delete(storage.join(out, name))
+        if reports_published(pub, out):
+            switch(pub, manifest, out)
     remove_run_folder(config.temp_root, pub.run.temp_dir)
     runlock.release(out, pub.run.run_id)
     return path
+
+
+def switch(pub: Publication, manifest: Manifest, out: str) -> None:
+    """The manifest written (TFDS's files, croissant.json and the card before it for a build, after it for an append, with the files only the
+    old manifest named removed)."""
+    if pub.grows is None:
+        for name, data in described_files(manifest, out).items():
+            storage.write_bytes(storage.join(out, name), data)
+    storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
+    if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
+        for name, data in described_files(manifest, out).items():
+            storage.write_bytes(storage.join(out, name), data)
+        for name in sorted(named_files(pub.grows) - named_files(manifest)):
+            storage.delete(storage.join(out, name))
+
+
+def reports_published(pub: Publication, out: str) -> bool:
+    """Each report composed in the run's temporary folder (beside its pieces), then copied into the output; False
+    when another attempt at once published the run meanwhile (and removed the pieces)."""
+    for name, report in pub.reports:
+        temp = storage.join(pub.run.temp_dir, "report", name)
+        try:
+            write_report(report, temp, storage.join(pub.run.temp_dir, PIECES_FOLDER))
+            storage.copy(temp, storage.join(out, name))
+        except storage.NotFoundError:
+            if published_by(out, pub.run):
+                return False
+            raise
+    return True
 
 
 def with_indexes(m: Manifest, indexes: Mapping[str, IndexFile]) -> Manifest:

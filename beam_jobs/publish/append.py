@@ -21,8 +21,9 @@ from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, _jsonl, twin_entry, failure_message,
+from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, twin_entry, failure_message,
                                is_dataset_file, named_files, remove_run_folder, shard_moves, write_reports)
+from beam_jobs.publish.reports import Report, as_report
 from shard_utils.errors import InternalError, PlanError
 
 
@@ -35,11 +36,12 @@ def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
 
 
 def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
-                rejected: list[dict], skipped_files: list[dict], tally: Tally, labels: list[str], run: RunInfo,
-                cross_split: Sequence[str] = (), present: Sequence[int] = (), encoded: Sequence[int] = (),
-                old: Manifest) -> Publication | None:
+                rejected: Report | Sequence[dict], skipped_files: Report | Sequence[dict], tally: Tally,
+                labels: list[str], run: RunInfo, cross_split: Sequence[str] = (), present: Sequence[int] = (),
+                encoded: Sequence[int] = (), old: Manifest) -> Publication | None:
     """The new generation's publication; None when nothing is new (the run then lets go of the output); or
-    PlanError saying why nothing can be appended."""
+    PlanError saying why nothing can be appended. Report entries carry their generation (`with_generation`)."""
+    rejected, skipped_files = as_report(rejected), as_report(skipped_files)
     report = storage.join(run.temp_dir, "report")
     counts = Counter()
     for r in results:
@@ -48,7 +50,11 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     if unknown:
         raise PlanError(f"split {unknown[0]!r} is not in the dataset (it has {', '.join(old.splits)}); an append adds "
                         "records to the dataset's splits; nothing was written")
-    nothing_new = all(r["reason"] == "duplicate" for r in rejected) and len(rejected) + sum(
+    if labels and not old.labels:
+        shown = ", ".join(repr(x) for x in sorted(labels)[:5]) + (" ..." if len(labels) > 5 else "")
+        raise PlanError(f"this dataset is unlabeled, and the new media have labels ({shown}): a split holds labeled "
+                        "or unlabeled records, not both; build them into another output; nothing was written")
+    nothing_new = set(rejected.counts.by_reason) <= {"duplicate"} and len(rejected) + sum(
         tally.skipped.values()) == tally.seen  # every new file was a copy of a record (or there were none)
     if not sum(counts.values()) and nothing_new:
         _give_up(config, run, old)  # the dataset stays as it is
@@ -83,7 +89,7 @@ def _give_up(config: BuildConfig, run: RunInfo, old: Manifest) -> None:
 
 
 def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[ShardResult], plans: dict,
-         rejected: Sequence[dict], skipped_files: Sequence[dict], tally: Tally, labels: Sequence[str],
+         rejected: Report, skipped_files: Report, tally: Tally, labels: Sequence[str],
          cross_split: Sequence[str], present: int) -> Publication:
     """The publication of the manifest with the new generation added: its shards' moves, each grown split's
     index (the old one, then the new shards' rows) and the cumulative reports."""
@@ -122,14 +128,14 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
         num_shards=gen_shards, rejected=len(rejected), skipped=skipped_count, already_in_dataset=present,
         labels_added=names[len(old.labels):], tool_version=config.tool_version, carried=gen_carried)
     reports = {}
-    rejected_part = _grown_part(old.rejected, Counter(r["reason"] for r in rejected), len(rejected))
-    if rejected:
+    rejected_part = _grown_part(old.rejected, rejected.counts.by_reason, len(rejected))
+    if len(rejected):
         rejected_part["path"] = layout.report_name(REJECTED_NAME, g)
         reports[rejected_part["path"]] = _cumulative(old, old.rejected.get("path"), rejected, g)
     skipped_part = _grown_part(old.skipped, tally.skipped, skipped_count)
     if tally.extensions:
         skipped_part["by_extension"] = _added(old.skipped.get("by_extension", {}), tally.extensions)
-    if skipped_files:
+    if len(skipped_files):
         skipped_part["path"] = layout.report_name(SKIPPED_NAME, g)
         reports[skipped_part["path"]] = _cumulative(old, old.skipped.get("path"), skipped_files, g)
     new = dataclasses.replace(
@@ -166,10 +172,11 @@ def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequ
     new_counts = {labels[i]: n for i, n in classes.items()}
     kept_twins = list(split.array_record_shards or [])[:len(kept)]
     all_twins = kept_twins + twins if twins is not None and shards is tfrecords else None
-    return Split(num_records=sum(s.num_records for s in kept) + sum(r.num_records for r in mine),
-                 num_bytes=sum(s.num_bytes for s in kept) + sum(s.num_bytes for s in shards),
+    num_records = sum(s.num_records for s in kept) + sum(r.num_records for r in mine)
+    return Split(num_records=num_records, num_bytes=sum(s.num_bytes for s in kept) + sum(s.num_bytes for s in shards),
                  class_counts=generations.merged_counts(counts, new_counts, labels),
-                 shards=kept + shards, index=None, array_record_shards=all_twins)
+                 shards=kept + shards, index=None, array_record_shards=all_twins,
+                 unlabeled=0 if labels else num_records)
 
 
 def _grown_part(part: dict, new_reasons: Counter, new_count: int) -> dict:
@@ -185,17 +192,16 @@ def _added(old: dict, new: Counter) -> dict:
     return dict(sorted((k, v) for k, v in total.items() if v))
 
 
-def _cumulative(old: Manifest, old_path: str | None, entries: Sequence[dict], g: int) -> bytes:
-    """The old report's bytes as they are, then this generation's entries (sorted, each with its generation)."""
-    before = b""
-    if old_path:
-        try:
-            before = storage.read_bytes(storage.join(old.location, old_path))
-        except storage.NotFoundError:
-            before = b""
-    if before and not before.endswith(b"\n"):
-        before += b"\n"
-    return before + _jsonl([{**e, "generation": g} for e in entries])
+def _cumulative(old: Manifest, old_path: str | None, report: Report, g: int) -> Report:
+    """The old report's lines as they are, then this generation's (sorted, each with its generation)."""
+    if report.entries is not None:
+        report = dataclasses.replace(report, entries=tuple(with_generation(e, g) for e in report.entries))
+    return dataclasses.replace(report, before=storage.join(old.location, old_path) if old_path else None)
+
+
+def with_generation(entry: dict, g: int) -> dict:
+    """A report entry of generation g."""
+    return {**entry, "generation": g}
 
 
 def _features(old: Manifest, results: Sequence[ShardResult], config: BuildConfig) -> dict:
@@ -213,9 +219,9 @@ def _features(old: Manifest, results: Sequence[ShardResult], config: BuildConfig
         raise PlanError(f"{exc}; an append must use the options of the first build; nothing was written") from None
 
 
-def _duplicates(old: Manifest, config: BuildConfig, rejected: Sequence[dict], cross_split: Sequence[str]):
+def _duplicates(old: Manifest, config: BuildConfig, rejected: Report, cross_split: Sequence[str]):
     if not config.dedup and old.duplicates is None:
         return None
     before = old.duplicates or {}
-    return {"count": int(before.get("count", 0)) + sum(r["reason"] == "duplicate" for r in rejected),
+    return {"count": int(before.get("count", 0)) + rejected.counts.by_reason.get("duplicate", 0),
             "cross_split": _added(before.get("cross_split", {}), Counter(cross_split))}

@@ -23,17 +23,9 @@ from typing import IO, Iterable, Iterator, Mapping, Sequence
 
 from shard_utils.format import index
 from shard_utils import storage
+from shard_utils.format.labels import label_order  # noqa: F401 - an append's label ids, beside its other rules
 from shard_utils.format.manifest import Generation, IndexFile, Manifest
 
-
-
-def label_order(found: Iterable[str], known: Sequence[str] = ()) -> list[str]:
-    """Label names by id: the known ones keep their ids, new ones follow in sorted order.
-
-    A first build knows none, so its ids are the sorted names; an append keeps every existing id.
-    """
-    have = set(known)
-    return list(known) + sorted(set(found) - have)
 
 
 def host_offset(shard_records: Sequence[int], unit: int) -> int:

@@ -34,7 +34,7 @@ from shard_utils import storage
 from shard_utils.format import avro_blocks
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
-from shard_utils.format.schema import ExtraSpec, ImageRecord
+from shard_utils.format.schema import ExtraSpec, ImageRecord, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class IndexRow:
 def row_from_record(shard: int, offset: int, framed_length: int, record: ImageRecord,
                     label_offset: int = 0) -> IndexRow:
     """The row of a record as the writer frames it: `record` as stored (its label ids include label_offset)."""
-    labels = tuple(int(i) - label_offset for i in record.label_ids)
+    labels = label_ids_of(record.label_ids, label_offset)
     if any(i < 0 for i in labels):
         raise ValueError(f"record {record.source_id!r}: stored label ids {record.label_ids} are below "
                          f"label_offset {label_offset}")

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from shard_utils import storage
-from shard_utils.format import names, schema
+from shard_utils.format import names, schema, splits as split_expressions
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
-                                       SHARD_PATTERN, SKIPPED_NAME, array_record_name)
+                                       CARD_NAME, CROISSANT_NAME, SHARD_PATTERN, SKIPPED_NAME, array_record_name)
 
 FORMAT_VERSION = 2
 ARRAY_RECORD_VERSION = 3  # a dataset of ArrayRecord shards only: readers of versions 1 and 2 must refuse it
@@ -95,6 +94,12 @@ class Split:
     shards: list[Shard]
     index: IndexFile | None = None
     array_record_shards: list[Shard] | None = None  # --format both: each shard's ArrayRecord twin, in shard order
+    unlabeled: int = 0  # records without a label (schema.NO_LABEL): all of them in an unlabeled build
+
+    @property
+    def labeled(self) -> bool:
+        """False for a split of unlabeled records (e.g. a Kaggle test set): the loader yields their source ids."""
+        return not (self.unlabeled and self.unlabeled == self.num_records)
 
 
 @dataclass
@@ -136,13 +141,27 @@ class Manifest:
         return len(self.labels)
 
     def split(self, name: str) -> Split:
-        """A split by name, or a ManifestError listing the splits there are."""
+        """A split by name, or a ManifestError naming the closest names and listing the splits there are."""
         if name not in self.splits:
-            raise ManifestError(f"split {name!r} is not in this dataset; it has {', '.join(sorted(self.splits))}")
+            raise ManifestError(unknown_split(name, list(self.splits)))
         return self.splits[name]
 
-    def num_records(self, split: str) -> int:
-        return self.split(split).num_records
+    def select(self, expression: str | Sequence[str]) -> split_expressions.Selection:
+        """The records a split name, expression ('train[:80%]+validation', 'fold0+fold1') or list of them selects,
+        as shard pieces (see `shard_utils.format.splits`). An unknown split is a ManifestError naming the closest
+        names, before anything else is checked; a malformed expression a ValueError naming what is wrong."""
+        terms = split_expressions.parse(expression)
+        for term in terms:
+            if term.name != split_expressions.ALL or split_expressions.ALL in self.splits:
+                self.split(term.name)
+        counts = {name: [s.num_records for s in split.shards] for name, split in self.splits.items()}
+        return split_expressions.resolve(expression, counts)
+
+    def num_records(self, split: str | Sequence[str]) -> int:
+        """Records of a split, or of what a split expression selects."""
+        if not split_expressions.is_expression(split):
+            return self.split(split).num_records  # type: ignore[arg-type]
+        return self.select(split).num_records
 
     @property
     def formats(self) -> tuple[str, ...]:
@@ -152,14 +171,24 @@ class Manifest:
         twins = any(s.array_record_shards for s in self.splits.values())
         return ("tfrecord", ARRAY_RECORD) if twins else ("tfrecord",)
 
-    def shard_paths(self, split: str) -> list[str]:
-        """Full paths (local or gs://) of a split's TFRecord shards, in shard order; ManifestError for a dataset of
-        ArrayRecord shards only."""
+    def shard_paths(self, split: str | Sequence[str]) -> list[str]:
+        """Full paths (local or gs://) of the TFRecord shards of a split, or of an expression made of whole shards
+        ('fold0+fold1', 'train[:4shard]'), in reading order; ManifestError for a dataset of ArrayRecord shards only,
+        ValueError for an expression that cuts a shard (read it with the loader)."""
         if self.shard_format != "tfrecord":
             raise ManifestError(f"split {split!r} holds ArrayRecord shards only (built with --format array_record): "
                                 "read them with grain.sources.ArrayRecordDataSource(manifest.array_record_paths("
                                 f"{split!r})), or reshard to TFRecord")
-        return [storage.join(self.location, s.path) for s in self.split(split).shards]
+        if not split_expressions.is_expression(split):
+            return [storage.join(self.location, s.path) for s in self.split(split).shards]  # type: ignore[arg-type]
+        selection = self.select(split)
+        cut = [p for p, whole in zip(selection.pieces, selection.whole) if not whole]
+        if cut:
+            raise ValueError(f"split expression {selection.expression!r} cuts shard {cut[0].shard} of "
+                             f"{cut[0].split!r} (takes its records {cut[0].start}..{cut[0].stop - 1}); shard_paths "
+                             "lists whole shards: read the expression with the loader or RandomAccessSource, or "
+                             "slice on shard boundaries (e.g. train[:4shard])")
+        return [storage.join(self.location, self.splits[p.split].shards[p.shard].path) for p in selection.pieces]
 
     def array_record_shards(self, split: str) -> list[Shard]:
         """A split's ArrayRecord shards in shard order; ManifestError when the dataset has none."""
@@ -189,6 +218,8 @@ class Manifest:
                 split.pop("index")
             if split["array_record_shards"] is None:
                 split.pop("array_record_shards")
+            if not split["unlabeled"]:
+                split.pop("unlabeled")
             for shard in split["shards"] + (split.get("array_record_shards") or []):
                 if not shard["generation"]:
                     shard.pop("generation")
@@ -207,6 +238,18 @@ class Manifest:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def unknown_split(name: object, available: Sequence[str]) -> str:
+    """One line: `name` is not a split here; the closest names (aliases such as valid/val/eval for validation,
+    then close spellings) and every split there is. A split expression given where one name is taken says so."""
+    listed = ", ".join(sorted(available))
+    if isinstance(name, str) and split_expressions.is_expression(name) and names.split_name_problem(name):
+        return (f"{name!r} is a split expression; this takes one split's name (the loader, steps_per_epoch, "
+                f"eval_steps, num_records and RandomAccessSource take expressions); the dataset has {listed}")
+    close = split_expressions.closest_names(name, list(available)) if isinstance(name, str) else []
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    return f"split {names.shown(name)} is not in this dataset; {hint}it has {listed}"
 
 
 def safe_relative_path(path: Any, what: str = "shard path") -> str:
@@ -289,6 +332,9 @@ def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
     if impossible:
         raise ManifestError(f"{where}: class_counts gives {names.shown(impossible[0][0])} {impossible[0][1]} records; "
                             f"a count must be in 0..{num_records}, the split's records")
+    unlabeled = _count(obj, "unlabeled", where) if "unlabeled" in obj else 0
+    if unlabeled > num_records:
+        raise ManifestError(f"{where}: unlabeled {unlabeled} is more than its {num_records} records")
     index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
     if index is not None and shard_format == ARRAY_RECORD:
         raise ManifestError(f"{where}: a split of ArrayRecord shards has no index (its shards give random access)")
@@ -296,7 +342,7 @@ def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
     if twins is not None and shard_format == ARRAY_RECORD:
         raise ManifestError(f"{where}: array_record_shards are the twins of TFRecord shards; this dataset's shards "
                             "are ArrayRecord already")
-    return Split(num_records, num_bytes, dict(counts), shards, index, twins)
+    return Split(num_records, num_bytes, dict(counts), shards, index, twins, unlabeled)
 
 
 def _twins(raw: Any, shards: Sequence[Shard], where: str) -> list[Shard]:
@@ -418,7 +464,8 @@ def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, An
                           skipped: Mapping[str, Any]) -> None:
     """Every file the manifest names is named once: a shard listed twice, or in two splits, would be read as
     twice the records; an index or report sharing a name with another file would be overwritten by it."""
-    owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself"}
+    owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself", CROISSANT_NAME: "the Croissant description",
+                              CARD_NAME: "the dataset card"}
     named = [(shard.path, f"split {name!r} shard {i}") for name, split in splits.items()
              for i, shard in enumerate(split.shards)]
     named += [(twin.path, f"split {name!r} array_record shard {i}") for name, split in splits.items()
@@ -434,12 +481,12 @@ def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, An
 
 
 def _check_single_label_counts(splits: Mapping[str, Split]) -> None:
-    """In a single-label dataset a record counts under one label at most."""
+    """In a single-label dataset a record counts under one label at most, and an unlabeled one under none."""
     for name, split in splits.items():
         total = sum(split.class_counts.values())
-        if total > split.num_records:
-            raise ManifestError(f"split {name!r}: class_counts add up to {total}, more than its {split.num_records} "
-                                "records (each has one label)")
+        if total + split.unlabeled > split.num_records:
+            raise ManifestError(f"split {name!r}: class_counts add up to {total}, and {split.unlabeled} records are "
+                                f"unlabeled: more than its {split.num_records} records (each has one label or none)")
 
 
 def _counts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, int]:
@@ -602,20 +649,21 @@ def load(dataset: str, reader: Callable[[str], bytes] | None = None) -> Manifest
     return parse(data, folder)
 
 
-def assemble(*, splits: Mapping[str, Split], rejected: Sequence[Mapping[str, Any]], skipped: Mapping[str, int],
+def assemble(*, splits: Mapping[str, Split], rejected: Mapping[str, int], skipped: Mapping[str, int],
              skipped_extensions: Mapping[str, int], seen: int, skipped_path: str | None = None,
              **fields: Any) -> Manifest:
-    """The manifest of a finished build, from its splits and its accounting.
+    """The manifest of a finished build, from its splits and its accounting (`rejected` and `skipped`: counts by
+    reason; the manifest names the reports that list them, never their lines).
 
     Raises InternalError when the accounting does not close (a bug: every input must end as a record,
     a rejection or a skip). `fields` are the Manifest's other fields (tool_version, options, ...).
     """
     written = sum(s.num_records for s in splits.values())
-    n_skipped = sum(skipped.values())
-    if seen != written + len(rejected) + n_skipped:
+    n_skipped, n_rejected = sum(skipped.values()), sum(rejected.values())
+    if seen != written + n_rejected + n_skipped:
         raise InternalError(f"accounting does not close: {seen} inputs seen, {written} written, "
-                            f"{len(rejected)} rejected, {n_skipped} skipped")
-    by_reason = Counter(r["reason"] for r in rejected)
+                            f"{n_rejected} rejected, {n_skipped} skipped")
+    by_reason = {reason: n for reason, n in rejected.items() if n}
     skipped_part: dict[str, Any] = {"count": n_skipped, "by_reason": dict(sorted(skipped.items()))}
     if skipped_extensions:
         skipped_part["by_extension"] = dict(sorted(skipped_extensions.items()))
@@ -623,5 +671,5 @@ def assemble(*, splits: Mapping[str, Split], rejected: Sequence[Mapping[str, Any
         skipped_part["path"] = skipped_path
     return Manifest(
         splits=dict(sorted(splits.items())), files_seen=seen, skipped=skipped_part,
-        rejected={"count": len(rejected), "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
+        rejected={"count": n_rejected, "by_reason": dict(sorted(by_reason.items())), "path": REJECTED_NAME},
         **fields)

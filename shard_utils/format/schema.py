@@ -30,6 +30,10 @@ EMBEDDING = "image/embedding"  # default key of a model's output per image (vide
 EXTRA_PREFIX = "extra/"  # listing columns carried into records: extra/<name>
 VARIABLE = -1  # a list feature's shape [-1]: variable length, with "max_length" in the manifest
 MAX_FEATURE_VALUES = 1 << 24  # values of one feature in one record, as a manifest may declare them
+# The label id of a record without a label (an unlabeled build, e.g. a Kaggle test folder). It is stored, plus the
+# manifest's label_offset, in image/class/label (with an empty image/class/text), so every reader's fixed
+# int64 parse spec still parses the record; readers that know it give such records no label.
+NO_LABEL = -1
 
 # key -> (manifest dtype, shape) of a single-label image dataset: what every build wrote before
 # multi-label, extras, video and embeddings. `feature_table` gives the table of any dataset.
@@ -136,6 +140,12 @@ class ImageRecord:
     @property
     def label_names(self) -> tuple[str, ...]:
         return self.label_texts if self.label_texts is not None else (self.label_text,)
+
+
+def label_ids_of(stored: Sequence[int], label_offset: int = 0) -> tuple[int, ...]:
+    """A record's 0-based label ids from its stored image/class/label values: () for a record without a label."""
+    ids = tuple(int(v) - label_offset for v in stored)
+    return () if ids == (NO_LABEL,) else ids
 
 
 def encode_example(record: ImageRecord) -> bytes:

@@ -28,7 +28,9 @@ class MediaItem:
 
     `source_id` is the record's key (path relative to the input, or the path/URI as a listing gives it):
     it seeds the split and the order. `uri` is where the bytes are read. `origin` names where the item
-    came from for messages (e.g. "train.csv row 17"); empty for a walked file.
+    came from for messages (e.g. "train.csv row 17"); empty for a walked file. An item without a label has
+    `labels` () and in `no_label` the (reason, message) of the rejection it becomes in a build that has labels;
+    in a build where no item has one, it becomes an unlabeled record.
     """
 
     source_id: str
@@ -38,11 +40,12 @@ class MediaItem:
     split: str | None = None
     extras: tuple[tuple[str, ExtraValues], ...] = ()
     origin: str = ""
+    no_label: tuple[str, str] = ("", "")
 
     @property
     def label(self) -> str:
-        """The first label (the only one in a single-label dataset)."""
-        return self.labels[0]
+        """The first label (the only one in a single-label dataset); "" for an item without one."""
+        return self.labels[0] if self.labels else ""
 
 
 def skip_reason(rel_path: str, video: bool = False) -> str | None:

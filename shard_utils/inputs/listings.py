@@ -314,7 +314,8 @@ def item_from_walk(rel_path: str, size: int, root: str, split_dirs: bool,
     split, folder_label = inputs.split_and_label(source_id, split_dirs)
     if folder_label is None and options.label_from_name is None:
         where = "its split folder" if split_dirs else "the input folder"
-        return Rejection(source_id, NO_LABEL, f"file sits directly in {where}, not in a label folder")
+        return unlabeled_item(source_id, storage.join(root, rel_path), size, split, (), "",
+                              (NO_LABEL, f"file sits directly in {where}, not in a label folder"))
     return _item(source_id, storage.join(root, rel_path), size, folder_label, None, split, (), options, "")
 
 
@@ -334,8 +335,19 @@ def _item(source_id: str, uri: str, size: int, given: Any, column: str | None, s
             labels = labels_of(given, options.label_separator, column or "label")
         except ValueError as exc:
             return Rejection(source_id, BAD_ROW, f"{where}{exc}")
+        if not labels:
+            return unlabeled_item(source_id, uri, size, split, extras, origin,
+                                  (BAD_ROW, f"empty label in column {column or 'label'!r}"))
     return MediaItem(source_id=source_id, uri=uri, size=size, labels=labels, split=split, extras=extras,
                      origin=origin)
+
+
+def unlabeled_item(source_id: str, uri: str, size: int, split: str | None, extras: tuple, origin: str,
+                   why: tuple[str, str]) -> MediaItem:
+    """An item without a label: an unlabeled record in a build where no item has one, else rejected as `why` says
+    (encode.encode_item decides, once the build's labels are known)."""
+    return MediaItem(source_id=source_id, uri=uri, size=size, labels=(), split=split, extras=extras, origin=origin,
+                     no_label=why)
 
 
 def label_from_name(name: str, pattern: str) -> str | None:
@@ -346,7 +358,8 @@ def label_from_name(name: str, pattern: str) -> str | None:
 
 
 def labels_of(value: Any, separator: str | None, column: str = "label") -> tuple[str, ...]:
-    """The labels in a cell: a list (JSONL/Avro), or text split by `separator`; raises ValueError if none.
+    """The labels in a cell: a list (JSONL/Avro), or text split by `separator`; () when there is none (an empty
+    cell, an empty list, a JSON null); raises ValueError if a label holds a line break.
 
     Surrounding whitespace is dropped, empty pieces skipped, repeats kept once (first order kept).
     """
@@ -358,8 +371,6 @@ def labels_of(value: Any, separator: str | None, column: str = "label") -> tuple
         text = _text(value, column)
         pieces = text.split() if separator == " " else text.split(separator) if separator else [text]
     labels = tuple(dict.fromkeys(p.strip() for p in pieces if p.strip()))
-    if not labels:
-        raise ValueError(f"empty label in column {column!r}")
     for label in labels:
         if "\n" in label or "\r" in label:
             raise ValueError(f"the label in column {column!r} holds a line break (an unclosed quote in the listing?)")

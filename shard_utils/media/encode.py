@@ -103,6 +103,16 @@ def reject(item: MediaItem, reason: str, message: str) -> Reject:
     return {"source": item.source_id, "reason": reason, "message": where + message}
 
 
+def unlabeled_reject(item: MediaItem, settings: EncodeSettings) -> Reject | None:
+    """The rejection of an item without a label in a build that has labels (its `no_label` reason), or None: a
+    build is labeled or not as a whole, and in a build where no item has a label every item is an unlabeled
+    record (schema.NO_LABEL)."""
+    if item.labels or not settings.label_ids:
+        return None
+    reason, message = item.no_label if item.no_label[0] else ("no_label", "has no label")
+    return reject(item, reason, message)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type if it has none), at most 300 characters."""
     text = str(exc).strip()
@@ -118,6 +128,9 @@ def encode_item(item: MediaItem, settings: EncodeSettings) -> Outcome:
 
 def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusable) -> Outcome:
     """encode_item for bytes already read (or the definite answer why they could not be)."""
+    refused = unlabeled_reject(item, settings)
+    if refused is not None:
+        return refused
     if isinstance(data, Unusable):
         return reject(item, data.reason, data.message)
     try:
@@ -135,11 +148,11 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not end a three-hour job
         return reject(item, "corrupt", f"{type(exc).__name__}: {first_line(exc)}")
     labels = tuple(settings.label_ids[name] for name in item.labels)
+    stored = tuple(i + settings.label_offset for i in labels or (schema.NO_LABEL,))
     sha256 = hashlib.sha256(data).hexdigest()
     record = schema.ImageRecord(
-        **media, label=labels[0] + settings.label_offset, label_text=item.labels[0], source_id=item.source_id,
-        sha256=sha256, labels=tuple(i + settings.label_offset for i in labels), label_texts=item.labels,
-        extras=_extras(item, settings.extras))
+        **media, label=stored[0], label_text=item.label, source_id=item.source_id, sha256=sha256, labels=stored,
+        label_texts=item.labels or ("",), extras=_extras(item, settings.extras))
     split = item.split or choose_split(list(settings.splits), settings.seed, item.source_id)
     data = frame(schema.encode_example(record)) if settings.frame_now else b""
     meta = RecordMeta(sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,

@@ -283,6 +283,30 @@ def fit_size(width: float, height: float, target: tuple[int, int]) -> tuple[int,
     return max(1, round(w * target_h / h)), target_h
 
 
+REDUCING_GAP = 3.0  # Pillow reduces by whole factors first while the picture is over 3x the target
+MAX_REDUCE = 64  # a larger single reduce() drifts a flat colour by a few levels: reduce in steps of at most this
+
+
+def _reduce_in_steps(image: Image.Image, box: tuple[float, float, float, float], target_w: int,
+                     target_h: int) -> tuple[Image.Image, tuple[float, float, float, float]]:
+    """The image reduced, and the box moved with it, until what is left for resize() to reduce is at most
+    MAX_REDUCE in each direction (Pillow's one-step reduce by factors in the thousands rounds off colour)."""
+    left, top, right, bottom = box
+    while True:
+        fx = int((right - left) / target_w / REDUCING_GAP)
+        fy = int((bottom - top) / target_h / REDUCING_GAP)
+        if max(fx, fy) <= MAX_REDUCE:
+            return image, (left, top, right, bottom)
+        kx, ky = max(1, min(fx, MAX_REDUCE)), max(1, min(fy, MAX_REDUCE))
+        image = image.reduce((kx, ky))
+        left, top, right, bottom = left / kx, top / ky, right / kx, bottom / ky
+
+
+def _resized(image: Image.Image, width: int, height: int, box: tuple[float, float, float, float]) -> Image.Image:
+    image, box = _reduce_in_steps(image, box, width, height)
+    return image.resize((width, height), Image.Resampling.BICUBIC, box=box, reducing_gap=REDUCING_GAP)
+
+
 def resize(image: Image.Image, size: tuple[int, int], mode: str,
            box: tuple[float, float, float, float] | None = None) -> Image.Image:
     """Resize to (height, width): `stretch` exactly, `fill` cover then centre-crop, `fit` inside keeping aspect.
@@ -291,15 +315,13 @@ def resize(image: Image.Image, size: tuple[int, int], mode: str,
     """
     target_h, target_w = size
     left, top, right, bottom = box or (0, 0, *image.size)
-    resample = Image.Resampling.BICUBIC
     if mode == "stretch":
-        return image.resize((target_w, target_h), resample, box=(left, top, right, bottom), reducing_gap=3.0)
+        return _resized(image, target_w, target_h, (left, top, right, bottom))
     if mode == "fit":
-        new = fit_size(right - left, bottom - top, size)
-        return image.resize(new, resample, box=(left, top, right, bottom), reducing_gap=3.0)
+        return _resized(image, *fit_size(right - left, bottom - top, size), (left, top, right, bottom))
     if mode != "fill":
         raise ValueError(f"unknown resize mode {mode!r}; expected one of {', '.join(RESIZE_MODES)}")
     crop = fill_box(right - left, bottom - top, size)
     crop = (max(0.0, left + crop[0]), max(0.0, top + crop[1]),  # a no-op for boxes at (0, 0), as drafts are
             min(image.width, left + crop[2]), min(image.height, top + crop[3]))
-    return image.resize((target_w, target_h), resample, box=crop, reducing_gap=3.0)
+    return _resized(image, target_w, target_h, crop)

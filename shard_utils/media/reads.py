@@ -2,9 +2,9 @@
 
 A read ends in one of three ways. The bytes. A definite answer that the file cannot be used (`Unusable`:
 it does not exist, permission is denied, it is a pipe or a device, it is larger than the limit), which
-becomes a rejection. Or a failure that may pass (5xx, 429, a dropped connection, a timeout, after the
-client's own retries): `TransientReadError` is raised, so the step fails and is retried as a whole; such a
-file is never rejected.
+becomes a rejection. Or a failure that may pass (5xx, 429, a dropped connection, a timeout) and still fails
+when the object's own retries are spent (`shard_utils.storage.throttle`, under the process's throttle):
+`TransientReadError` is raised, so the step fails and is retried as a whole; such a file is never rejected.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from shard_utils import storage
+from shard_utils.storage.throttle import GaveUp, Waited, with_retries
 
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
 READS_IN_FLIGHT = 16  # gs:// reads a worker keeps going while it decodes
@@ -37,10 +38,12 @@ class Unusable:
     message: str
 
 
-def read_source(uri: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, size_hint: int = 0) -> bytes | Unusable:
-    """A source file's bytes, or why it cannot be used; TransientReadError when that is not known yet."""
+def read_source(uri: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, size_hint: int = 0,
+                waited: Waited | None = None) -> bytes | Unusable:
+    """A source file's bytes, or why it cannot be used; TransientReadError when that is not known yet.
+    `waited` adds up the time a gs:// read was held back by throttling or backed off after a 429/503."""
     if storage.is_gcs(uri):
-        return _read_gcs(uri, max_bytes, size_hint)
+        return _read_gcs(uri, max_bytes, size_hint, waited)
     return _read_local(uri, max_bytes)
 
 
@@ -93,26 +96,31 @@ def _read_up_to(fd: int, limit: int, expected: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _read_gcs(uri: str, max_bytes: int, size_hint: int) -> bytes | Unusable:
+def _read_gcs(uri: str, max_bytes: int, size_hint: int, waited: Waited | None) -> bytes | Unusable:
     from google.api_core import exceptions as api
 
-    from shard_utils.storage._gcs import READ_RETRY, READ_TIMEOUT, _blob
+    from shard_utils.storage import _gcs
 
     if size_hint > max_bytes:
         return _too_large(size_hint, max_bytes)
+    # The whole object, its CRC32C checked by the client; of a size unknown (a listing), at most one byte more
+    # than the limit. One request per try: the object's retries and the process's throttle are with_retries'.
+    ranged = {} if 0 < size_hint else {"start": 0, "end": max_bytes}
     try:
-        blob = _blob(uri)
-        if 0 < size_hint:  # the whole object, its CRC32C checked by the client
-            data = blob.download_as_bytes(retry=READ_RETRY, timeout=READ_TIMEOUT)
-        else:  # size unknown (a listing): at most one byte more than the limit
-            data = blob.download_as_bytes(start=0, end=max_bytes, retry=READ_RETRY, timeout=READ_TIMEOUT)
+        blob = _gcs._blob(uri)
+        data = with_retries(lambda: blob.download_as_bytes(retry=None, timeout=_gcs.READ_TIMEOUT, **ranged),
+                            transient=_gcs.transient, overloaded=_gcs.overloaded, throttle=_gcs.READ_THROTTLE,
+                            policy=_gcs.READ_POLICY, waited=waited)
     except api.NotFound:
         return Unusable("missing", f"{uri} does not exist")
     except (api.Forbidden, api.Unauthorized) as exc:
         return Unusable("unreadable", storage.problem(exc, uri))
     except api.RequestRangeNotSatisfiable:
         return b""  # an empty object asked for with a range
-    except Exception as exc:  # noqa: BLE001 - 5xx, 429, resets, timeouts, checksum mismatches: may pass
+    except GaveUp as exc:  # still failing when its budget was spent: the run fails, naming the object
+        raise TransientReadError(f"cannot read {uri}: {storage.problem(exc.last, uri)} "
+                                 f"(failed {exc.tries} tries over {exc.seconds:.0f} s)") from exc.last
+    except Exception as exc:  # noqa: BLE001 - anything else that is not a definite answer: may pass
         raise TransientReadError(f"cannot read {uri}: {storage.problem(exc, uri)}") from exc
     if len(data) > max_bytes:
         return _too_large(f"more than {max_bytes}", max_bytes)

@@ -73,13 +73,14 @@ class RecordDecoder:
 
     Calling it on a serialized record (and, for augmentation, a pair of int64 seeds) returns a dict with
     the model input under `input_key` ("image", "video" or "embedding"), "label" and "weight" (1.0), plus
-    "source_id", extras and the embedding when `as_dict`. Only the features used are parsed.
+    "source_id", extras and the embedding when `as_dict`. Only the features used are parsed. A split without
+    labels (`labeled=False`) gives "source_id" in place of "label".
     """
 
     def __init__(self, m: Manifest, *, features: str = "media", as_dict: bool = False, training: bool = True,
                  image_size: int | Sequence[int] | None = None, dtype: Any = tf.float32,
                  mean: float | Sequence[float] | None = None, std: float | Sequence[float] | None = None,
-                 random_crop: bool = False, random_flip: bool = False) -> None:
+                 random_crop: bool = False, random_flip: bool = False, labeled: bool = True) -> None:
         if features not in FEATURE_MODES:
             raise ValueError(f"features must be one of {', '.join(map(repr, FEATURE_MODES))}, got {features!r}")
         self.media_key = schema.media_key(m.features)
@@ -98,6 +99,7 @@ class RecordDecoder:
             raise ValueError("random_crop and random_flip apply to images; features='embedding' decodes none")
         self.input_key = self.media_name if self.use_media else "embedding"
         self.as_dict = as_dict
+        self.labeled = labeled
         self.crop, self.flip = training and random_crop, training and random_flip
         self.size = target_size(m, image_size) if self.use_media else None
         self.dtype = image_dtype(dtype)
@@ -108,10 +110,10 @@ class RecordDecoder:
         extras = {k: dict(v) for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
         self.extras = extras if as_dict else {}
         _check_extra_names(self.extras)
-        keys = [schema.LABEL]
+        keys = [schema.LABEL] if labeled else []
         keys += [self.media_key] if self.use_media else []
         keys += [self.embedding_key] if self.embedding_key and (as_dict or not self.use_media) else []
-        keys += [schema.SOURCE_ID] if as_dict and schema.SOURCE_ID in m.features else []
+        keys += [schema.SOURCE_ID] if (as_dict or not labeled) and schema.SOURCE_ID in m.features else []
         keys += list(self.extras)
         self.spec = {k: feature_spec(k, m.features[k]) for k in keys}
 
@@ -122,13 +124,13 @@ class RecordDecoder:
 
     def __call__(self, serialized: tf.Tensor, seeds: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
         parsed = tf.io.parse_single_example(serialized, self.spec)
-        out = {"label": self._label(parsed[schema.LABEL])}
+        out = {"label": self._label(parsed[schema.LABEL])} if self.labeled else {}
         if self.use_media:
             encoded = parsed[self.media_key]
             out[self.input_key] = self._video(encoded, seeds) if self.video else self._image(encoded, seeds)
         if self.embedding_key in parsed:
             out["embedding"] = parsed[self.embedding_key]
-        if self.as_dict:
+        if self.as_dict or not self.labeled:
             out["source_id"] = parsed.get(schema.SOURCE_ID, tf.constant(b""))
             for key, entry in self.extras.items():
                 out.update(_extra(key, entry, parsed[key]))
@@ -140,10 +142,13 @@ class RecordDecoder:
         return self(serialized, seeds if self.needs_seeds else None)
 
     def to_tuple(self, with_weight: bool):
-        """Map function from batched dicts to (input, label) or (input, label, weight)."""
+        """Map function from batched dicts to (input, label) or (input, label, weight); (input, source_id) for a
+        split without labels (padding has source_id b"")."""
         key = self.input_key
 
         def select(d: dict[str, tf.Tensor]) -> tuple:
+            if not self.labeled:
+                return d[key], d["source_id"]
             return (d[key], d["label"], d["weight"]) if with_weight else (d[key], d["label"])
 
         return select

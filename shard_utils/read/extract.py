@@ -15,6 +15,7 @@ from typing import Iterator
 
 from shard_utils import inputs, storage
 from shard_utils.format.manifest import Manifest, ManifestError, load
+from shard_utils.read import find_record
 from shard_utils.read.stored import StoredRecord, iter_split, label_texts
 
 MAP_NAME = "extract_map.csv"
@@ -132,11 +133,11 @@ def extract(dataset: str | Manifest, out_dir: str, *, split: str | None = None, 
         count, renamed = _extract_into(m, out_dir, map_path, splits, label, limit, source_id)
     except OSError as exc:
         raise ExtractError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
-    if source_id is not None and count == 0:
+    except find_record.NotFound as exc:
         os.remove(map_path)
         if created:
             os.rmdir(out_dir)
-        raise ExtractError(f"no record has source id {source_id!r} in split(s) {', '.join(splits)}")
+        raise ExtractError(exc.message(f" in split(s) {', '.join(splits)}")) from None
     return Extracted(out_dir, count, renamed, map_path)
 
 
@@ -184,13 +185,16 @@ def _check_request(m: Manifest, out_dir: str, split: str | None, label: str | No
 
 
 def _matching(m: Manifest, splits: list[str], label: str | None, source_id: str | None) -> Iterator[StoredRecord]:
-    for name in splits:
-        for record in iter_split(m, name):
-            if label is not None and label not in label_texts(m, record):
-                continue
-            if source_id is not None and record.source_id != source_id:
-                continue
-            yield record
+    """The records to write: every one of the splits (with the label, if given), or the one `source_id` names
+    (its source id, a listing id, or a file name: find_record.find)."""
+    def keep(record: StoredRecord) -> bool:
+        return label is None or label in label_texts(m, record)
+
+    records = (record for name in splits for record in iter_split(m, name))
+    if source_id is not None:
+        yield find_record.find(m, records, source_id, keep)
+        return
+    yield from filter(keep, records)
 
 
 def _place(layout: Layout, record: StoredRecord, labels: list[str]) -> tuple[str, list[str]]:

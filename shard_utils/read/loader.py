@@ -15,7 +15,7 @@ count, so a damaged shard fails with an error that names it. Local shards are ch
 TensorFlow opens them (regular files, every record header inside the file: TensorFlow's reader
 allocates whatever length a header gives).
 
-Only TensorFlow is needed (plus numpy and the manifest/schema modules); `gs://` paths
+TensorFlow and google-crc32c are needed (fastavro too for resumable input, which reads the index); `gs://` paths
 are read through TensorFlow's own filesystem.
 """
 from __future__ import annotations
@@ -30,16 +30,16 @@ from typing import Any, Union
 
 try:
     import tensorflow as tf
-except ImportError:  # the pip command that installs it here, not a bare ModuleNotFoundError
-    from shard_utils.extras import MissingExtra, install_hint
+except ImportError as _failed:  # one line: not installed, or installed but missing a package (named), with pip's fix
+    from shard_utils.extras import MissingExtra, import_problem
 
-    raise MissingExtra("the loader (shard_utils.loader) reads datasets with TensorFlow, which is not installed: "
-                       f"{install_hint('tf', 'tensorflow')}") from None
+    raise MissingExtra(import_problem(_failed, "tensorflow", "the loader (shard_utils.loader)", "tf")) from None
 
 from shard_utils import storage
 from shard_utils.format import topology
 from shard_utils.format import schema
 from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, Shard, read_manifest_bytes
+from shard_utils.format.splits import Selection
 from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.format.manifest import load as _load_manifest
 from shard_utils.format.tfrecord import FramingError, count_from_headers
@@ -51,6 +51,7 @@ __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_man
 
 AUTOTUNE = tf.data.AUTOTUNE
 ManifestLike = Union[str, "os.PathLike[str]", Manifest]
+SplitLike = Union[str, Sequence[str]]  # a split name, an expression ("train[:80%]+validation") or a list of them
 
 # Serialized records held by the training shuffle buffer, as a memory budget (bytes) and bounds (records).
 _SHUFFLE_BUDGET_BYTES = 256 * 2**20
@@ -95,18 +96,20 @@ def parse_spec(manifest: ManifestLike) -> dict[str, tf.io.FixedLenFeature | tf.i
     return {key: feature_spec(key, feature) for key, feature in m.features.items()}
 
 
-def steps_per_epoch(manifest: ManifestLike, split: str, global_batch_size: int) -> int:
-    """Training steps in one pass over `split`: num_records // global_batch_size (partial batch dropped)."""
+def steps_per_epoch(manifest: ManifestLike, split: SplitLike, global_batch_size: int) -> int:
+    """Training steps in one pass over `split` (a name or an expression): records // global_batch_size (partial
+    batch dropped)."""
     m = load_manifest(manifest)
+    records = m.num_records(split)
     _check_batch(global_batch_size, "global_batch_size")
-    steps = m.num_records(split) // global_batch_size
+    steps = records // global_batch_size
     if steps == 0:
-        raise ValueError(f"split {split!r} has {m.num_records(split)} records, fewer than one global batch of "
+        raise ValueError(f"split {split!r} has {records} records, fewer than one global batch of "
                          f"{global_batch_size}; use a smaller batch size")
     return steps
 
 
-def eval_steps(manifest: ManifestLike, split: str, global_batch_size: int, num_input_pipelines: int = 1,
+def eval_steps(manifest: ManifestLike, split: SplitLike, global_batch_size: int, num_input_pipelines: int = 1,
                steps_per_execution: int = 1) -> int:
     """Evaluation steps in one pass, in which every input pipeline sees its records exactly once.
 
@@ -117,9 +120,10 @@ def eval_steps(manifest: ManifestLike, split: str, global_batch_size: int, num_i
     executions of that many steps, so a pass must be a multiple of it (the extra steps are padding).
     """
     m = load_manifest(manifest)
+    selection = m.select(split)
     batch = _per_pipeline_batch(global_batch_size, num_input_pipelines)
     _check_batch(steps_per_execution, "steps_per_execution")
-    return _pass_steps(_eval_counts(m, split, num_input_pipelines), batch, steps_per_execution)
+    return _pass_steps(_eval_counts(selection, num_input_pipelines), batch, steps_per_execution)
 
 
 def _pass_steps(counts: list[int], per_step: int, steps_per_execution: int) -> int:
@@ -133,7 +137,7 @@ def _pass_steps(counts: list[int], per_step: int, steps_per_execution: int) -> i
 
 def make_dataset(
     manifest: ManifestLike,
-    split: str,
+    split: SplitLike,
     batch_size: int,
     *,
     training: bool = True,
@@ -154,7 +158,10 @@ def make_dataset(
     start_step: int | None = None,
     start_example: int | None = None,
 ) -> tf.data.Dataset:
-    """Batches of one split for this input pipeline, with fully static shapes.
+    """Batches of a split (or a split expression) for this input pipeline, with fully static shapes.
+
+    `split` is a split name, an expression in TFDS's grammar (`"train+validation"`, `"train[:80%]"`,
+    `"fold0+fold1"`, `"train[:4shard]"`) or a list of them (their union); see `shard_utils.format.splits`.
 
     `batch_size` is the size of every batch this dataset yields. Inside
     `strategy.distribute_datasets_from_function` that is the per-replica batch,
@@ -163,7 +170,8 @@ def make_dataset(
     batches, so one step takes batch_size x local replicas records from it. Without a strategy
     (plain Keras, JAX/NumPy per host) it is the batch of this host. Elements are
     `(input, label)` when training, `(input, label, weight)` when evaluating, or dicts when
-    `as_dict=True`; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
+    `as_dict=True`; a split without labels (an unlabeled build) gives `(input, source_id)` with
+    `training=False` (padding: source_id b"", weight 0), every record once per pass; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
     `features="embedding"`, the precomputed embedding (no media decoded). Labels are indices into
     `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to [0, 1], then
     normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and
@@ -180,44 +188,59 @@ def make_dataset(
     ones by their stored size and CRC32C; `"framing"` walks the record headers of `gs://` shards too (their
     bytes downloaded once more: for a dataset you do not trust); False checks nothing.
     """
+    m = load_manifest(manifest)
+    selection = m.select(split)  # an unknown split is said first, before any other argument is judged
     if check_files not in (True, False, "framing"):
         raise ValueError(f"check_files={check_files!r}: give True, False or 'framing'")
-    m = load_manifest(manifest)
     _check_batch(batch_size, "batch_size")
     _check_batch(steps_per_execution, "steps_per_execution")
     if training and not repeat:
         raise ValueError("repeat=False is for evaluation; training data repeats forever (give Keras "
                          "steps_per_epoch(manifest, split, global_batch_size))")
+    labeled = _labeled(m, selection, training)
     decoder = RecordDecoder(m, features=features, as_dict=as_dict, training=training, image_size=image_size,
-                            dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip)
+                            dtype=dtype, mean=mean, std=std, random_crop=random_crop, random_flip=random_flip,
+                            labeled=labeled)
     n, index, local_replicas = _pipelines(input_context)
-    paths = m.shard_paths(split)
+    files = _files(m, selection)
     if check_files:
-        _check_shards_exist(paths)
+        _check_shards_exist([f[0] for f in files])
     resumable = start_step is not None or start_example is not None
     if check_files and not resumable:  # the resumable input reads records itself, each framing checked
-        _check_framing(m, split, _own_shards(len(paths), n, index), remote_headers=check_files == "framing")
+        _check_framing(m, selection, _own_shards(len(files), n, index), remote_headers=check_files == "framing")
     if resumable:
-        ds = _resumable_records(m, split, n, index, seed, batch_size * local_replicas, training, shuffle_buffer_size,
-                                start_step, start_example)
+        ds = _resumable_records(m, selection, n, index, seed, batch_size * local_replicas, training,
+                                shuffle_buffer_size, start_step, start_example)
         # In order (deterministic map): batch boundaries fall exactly between global steps.
         ds = ds.map(decoder.with_seeds, num_parallel_calls=AUTOTUNE, deterministic=True)
         ds = ds.batch(batch_size, drop_remainder=True)
     elif training:
-        ds = _training_records(m, split, paths, n, index, seed, batch_size, shuffle_buffer_size)
+        ds = _training_records(m, selection, files, n, index, seed, batch_size, shuffle_buffer_size)
         if decoder.needs_seeds:
             # Per-record seeds for the stateless random ops keep the map function pure.
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=seed).batch(2)))
         ds = ds.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=False)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
-        ds = _eval_pass(m, split, paths, n, index, batch_size, local_replicas * steps_per_execution, decoder)
+        ds = _eval_pass(m, selection, files, n, index, batch_size, local_replicas * steps_per_execution, decoder)
         if repeat:
             ds = ds.repeat()  # the same batches every pass: Keras may keep one iterator across epochs
     if not as_dict:
         ds = ds.map(decoder.to_tuple(with_weight=not training), num_parallel_calls=AUTOTUNE)
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(_options(deterministic=resumable or not training, sharded=input_context is not None))
+
+
+def _labeled(m: Manifest, selection: Selection, training: bool) -> bool:
+    """Whether the selected splits have labels; a ValueError when they mix splits with and without labels, or
+    when training on splits without (an unlabeled build is read to predict: (image, source_id), each once)."""
+    labeled = {m.split(name).labeled for name in selection.splits}
+    if len(labeled) > 1:
+        raise ValueError(f"{selection.expression!r} mixes splits with labels and without; read them apart")
+    if training and labeled == {False}:
+        raise ValueError(f"split {selection.expression!r} has no labels (an unlabeled build, e.g. a test set): read "
+                         "it with training=False, which gives (image, source_id) batches, each record once")
+    return labeled != {False}
 
 
 def _check_batch(value: int, name: str) -> None:
@@ -254,7 +277,7 @@ def _check_shards_exist(paths: list[str]) -> None:
     missing shards before any step runs."""
     missing = []
     by_dir: dict[str, list[str]] = {}
-    for p in paths:
+    for p in dict.fromkeys(paths):  # a shard cut by two terms of an expression is listed once
         by_dir.setdefault(posixpath.dirname(p) if "://" in p else os.path.dirname(p), []).append(p)
     for folder, files in by_dir.items():
         try:
@@ -273,7 +296,28 @@ def _own_shards(num_shards: int, n: int, index: int) -> list[int]:
     return list(range(index, num_shards, n)) if num_shards >= n else list(range(num_shards))
 
 
-def _check_framing(m: Manifest, split: str, which: Sequence[int], remote_headers: bool = False) -> None:
+# What one shard read takes: (path, records it yields, first record within the shard, records to take: -1 all).
+_File = tuple[str, int, int, int]
+
+
+def _files(m: Manifest, selection: Selection) -> list[_File]:
+    """The reads of a selection, one per piece: whole shards read to their end (a shard holding more records than
+    the manifest says then fails), a shard cut by a slice from its first selected record for as many records."""
+    if m.shard_format != "tfrecord":
+        m.shard_paths(selection.splits[0])  # raises: how to read a dataset of ArrayRecord shards only
+    out = []
+    for piece, whole in zip(selection.pieces, selection.whole):
+        path = storage.join(m.location, m.splits[piece.split].shards[piece.shard].path)
+        out.append((path, piece.num_records, piece.start, -1 if whole else piece.num_records))
+    return out
+
+
+def _shards(m: Manifest, selection: Selection) -> list[Shard]:
+    """The shard of each piece of a selection."""
+    return [m.splits[p.split].shards[p.shard] for p in selection.pieces]
+
+
+def _check_framing(m: Manifest, selection: Selection, which: Sequence[int], remote_headers: bool = False) -> None:
     """The shards at positions `which` must be regular files of the manifest's size whose record headers count
     the manifest's records, each inside the file; a ManifestError naming the first that is not. TensorFlow
     would wait forever on a named pipe and allocate (and crash on) whatever length a header gives.
@@ -282,7 +326,7 @@ def _check_framing(m: Manifest, split: str, which: Sequence[int], remote_headers
     (one metadata request each), so a shard changed since the build is refused without downloading it; with
     `remote_headers` their headers are walked too, through ranged reads of 8 MiB (each shard's bytes once).
     CHECK_THREADS shards at a time."""
-    shards, paths = m.split(split).shards, m.shard_paths(split)
+    shards, paths = _shards(m, selection), [f[0] for f in _files(m, selection)]
 
     def check(i: int) -> str | None:
         if "://" in paths[i] and not remote_headers:
@@ -315,28 +359,33 @@ def _framing_problem(path: str, shard: Shard) -> str | None:
 # ----------------------------------------------------------------------------- reading records
 
 
-def _read(paths: list[str], counts: list[int], dataset: str, deterministic: bool,
-          shuffle_seed: int | None = None, shuffle: bool = False) -> tf.data.Dataset:
-    """Serialized records of the given shards, read in parallel (interleaved one record at a time).
+def _read(files: Sequence[_File], dataset: str, deterministic: bool, shuffle_seed: int | None = None,
+          shuffle: bool = False) -> tf.data.Dataset:
+    """Serialized records of the given shard reads, in parallel (interleaved one record at a time).
 
     Each shard has its own TFRecordDataset checked against the manifest's record count, so a damaged
     shard raises an error naming it. `shuffle` reorders the shards every epoch.
     """
-    files = tf.data.Dataset.from_tensor_slices((paths, tf.constant(counts, tf.int64)))
+    paths, counts, starts, takes = zip(*files)
+    table = tf.data.Dataset.from_tensor_slices((list(paths), *(tf.constant(v, tf.int64) for v in (counts, starts,
+                                                                                                   takes))))
     if shuffle:
-        files = files.shuffle(len(paths), seed=shuffle_seed, reshuffle_each_iteration=True)
-    cycle = max(1, min(len(paths), _MAX_CYCLE_LENGTH))
-    return files.interleave(lambda path, expected: _checked_shard(path, expected, dataset), cycle_length=cycle,
-                            block_length=1, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        table = table.shuffle(len(files), seed=shuffle_seed, reshuffle_each_iteration=True)
+    cycle = max(1, min(len(files), _MAX_CYCLE_LENGTH))
+    return table.interleave(lambda path, expected, start, take: _checked_shard(path, expected, dataset, start, take),
+                            cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE,
+                            deterministic=deterministic)
 
 
-def _checked_shard(path: tf.Tensor, expected: tf.Tensor, dataset: str) -> tf.data.Dataset:
-    """One shard's records; at its end, an error naming the shard unless exactly `expected` records were read.
+def _checked_shard(path: tf.Tensor, expected: tf.Tensor, dataset: str, start: tf.Tensor | int = 0,
+                   take: tf.Tensor | int = -1) -> tf.data.Dataset:
+    """A shard's records (`take` of them from record `start`; -1: to its end); at their end, an error naming the
+    shard unless exactly `expected` records were read.
 
     tf.data cannot catch a read error to add the file name, so the shard is read up to its first
     framing (CRC) or read error, and a count short of the manifest's (or beyond it) fails right there.
     """
-    records = tf.data.TFRecordDataset(path).ignore_errors(log_warning=False)
+    records = tf.data.TFRecordDataset(path).ignore_errors(log_warning=False).skip(start).take(take)
     end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(False)))
     marked = records.map(lambda r: (r, tf.constant(True))).concatenate(end)
 
@@ -352,33 +401,38 @@ def _checked_shard(path: tf.Tensor, expected: tf.Tensor, dataset: str) -> tf.dat
     return marked.enumerate().filter(keep).map(lambda i, item: item[0])
 
 
-def _training_records(m: Manifest, split: str, paths: list[str], n: int, index: int, seed: int | None,
-                      batch_size: int, buffer: int | None) -> tf.data.Dataset:
+def _training_records(m: Manifest, selection: Selection, files: list[_File], n: int, index: int,
+                      seed: int | None, batch_size: int, buffer: int | None) -> tf.data.Dataset:
     """Shuffled, repeated serialized records of this pipeline's shards (record-level sharding if too few)."""
-    counts = [s.num_records for s in m.split(split).shards]
-    if len(paths) >= n:
-        _warn_uneven_shards(m, split, n)
-        mine = list(range(index, len(paths), n))
+    name = selection.expression
+    if len(files) >= n:
+        _warn_uneven_shards(m, selection, n)
+        mine = files[index::n]
         # The set of files is fixed by (index, n); only their order changes, every epoch.
-        records = _read([paths[i] for i in mine], [counts[i] for i in mine], m.location, deterministic=False,
-                        shuffle_seed=seed, shuffle=True)
-        count = sum(counts[i] for i in mine)
+        records = _read(mine, m.location, deterministic=False, shuffle_seed=seed, shuffle=True)
+        count = sum(f[1] for f in mine)
     else:
-        _warn_record_sharding(split, len(paths), n)
+        _warn_record_sharding(name, len(files), n)
         # Same order in every pipeline, so the record-level shards are disjoint.
-        records = _read(paths, counts, m.location, deterministic=True).shard(n, index)
-        count = math.ceil(m.num_records(split) / n)
-    avg_bytes = max(1, m.split(split).num_bytes // max(1, m.num_records(split)))
+        records = _read(files, m.location, deterministic=True).shard(n, index)
+        count = math.ceil(selection.num_records / n)
     if buffer is None:
+        avg_bytes = max(1, _selected_bytes(m, selection) // max(1, selection.num_records))
         buffer = min(count, max(_SHUFFLE_MIN, min(_SHUFFLE_MAX, _SHUFFLE_BUDGET_BYTES // avg_bytes)))
     buffer = max(buffer, 1)
     if count < batch_size:
-        raise ValueError(f"input pipeline {index} of {n} holds {count} records of split {split!r}, fewer than one "
+        raise ValueError(f"input pipeline {index} of {n} holds {count} records of split {name!r}, fewer than one "
                          f"batch of {batch_size}; use a smaller batch size")
     return records.repeat().shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
 
-def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | None, per_step: int, training: bool,
+def _selected_bytes(m: Manifest, selection: Selection) -> int:
+    """About how many bytes a selection's records hold (a cut shard counted pro rata)."""
+    return sum(s.num_bytes * p.num_records // max(1, s.num_records) for p, s in zip(selection.pieces,
+                                                                                   _shards(m, selection)))
+
+
+def _resumable_records(m: Manifest, selection: Selection, n: int, index: int, seed: int | None, per_step: int, training: bool,
                        buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
     """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
     if not training:
@@ -392,16 +446,22 @@ def _resumable_records(m: Manifest, split: str, n: int, index: int, seed: int | 
                          "permutation; drop it")
     origin, first_step = resume.stream_origin(start_step, start_example)
     share = epochs.share(per_step * n, n, index)
-    return loader_resume.training_records(m, split, seed=seed, share=share, origin=origin, first_step=first_step)
+    return loader_resume.training_records(m, selection.expression, seed=seed, share=share, origin=origin,
+                                          first_step=first_step)
 
 
-def _warn_uneven_shards(m: Manifest, split: str, n: int) -> None:
-    """Say, in one line, that n pipelines do not divide the shards evenly and what shuffled training does then."""
-    division = topology.shard_division(len(m.split(split).shards), n)
-    if division is None:
+def _warn_uneven_shards(m: Manifest, selection: Selection, n: int) -> None:
+    """Say, in one line, that n pipelines do not divide the shards (or the records of shards cut by a slice)
+    evenly and what shuffled training does then."""
+    shards = len(selection.pieces)
+    division = topology.shard_division(shards, n)
+    counts = _eval_counts(selection, n)
+    if division is None and max(counts) - min(counts) <= math.ceil(shards / n):  # within ±1 record per shard
         return
+    if division is None:
+        division = f"they hold {min(counts)} to {max(counts)} records (the expression cuts shards)"
     built = m.tpu or topology.cores_x_hosts(m.num_cores, m.num_hosts)
-    warnings.warn(f"split {split!r} has {len(m.split(split).shards)} shards (built for {built}) for {n} input "
+    warnings.warn(f"split {selection.expression!r} has {shards} shards (built for {built}) for {n} input "
                   f"pipelines: {division}, and each repeats its own, so the records of the pipelines with fewer "
                   "shards are seen more often per pass. For exact epochs on any host count pass seed= and "
                   "start_step= (docs/resume.md), or rebuild with --tpu for this slice", stacklevel=4)
@@ -414,31 +474,29 @@ def _warn_record_sharding(split: str, num_shards: int, n: int) -> None:
                   "--num-hosts set to your host count for file-level sharding.", stacklevel=4)
 
 
-def _eval_counts(m: Manifest, split: str, n: int) -> list[int]:
-    """Records each of n pipelines holds in evaluation: whole shards i -> i % n, else records by index."""
-    shards = m.split(split).shards
-    if len(shards) >= n:
-        return [sum(s.num_records for s in shards[i::n]) for i in range(n)]
-    total = m.num_records(split)
-    return [len(range(i, total, n)) for i in range(n)]
+def _eval_counts(selection: Selection, n: int) -> list[int]:
+    """Records each of n pipelines holds in evaluation: whole pieces i -> i % n, else records by index."""
+    pieces = selection.pieces
+    if len(pieces) >= n:
+        return [sum(p.num_records for p in pieces[i::n]) for i in range(n)]
+    return [len(range(i, selection.num_records, n)) for i in range(n)]
 
 
-def _eval_pass(m: Manifest, split: str, paths: list[str], n: int, index: int, batch_size: int,
+def _eval_pass(m: Manifest, selection: Selection, files: list[_File], n: int, index: int, batch_size: int,
                batches_per_step: int, decoder: RecordDecoder) -> tf.data.Dataset:
     """One evaluation pass as dict batches: this pipeline's records in a fixed order, then weight-0 padding.
 
     batches_per_step is local replicas x steps per execution, so the pass is eval_steps(...,
     steps_per_execution) x local replicas batches, the same on every pipeline.
     """
-    counts = _eval_counts(m, split, n)
-    shard_counts = [s.num_records for s in m.split(split).shards]
+    counts = _eval_counts(selection, n)
     per_step = batch_size * batches_per_step
     steps = _pass_steps(counts, per_step, 1)  # in whole executions
-    if len(paths) >= n:
-        records = _read(paths[index::n], shard_counts[index::n], m.location, deterministic=True)
+    if len(files) >= n:
+        records = _read(files[index::n], m.location, deterministic=True)
     else:
-        _warn_record_sharding(split, len(paths), n)
-        records = _read(paths, shard_counts, m.location, deterministic=True).shard(n, index)
+        _warn_record_sharding(selection.expression, len(files), n)
+        records = _read(files, m.location, deterministic=True).shard(n, index)
     ds = records.map(decoder, num_parallel_calls=AUTOTUNE, deterministic=True)
     pad = steps * per_step - counts[index]
     if pad:

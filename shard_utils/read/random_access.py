@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +51,19 @@ class SplitIndex:
     def shards_of(self, rows: np.ndarray) -> np.ndarray:
         """The shard index of each row."""
         return np.searchsorted(self.starts, rows, side="right") - 1
+
+    def piece(self, shard: int, start: int, stop: int) -> "SplitIndex":
+        """Records start..stop-1 of one shard, as an index of one shard."""
+        first = int(self.starts[shard])
+        rows = slice(first + start, first + stop)
+        return SplitIndex(np.array([0, stop - start], dtype=np.int64), self.offsets[rows], self.lengths[rows])
+
+    @classmethod
+    def joined(cls, parts: Sequence["SplitIndex"]) -> "SplitIndex":
+        """The indexes one after the other: shard k of the result is the k-th shard of all of them, in order."""
+        sizes = np.concatenate([np.diff(p.starts) for p in parts])
+        return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                   np.concatenate([p.offsets for p in parts]), np.concatenate([p.lengths for p in parts]))
 
     @classmethod
     def from_places(cls, places, shard_records: Sequence[int], shard_bytes: Sequence[int],
@@ -119,25 +132,26 @@ def sources(dataset: str | Manifest) -> dict[str, "RandomAccessSource"]:
 
 
 class RandomAccessSource:
-    """Records of one split by position, for Grain (`grain.MapDataset.source(src)`) or any random-access reader.
+    """Records of a split, or of a split expression ("train[:80%]", "fold0+fold1", a list), by position, for Grain
+    (`grain.MapDataset.source(src)`) or any random-access reader. Position i of an expression is its i-th record
+    in reading order: the terms in order, each in shard order.
 
     Thread-safe and deterministic: `src[i]` always returns the same bytes, or raises RecordReadError.
     Picklable: its state is the manifest and the index arrays; files are opened per read, in whatever
     process reads.
     """
 
-    def __init__(self, dataset: str | Manifest, split: str, *, index: SplitIndex | None = None,
-                 max_record_bytes: int = MAX_RECORD_BYTES,
+    def __init__(self, dataset: str | Manifest, split: str | Sequence[str], *,
+                 index: SplitIndex | Mapping[str, SplitIndex] | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
                  read_range: Callable[[str, int, int], bytes] = storage.read_range):
         self._m = dataset if isinstance(dataset, Manifest) else load(dataset)
-        self._split = split
-        entry = self._m.split(split)
-        self._index = index if index is not None else load_index(self._m, split, max_record_bytes)
-        if len(self._index) != entry.num_records:
-            raise IndexFormatError(f"split {split!r}: the index has {len(self._index)} rows for "
-                                   f"{entry.num_records} records")
-        self._paths = self._m.shard_paths(split)
-        self._names = [s.path for s in entry.shards]
+        selection = self._m.select(split)
+        self._split = selection.expression
+        indexes = _split_indexes(self._m, selection.splits, index, max_record_bytes)
+        self._index = SplitIndex.joined([indexes[p.split].piece(p.shard, p.start, p.stop) for p in selection.pieces])
+        shards = [self._m.splits[p.split].shards[p.shard] for p in selection.pieces]
+        self._paths = [storage.join(self._m.location, s.path) for s in shards]
+        self._names = [s.path for s in shards]
         self._read_range = read_range
 
     @property
@@ -205,6 +219,26 @@ class RandomAccessSource:
                                       "(run `tpu-shards verify`)") from None
 
 
+def _split_indexes(m: Manifest, names: Sequence[str], given: SplitIndex | Mapping[str, SplitIndex] | None,
+                   max_record_bytes: int) -> dict[str, SplitIndex]:
+    """The index of each split named: as given (one SplitIndex for a single split, or a dict by split), else loaded;
+    each checked to have a row per record."""
+    if isinstance(given, SplitIndex):
+        if len(names) != 1:
+            raise ValueError(f"index= holds one split's index; the expression reads {', '.join(names)}: pass a dict "
+                             "of indexes by split (load_indexes(manifest))")
+        given = {names[0]: given}
+    out = {}
+    for name in names:
+        index = given.get(name) if given is not None else None
+        index = index if index is not None else load_index(m, name, max_record_bytes)
+        if len(index) != m.split(name).num_records:
+            raise IndexFormatError(f"split {name!r}: the index has {len(index)} rows for "
+                                   f"{m.split(name).num_records} records")
+        out[name] = index
+    return out
+
+
 def host_slice(num_records: int, process_index: int, process_count: int) -> slice:
     """This host's records: every process_count-th from process_index, the last num_records % process_count dropped.
 
@@ -223,7 +257,8 @@ class Decoder:
     """Turns a serialized record into numpy arrays, with Pillow (no TensorFlow); picklable for Grain workers.
 
     Output: "image" uint8 [H, W, 3] (a video gives "video" uint8 [T, H, W, 3]); "label" int64 (the 0-based
-    id, label_offset removed; a multi-label dataset gives a float32 multi-hot [num_classes]); "source_id"
+    id, label_offset removed; -1 for a record without a label; a multi-label dataset gives a float32 multi-hot
+    [num_classes], all zeros without a label); "source_id"
     str; and each extra column as "extra/<name>" (0-d for scalars, 1-d for lists).
     """
 
@@ -255,7 +290,7 @@ class Decoder:
         frames = [_jpeg(b, source_id) for b in media]
         out: dict[str, Any] = {"video": np.stack(frames)} if self.media_key == schema.VIDEO_ENCODED else {
             "image": frames[0]}
-        ids = np.asarray(fields.get(schema.LABEL, []), dtype=np.int64) - self.label_offset
+        ids = np.asarray(schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset), dtype=np.int64)
         if len(ids) and not ((ids >= 0) & (ids < self.num_classes)).all():
             raise ValueError(f"record {source_id!r}: label ids {ids.tolist()} are outside 0..{self.num_classes - 1}")
         if self.multi_label:

@@ -70,7 +70,10 @@ class StoredRecord:
 
 
 def label_texts(m: Manifest, record: StoredRecord) -> list[str]:
-    """A record's label names: its own text, else looked up in the manifest from its label ids."""
+    """A record's label names: its own text, else looked up in the manifest from its label ids; [] for a record
+    without a label (schema.NO_LABEL)."""
+    if record.label_ids and not schema.label_ids_of(record.label_ids, m.label_offset):
+        return []
     texts = record.label_texts
     if texts:
         return texts

@@ -12,6 +12,9 @@ supervised keys up at the top level only. TFDS's JSON parsers are strict: nothin
 `label_offset`, the first `label_offset` class names are placeholders (`unused-0`, ...), as the stored ids are
 shifted by that much.
 
+A dataset without labels (an unlabeled build, e.g. a Kaggle test set) has no ClassLabel: its label is a plain
+int64 Tensor (schema.NO_LABEL, -1, in every record), it has no label names file and no supervised keys.
+
 A split grown by appends cannot be one TFDS split: TFDS allows one filepathTemplate per split, and old shards
 (`-of-00008`) are never renamed. Each generation is then its own TFDS split, generation 0 included
 (`train-g000`, `train-g001`, ...), so `split="train"` is refused by TFDS ("Unknown split 'train'. Should be one
@@ -43,19 +46,19 @@ def tfds_files(m: Manifest, *, name: str = "tpu_shards", version: str = "1.0.0")
         raise ValueError(f"TFDS metadata is written for image datasets; this one holds {m.media}")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise ValueError(f"TFDS needs a snake_case dataset name and an x.y.z version, got {name!r}, {version!r}")
-    names = class_names(m)
+    names = class_names(m) if m.labels else []
     info: dict[str, Any] = {"name": name, "version": version, "fileFormat": m.formats[0],
                             "description": _description(m),
-                            "splits": [info for split in m.splits for info in _split_infos(split, m)],
-                            "supervisedKeys": {"tuple": {"items": [{"featureKey": schema.IMAGE_ENCODED},
-                                                                   {"featureKey": schema.LABEL}]}}}
+                            "splits": [info for split in m.splits for info in _split_infos(split, m)]}
+    if names:
+        info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": schema.IMAGE_ENCODED},
+                                                      {"featureKey": schema.LABEL}]}}
     if _both(m):
         info["alternativeFileFormats"] = [ARRAY_RECORD]
-    return {
-        DATASET_INFO: _json(info),
-        FEATURES: _json(_features(m, len(names))),
-        LABELS: "".join(n + "\n" for n in names).encode("utf-8"),
-    }
+    files = {DATASET_INFO: _json(info), FEATURES: _json(_features(m, len(names)))}
+    if names:
+        files[LABELS] = "".join(n + "\n" for n in names).encode("utf-8")
+    return files
 
 
 def class_names(m: Manifest) -> list[str]:
@@ -155,7 +158,9 @@ def _features(m: Manifest, num_classes: int) -> dict[str, Any]:
     image = _feature("image", "image_feature.Image", {
         "shape": {"dimensions": [str(height), str(width), "3"]}, "dtype": "uint8", "encodingFormat": "jpeg"})
     label = _feature("classLabel", "class_label_feature.ClassLabel", {"numClasses": str(num_classes)})
-    if m.multi_label:
+    if not num_classes:  # no labels: every record holds NO_LABEL
+        label = _feature("tensor", "tensor_feature.Tensor", {"shape": {}, "dtype": "int64", "encoding": "none"})
+    elif m.multi_label:
         label = _feature("sequence", "sequence_feature.Sequence", {"feature": label, "length": "-1"})
     text = _feature("text", "text_feature.Text", {})
     return _dict({schema.IMAGE_ENCODED: image, schema.LABEL: label, schema.SOURCE_ID: text})

@@ -10,11 +10,11 @@ import os
 from typing import Iterator
 
 from shard_utils import storage
-from shard_utils.format import array_record, schema
+from shard_utils.format import array_record, croissant, schema
 from shard_utils.format.index import (NO_LABEL, IndexFormatError, IndexRow, check_header, check_place, field_name,
                                      read_index, unframe)
 from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
-from shard_utils.format.layout import ARRAY_RECORD
+from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 
@@ -47,7 +47,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         for shard, twin in zip(split.shards, split.array_record_shards or ()):
             problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
         problems.extend(index_problems)
-    return _links_outside(m) + problems + check_reports(m)
+    return _links_outside(m) + problems + check_reports(m) + check_croissant(m)
 
 
 CHEAP_CHECK_THREADS = 32  # files looked at once on gs:// (one metadata request each)
@@ -143,6 +143,19 @@ def check_reports(m: Manifest) -> list[str]:
             problems.append(f"{part['path']}: {len(entries)} rejected files listed, the manifest says "
                             f"{part.get('count', 0)}")
     return problems
+
+
+def check_croissant(m: Manifest) -> list[str]:
+    """How croissant.json differs from the manifest (its files, checksums and sizes); none when it is absent (a
+    dataset built before it existed: `tpu-shards inspect --write-croissant` writes it)."""
+    path = storage.join(m.location, CROISSANT_NAME)
+    try:
+        data = storage.read_bytes(path, limit=croissant.MAX_CROISSANT_BYTES + 1)
+    except storage.NotFoundError:
+        return []
+    except storage.StorageError as exc:
+        return [f"{CROISSANT_NAME}: cannot read: {storage.problem(exc, path)}"]
+    return croissant.file_problems(data, m)
 
 
 def _read_shard(m: Manifest, shard: Shard) -> bytes | list[str]:
@@ -271,7 +284,7 @@ _TYPES = {"int64": int, "float32": float, "string": bytes}
 
 def check_record(m: Manifest, record: bytes) -> Iterator[str]:
     """Problems with one serialized record: every declared feature present with its type and count, every
-    JPEG (image or clip frame) decoding, labels in range."""
+    JPEG (image or clip frame) decoding, labels in range (or NO_LABEL in a dataset with unlabeled records)."""
     try:
         fields = schema.decode_lists(record)
     except ValueError as exc:
@@ -289,7 +302,10 @@ def check_record(m: Manifest, record: bytes) -> Iterator[str]:
                 yield f"feature {key!r} holds {len(values)} values, more than its max_length {spec.get('max_length')}"
         elif len(values) != math.prod(shape):
             yield f"feature {key!r} holds {len(values)} values, its shape {shape} needs {math.prod(shape)}"
+    unlabeled = any(s.unlabeled for s in m.splits.values())
     for label in fields.get(schema.LABEL, []):
+        if unlabeled and label == schema.NO_LABEL + m.label_offset:
+            continue
         if isinstance(label, int) and not 0 <= label - m.label_offset < len(m.labels):
             yield (f"label {label} is outside {m.label_offset}..{m.label_offset + len(m.labels) - 1}"
                    if m.label_offset else f"label {label} is outside 0..{len(m.labels) - 1}")
@@ -397,6 +413,7 @@ class _IndexRows:
         self.shard = -1  # the shard of the previous row
         self.end = 0  # where the previous row's record ends
         self.counts = [0] * len(self.split.shards)
+        self.unlabeled = 0  # rows without a label
         self.data: bytes | None = None
         self.fields = {field_name(k[len(schema.EXTRA_PREFIX):]): (k, v)
                        for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
@@ -421,6 +438,7 @@ class _IndexRows:
             self._load(row.shard)
         shard = shards[row.shard]
         self.counts[row.shard] += 1
+        self.unlabeled += not row.labels
         if row.offset != self.end:
             self.problem(f"{where}: offset {row.offset}, but the previous record ends at {self.end} "
                          f"in {shard.path}; rows are not contiguous")
@@ -460,6 +478,9 @@ class _IndexRows:
 
     def finish(self) -> None:
         self._close_shard()
+        if self.unlabeled != self.split.unlabeled:
+            self.problem(f"{self.where}: {self.unlabeled} rows have no label, the manifest says {self.split.unlabeled} "
+                         "unlabeled records")
         for shard, count in zip(self.split.shards, self.counts):
             if count != shard.num_records:
                 self.problem(f"{self.where}: {count} rows for {shard.path}, manifest says {shard.num_records} records")
@@ -470,7 +491,7 @@ class _IndexRows:
         except ValueError as exc:
             yield str(exc)
             return
-        labels = tuple(v - self.m.label_offset for v in f.get(schema.LABEL, []))
+        labels = schema.label_ids_of(f.get(schema.LABEL, []), self.m.label_offset)
         expect = {"source_id": b"".join(f.get(schema.SOURCE_ID, [])).decode("utf-8", "replace"),
                   "sha256": b"".join(f.get(schema.SHA256, [])).decode("utf-8", "replace"),
                   "height": (f.get(schema.IMAGE_HEIGHT) or [None])[0],

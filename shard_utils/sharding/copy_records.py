@@ -125,6 +125,6 @@ def meta_from_record(data: bytes, length: int, seed: int, label_offset: int, ext
     for spec in extras:
         found = fields.get(spec.key, [])
         pairs.append((spec.name, tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in found)))
-    labels = tuple(int(v) - label_offset for v in fields.get(schema.LABEL, []))
+    labels = schema.label_ids_of(fields.get(schema.LABEL, []), label_offset)
     return RecordMeta(sort_key(seed, source_id), source_id, length, labels, text(schema.SHA256),
                       number(schema.IMAGE_HEIGHT), number(schema.IMAGE_WIDTH), tuple(pairs))

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject
+from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject, unlabeled_reject
 from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
+from shard_utils.storage.throttle import Waited
 from shard_utils.errors import InternalError
 from shard_utils.format.order import sort_key
 
@@ -33,6 +34,8 @@ class EncodeTally:
     passed_through: int = 0
     trailers: int = 0
     trailer_bytes: int = 0
+    throttled_s: float = 0.0  # reads held back by the throttle or backing off after 429/503
+    read_retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,9 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
     writer = RunWriter(folder, task.split, task.run, chunk_bytes)
     rejected: list[dict] = []
     records = passed = trailers = trailer_bytes = 0
+    waited = Waited()
     try:
-        for outcome in _outcomes(items, settings, embed, embed_batch):
+        for outcome in _outcomes(items, settings, embed, embed_batch, waited):
             if isinstance(outcome, dict):
                 rejected.append(outcome)
                 continue
@@ -79,13 +83,13 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
         writer.abort()
         raise
     return EncodedRun(task.split, task.run, written, tuple(rejected),
-                      EncodeTally(records, passed, trailers, trailer_bytes))
+                      EncodeTally(records, passed, trailers, trailer_bytes, waited.seconds, waited.retries))
 
 
 def _outcomes(items: Sequence[MediaItem], settings: EncodeSettings, embed: Embed | None,
-              embed_batch: int) -> Iterator[Encoded | dict]:
+              embed_batch: int, waited: Waited) -> Iterator[Encoded | dict]:
     """Every item's outcome in order: a framed record or a rejection (records embedded in batches first)."""
-    encoded = (encode_data(item, settings, data) for item, data in read_items(items, settings))
+    encoded = (encode_data(item, settings, data) for item, data in read_items(items, settings, waited))
     if settings.frame_now:
         yield from encoded
         return
@@ -107,10 +111,13 @@ def _embedded(outcomes: list, embed: Embed) -> Iterable[Encoded | dict]:
         yield next(done) if isinstance(o, Prepared) else o
 
 
-def read_items(items: Sequence[MediaItem], settings: EncodeSettings):
-    """(item, bytes or Unusable) in order: remote sources read ahead while earlier ones are encoded."""
+def read_items(items: Sequence[MediaItem], settings: EncodeSettings, waited: Waited | None = None):
+    """(item, bytes or Unusable) in order: remote sources read ahead while earlier ones are encoded; `waited`
+    adds up their time held back by throttling."""
     def read(item: MediaItem):
-        return read_source(item.uri, settings.max_file_bytes, item.size)
+        if unlabeled_reject(item, settings) is not None:
+            return b""  # rejected without being read
+        return read_source(item.uri, settings.max_file_bytes, item.size, waited)
 
     if any(needs_prefetch(item.uri) for item in items):
         return prefetched(items, read, lambda item: item.size)

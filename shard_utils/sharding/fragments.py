@@ -10,7 +10,7 @@ and where the metadata lies, so what the job's driver holds does not grow with t
 """
 from __future__ import annotations
 
-import bisect
+import itertools
 import heapq
 import pickle
 import uuid
@@ -172,14 +172,14 @@ def slices(info: FragmentInfo, plans: Mapping[str, SplitPlan],
         for m in metas:
             offsets.append(offsets[-1] + m.length)
         kept = [i for i, m in enumerate(metas) if m.source_id not in dropped]
-        keys = [metas[i].order for i in kept]
-        cuts = [0] + [bisect.bisect_left(keys, b) for b in split_plan.boundaries] + [len(keys)]
-        for shard in range(split_plan.num_shards):
-            lo, hi = cuts[shard], cuts[shard + 1]
-            if hi > lo:
-                first, last = kept[lo], kept[hi - 1]
-                yield (section.split, shard), Slice(info.path, offsets[first], offsets[last + 1] - offsets[first],
-                                                    info.meta_range(section.first + first, last + 1 - first))
+        owners = [split_plan.shard_of(metas[i].order) for i in kept]  # ascending: the section is in key order
+        at = 0
+        for shard, members in itertools.groupby(owners):  # the shards this section feeds, not all of the split's
+            lo = at
+            at += sum(1 for _ in members)
+            first, last = kept[lo], kept[at - 1]
+            yield (section.split, shard), Slice(info.path, offsets[first], offsets[last + 1] - offsets[first],
+                                                info.meta_range(section.first + first, last + 1 - first))
 
 
 def read_slice(piece: Slice, window: int) -> Iterator[tuple[RecordMeta, bytes]]:
@@ -237,7 +237,7 @@ def write_fragment_shard(task: FragmentShardTask, folder: str, extras=(), *, arr
             out.write(data)
             digest.update(data)
             metas.append(meta)
-    expected = task.split_plan.sizes[task.shard]
+    expected = task.split_plan.size_of(task.shard)
     if len(metas) != expected:
         raise InternalError(f"shard {task.shard} of split {task.split!r} got {len(metas)} records, planned {expected}")
     from shard_utils.format import index

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ from shard_utils.errors import InternalError, PlanError
 
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing), when nothing better is known
+PENDING_KEYS = 4096  # keys a histogram holds back before merging them, at least
 UNSIZED_GUESS = 100_000  # bytes per record assumed for items of unknown size when no sample could be encoded
 
 OrderKey = tuple  # (sort_key, source_id)
@@ -35,41 +37,66 @@ OrderKey = tuple  # (sort_key, source_id)
 
 @dataclass
 class BucketCounts:
-    """A sparse histogram of sort keys by bucket: sorted bucket numbers and their counts."""
+    """A sparse histogram of sort keys by bucket: sorted bucket numbers and their counts.
+
+    Keys added a chunk at a time wait in `pending` until they are as many as the buckets held, then go in
+    together: adding a chunk does not go over every bucket held, whatever the number of chunks."""
 
     bits: int = DEFAULT_BUCKET_BITS
     buckets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending: list[np.ndarray] = field(default_factory=list, repr=False)  # bucket of each key not merged yet
+    pending_keys: int = field(default=0, repr=False)
 
     def add_keys(self, sort_keys: Sequence[int]) -> None:
         if not len(sort_keys):
             return
         keys = np.fromiter(sort_keys, dtype=np.uint64, count=len(sort_keys))
         found = (keys >> np.uint64(64 - self.bits)).astype(np.int64) if self.bits else np.zeros(len(keys), np.int64)
-        self._merge(*np.unique(found, return_counts=True))
+        self.pending.append(found)
+        self.pending_keys += len(found)
+        if self.pending_keys >= max(len(self.buckets), PENDING_KEYS):
+            self.flush()
+
+    def flush(self) -> "BucketCounts":
+        """Merge the pending keys into the histogram (before anything reads it)."""
+        if self.pending:
+            found, self.pending, self.pending_keys = np.concatenate(self.pending), [], 0
+            self._merge(*np.unique(found, return_counts=True))
+        return self
 
     def merge(self, other: "BucketCounts") -> None:
-        if other.bits != self.bits:
-            raise InternalError(f"bucket counts of {self.bits} and {other.bits} bits cannot be merged")
-        self._merge(other.buckets, other.counts)
+        self.merge_all([other])
+
+    def merge_all(self, others: Sequence["BucketCounts"]) -> None:
+        """Add the counts of many histograms at once: one pass over all of their buckets, not one per histogram."""
+        if any(other.bits != self.bits for other in others):
+            raise InternalError(f"bucket counts of {self.bits} and {[o.bits for o in others]} bits cannot be merged")
+        flushed = [o.flush() for o in others]
+        if flushed:
+            self._merge(np.concatenate([o.buckets for o in flushed]), np.concatenate([o.counts for o in flushed]))
 
     def _merge(self, buckets: np.ndarray, counts: np.ndarray) -> None:
         if not len(buckets):
             return
+        self.flush()
         all_buckets = np.concatenate([self.buckets, buckets.astype(np.int64)])
         all_counts = np.concatenate([self.counts, counts.astype(np.int64)])
         self.buckets, where = np.unique(all_buckets, return_inverse=True)
         self.counts = np.bincount(where, weights=all_counts, minlength=len(self.buckets)).astype(np.int64)
 
+    def __getstate__(self) -> dict:
+        return dict(self.flush().__dict__)
+
     @property
     def total(self) -> int:
-        return int(self.counts.sum())
+        return int(self.flush().counts.sum())
 
     def locate(self, ranks: Sequence[int]) -> list[tuple[int, int]]:
         """(bucket, position among the bucket's sorted keys) of the key of each rank (0-based)."""
         if not len(ranks):
             return []
-        ends = np.cumsum(self.counts)
+        ends = np.cumsum(self.flush().counts)
         wanted = np.asarray(ranks, dtype=np.int64)
         if wanted.min() < 0 or wanted.max() >= (ends[-1] if len(ends) else 0):
             raise InternalError(f"rank outside the {self.total} keys counted")
@@ -95,10 +122,13 @@ class ListingTotals:
         self.keys.add_keys(sort_keys)
 
     def merge(self, other: "ListingTotals") -> None:
-        self.count += other.count
-        self.sized += other.sized
-        self.source_bytes += other.source_bytes
-        self.keys.merge(other.keys)
+        self.merge_all([other])
+
+    def merge_all(self, others: Sequence["ListingTotals"]) -> None:
+        self.count += sum(o.count for o in others)
+        self.sized += sum(o.sized for o in others)
+        self.source_bytes += sum(o.source_bytes for o in others)
+        self.keys.merge_all([o.keys for o in others])
 
 
 @dataclass(frozen=True)
@@ -148,15 +178,31 @@ class SplitLayout:
     boundary_slots: tuple[tuple[int, int], ...] = ()
     boundaries: tuple[OrderKey, ...] | None = None
 
-    @property
+    @cached_property
     def boundary_buckets(self) -> frozenset[int]:
+        """The buckets where some run starts: made once per layout, as every listed item is tested against it."""
         return frozenset(b for b, _ in self.boundary_slots)
+
+    @cached_property
+    def slots_by_bucket(self) -> Mapping[int, tuple[tuple[int, int], ...]]:
+        """{bucket: ((slot number, position in the bucket's sorted keys), ...)}: the run starts of each bucket."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for slot, (b, position) in enumerate(self.boundary_slots):
+            out.setdefault(b, []).append((slot, position))
+        return {b: tuple(found) for b, found in out.items()}
+
+    def __getstate__(self) -> dict:
+        """The fields only: what is derived from them is made again where it is used, not shipped."""
+        return {name: value for name, value in self.__dict__.items() if name not in _DERIVED}
 
     def run_of(self, key: OrderKey) -> int:
         """The run an item of this key belongs to."""
         if self.boundaries is None:
             raise InternalError(f"split {self.split!r}: run boundaries are not known yet")
         return bisect.bisect_right(self.boundaries, tuple(key))
+
+
+_DERIVED = frozenset(("boundary_buckets", "slots_by_bucket"))
 
 
 def plan_layout(split: str, totals: ListingTotals, sample: SizeSample, *, num_cores: int, num_hosts: int,
@@ -205,12 +251,11 @@ class BoundaryFinder:
         """(slot number, key) of every run start that lies in this bucket, from all of the bucket's keys."""
         ordered = sorted(tuple(k) for k in keys)
         out = []
-        for slot, (b, position) in enumerate(layout.boundary_slots):
-            if b == bucket:
-                if position >= len(ordered):
-                    raise InternalError(f"split {layout.split!r}: bucket {bucket} holds {len(ordered)} keys, "
-                                             f"a run starts at its key {position}")
-                out.append((slot, ordered[position]))
+        for slot, position in layout.slots_by_bucket.get(bucket, ()):
+            if position >= len(ordered):
+                raise InternalError(f"split {layout.split!r}: bucket {bucket} holds {len(ordered)} keys, "
+                                         f"a run starts at its key {position}")
+            out.append((slot, ordered[position]))
         return out
 
     @staticmethod

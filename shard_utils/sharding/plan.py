@@ -7,7 +7,9 @@ of S holds a contiguous run of that order, and run lengths differ by at most one
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Mapping, Sequence
 
 from shard_utils.errors import InternalError, PlanError
@@ -70,13 +72,21 @@ def bucket_of(sort_key: int, bits: int) -> int:
 
 def locate_rank(rank: int, bucket_counts: Mapping[int, int]) -> tuple[int, int]:
     """(bucket, position within the bucket) of the record with a given rank, from per-bucket counts."""
-    acc = 0
-    for bucket in sorted(bucket_counts):
-        n = bucket_counts[bucket]
-        if rank < acc + n:
-            return bucket, rank - acc
-        acc += n
-    raise PlanError(f"rank {rank} is beyond the {acc} records counted")
+    return locate_ranks([rank], bucket_counts)[0]
+
+
+def locate_ranks(ranks: Sequence[int], bucket_counts: Mapping[int, int]) -> list[tuple[int, int]]:
+    """`locate_rank` of each rank: the buckets sorted and their counts summed once, then each rank found by bisection."""
+    buckets = sorted(bucket_counts)
+    ends = list(itertools.accumulate(bucket_counts[b] for b in buckets))
+    total = ends[-1] if ends else 0
+    out = []
+    for rank in ranks:
+        if not 0 <= rank < total:
+            raise PlanError(f"rank {rank} is beyond the {total} records counted")
+        at = bisect.bisect_right(ends, rank)
+        out.append((buckets[at], rank - (ends[at - 1] if at else 0)))
+    return out
 
 
 def shard_of_key(key: OrderKey, boundaries: Sequence[OrderKey]) -> int:
@@ -109,9 +119,19 @@ class SplitPlan:
     def sizes(self) -> list[int]:
         return shard_sizes(self.num_records, self.num_shards)
 
-    @property
+    def size_of(self, shard: int) -> int:
+        """Record count of one shard (without listing every shard's)."""
+        q, r = divmod(self.num_records, self.num_shards)
+        return q + 1 if shard < r else q
+
+    @cached_property
     def boundary_buckets(self) -> frozenset[int]:
+        """The buckets where some shard starts: made once per plan, as every record is tested against it."""
         return frozenset(b for b, _ in self.boundary_slots)
+
+    def __getstate__(self) -> dict:
+        """The fields only: the buckets are made again where they are used, not shipped."""
+        return {name: value for name, value in self.__dict__.items() if name != "boundary_buckets"}
 
     def with_boundaries(self, bucket_keys: Mapping[int, Sequence[OrderKey]]) -> "SplitPlan":
         """The plan with its boundary keys, given the sorted keys of every boundary bucket."""
@@ -154,7 +174,7 @@ def plan_split(split: str, totals: SplitTotals, *, num_cores: int, num_hosts: in
     """Plan one split from its totals: shard count, and where the first record of every shard sits."""
     count = num_shards(totals.num_records, totals.num_bytes, num_cores=num_cores, num_hosts=num_hosts,
                        target_shard_bytes=target_shard_bytes, forced=forced, split=split, remedy=remedy)
-    slots = tuple(locate_rank(rank, totals.bucket_counts) for rank in shard_starts(totals.num_records, count)[1:])
+    slots = tuple(locate_ranks(shard_starts(totals.num_records, count)[1:], totals.bucket_counts))
     return SplitPlan(split, totals.num_records, totals.num_bytes, count, bucket_bits, slots)
 
 

@@ -1,10 +1,12 @@
 """Run files: one run's framed records in key order, as one encoder wrote them, and what is known of each.
 
 A run is the bytes of its records one after another, exactly as a shard holds them, so a shard that is a
-prefix of a run needs no byte copied: locally the run file is moved and cut at the shard's end; on gs://
-a run is written as parts of about CHUNK_BYTES (cut between records) and the shard is composed from them
-by Cloud Storage. For every record the writer keeps the size, CRC32C and SHA-256 of the run up to its end,
-so a prefix's checksums are known without reading it again.
+prefix of a run needs no byte copied: locally the run file is moved and cut at the shard's end, after the
+bytes past the cut (its tail, which copies read) are saved beside it, so that a copy run again, or at the
+same time, still finds them; on gs:// a run is written as parts of about CHUNK_BYTES (cut between records)
+and the shard is composed from them by Cloud Storage, the parts left as they are. For every record the
+writer keeps the size, CRC32C and SHA-256 of the run up to its end, so a prefix's checksums are known
+without reading it again.
 
 Names are fixed by (split, run): an encoder that runs twice writes the same bytes under the same names.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import struct
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ from shard_utils.media.encode import RecordMeta
 from shard_utils.errors import InternalError
 
 CHUNK_BYTES = 16 * 2**20  # gs:// runs are parts of about this size
+TAIL_SUFFIX = ".tail"  # beside a local run whose file became a shard: the bytes past the shard's end
+_TAIL_START = struct.Struct(">Q")  # a tail file starts with the run offset of its first byte
 UPLOAD_THREADS = 4  # parts uploaded at once per process (one per run being written)
 META_VERSION = 1
 
@@ -53,13 +58,19 @@ class RunFile:
     num_bytes: int
 
     def read(self, start: int, end: int) -> bytes:
-        """Bytes start..end-1 of the run: one ranged read per part they touch."""
+        """Bytes start..end-1 of the run: one ranged read per part they touch (locally, from the run's saved
+        tail once its file has become a shard)."""
         out, at = [], 0
-        for path, size in self.parts:
-            lo, hi = max(start, at), min(end, at + size)
-            if lo < hi:
-                out.append(storage.read_range(path, lo - at, hi - lo))
-            at += size
+        try:
+            for path, size in self.parts:
+                lo, hi = max(start, at), min(end, at + size)
+                if lo < hi:
+                    out.append(storage.read_range(path, lo - at, hi - lo))
+                at += size
+        except storage.StorageError:
+            if storage.is_gcs(self.parts[0][0]) or not storage.exists(self.parts[0][0] + TAIL_SUFFIX):
+                raise
+            out = [_read_tail(self.parts[0][0] + TAIL_SUFFIX, start, end)]
         data = b"".join(out)
         if len(data) != end - start:
             raise InternalError(f"run {self.run} of split {self.split!r} holds {self.num_bytes} bytes; "
@@ -176,6 +187,7 @@ def move_prefix(run: RunFile, entries: Sequence[RunEntry], count: int, dst: str)
     last = entries[count - 1]
     want = Checksums.of_prefix(last)
     if not storage.is_gcs(dst):
+        _keep_tail(run, last.end)
         storage.move_prefix(run.parts[0][0], dst, last.end)
         return want
     sources, at = [], 0
@@ -192,6 +204,37 @@ def move_prefix(run: RunFile, entries: Sequence[RunEntry], count: int, dst: str)
         raise InternalError(f"shard {dst} composed from run {run.run} holds {size} bytes with CRC32C {crc}; "
                             f"the run's first {count} records are {want.size} bytes with {want.crc32c}")
     return want
+
+
+def _keep_tail(run: RunFile, start: int) -> None:
+    """Save a local run's bytes from `start` on beside it, before its file is moved and cut there (once: an
+    attempt that finds the file gone or cut finds the tail saved by the one that moved or cut it)."""
+    path = run.parts[0][0]
+    tail = path + TAIL_SUFFIX
+    if start >= run.num_bytes or storage.exists(tail):
+        return
+    try:
+        with storage.open_read(path) as src, storage.open_write(tail, durable=False) as out:
+            out.write(_TAIL_START.pack(start))
+            src.seek(start)
+            left = run.num_bytes - start
+            while left:
+                block = src.read(min(left, storage.READ_CHUNK_SIZE))
+                if not block:
+                    raise EOFError(f"{path} ends {left} bytes early")
+                out.write(block)
+                left -= len(block)
+    except (storage.StorageError, OSError, EOFError):
+        if not storage.exists(tail):
+            raise
+
+
+def _read_tail(tail: str, start: int, end: int) -> bytes:
+    """Run bytes start..end-1 from a saved tail (they must lie past where it starts)."""
+    (first,) = _TAIL_START.unpack(storage.read_range(tail, 0, _TAIL_START.size))
+    if start < first:
+        raise InternalError(f"{tail}: bytes {start}..{end} were asked for; the run's bytes before {first} are a shard")
+    return storage.read_range(tail, _TAIL_START.size + start - first, end - start)
 
 
 def prefix_piece_bytes(run: RunFile, entries: Sequence[RunEntry], count: int) -> int:

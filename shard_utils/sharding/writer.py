@@ -154,7 +154,7 @@ def describe(shard: int, metas: Sequence, extras: Sequence[schema.ExtraSpec]) ->
         offset += meta.length
         classes.update(meta.labels)
         for key in (schema.LABEL, schema.LABEL_TEXT):  # a record holds as many label texts as label ids
-            longest[key] = max(longest[key], len(meta.labels))
+            longest[key] = max(longest[key], len(meta.labels) or 1)  # an unlabeled record stores NO_LABEL
         for name, values in meta.extras:
             key = schema.EXTRA_PREFIX + name
             longest[key] = max(longest[key], len(values))

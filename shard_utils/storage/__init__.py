@@ -17,7 +17,7 @@ import os
 from contextlib import contextmanager
 from typing import IO, Callable, Iterator, Sequence
 
-from shard_utils.storage import base
+from shard_utils.storage import base, ranges  # noqa: F401
 from shard_utils.storage.base import (GCS, HTTP_CONNECTIONS, LIST_PAGE_SIZE, READ_CHUNK_SIZE, WRITE_CHUNK_SIZE,  # noqa: F401
                                       Digest, Entry, NotFoundError, StorageError, _one_line, _show, basename,
                                       crc32c_base64, gcs_client, io_threads, is_gcs, join, parent, split_gcs)
@@ -141,36 +141,22 @@ def walk(root: str, follow_symlinks: bool = False, prune: Callable[[str], bool] 
 
 
 def list_level(root: str, rel_dir: str, follow_symlinks: bool = False, *, after: tuple[str, bool] | None = None,
-               end: str | None = None, max_pages: int | None = None) -> tuple[list[Entry], list[str], str | None]:
+               end: str | None = None, max_pages: int | None = None,
+               flat: bool = False) -> tuple[list[Entry], list[str], str | None]:
     """One folder level under root: (its files as entries, its sub-folders' relative paths, and on gs:// the
-    last name listed when `max_pages` pages did not hold the whole level, else None).
+    last entry listed, file or sub-folder, when `max_pages` pages did not hold the whole level, else None).
 
     On gs:// the level can be cut into ranges of names (after = (name, inclusive) < name < end, names relative
-    to root), so that one large flat folder is listed by several workers (see `split_names`)."""
+    to root; after a sub-folder 'a/' means after all it holds), so that one large folder is listed by several
+    workers (see `ranges.cut_points`); flat=True lists every file under the range's names, at any depth."""
     with _failing("list", join(root, rel_dir) if rel_dir else root):
         if is_gcs(root):
-            entries, folders, more = _backend(root).list_range(root, rel_dir, after, end, max_pages)
+            entries, folders, more = _backend(root).list_range(root, rel_dir, after, end, max_pages, not flat)
             return list(entries), folders, more
+        if flat:
+            raise ValueError("a flat listing of a range of names is for gs://")
         files, folders = _backend(root).list_dir(root, rel_dir, follow_symlinks)
         return files, folders, None
-
-
-NAME_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"  # in byte order
-
-
-def split_names(after: str, end: str | None, parts: int) -> list[str]:
-    """Up to parts-1 names that cut the names between `after` and `end` into ranges, by the character where
-    the range's names first differ (an even split when names are hashes or UUIDs; names sharing a long
-    prefix, like numbered files, split less evenly). Sorted, each strictly between after and end."""
-    shared = len(os.path.commonprefix([after, end])) if end is not None else 0
-    if end is None:  # cut at the first character after the common folder part of the name
-        shared = after.rfind("/") + 1
-    stem = after[:shared]
-    above = after[shared] if shared < len(after) else ""
-    chars = [c for c in NAME_ALPHABET if c > above and (end is None or stem + c < end)]
-    step = max(1, len(chars) // max(1, parts))
-    cuts = [stem + c for c in chars[step - 1::step]][:parts - 1]
-    return sorted(c for c in set(cuts) if c > after and (end is None or c < end))
 
 
 def top_level_dirs(root: str) -> list[str]:

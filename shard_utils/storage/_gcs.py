@@ -8,14 +8,18 @@ Functions raise the library's exceptions; `storage` words them with describe().
 from __future__ import annotations
 
 import re
+from concurrent import futures
 from typing import Callable, Iterator
 
 from google.api_core import exceptions as api
 from google.cloud.storage.fileio import BlobWriter
 from google.cloud.storage.retry import DEFAULT_RETRY as _LIBRARY_RETRY
 from google.cloud.storage.retry import DEFAULT_RETRY_IF_GENERATION_SPECIFIED as _LIBRARY_CONDITIONAL
+from google.cloud.storage.retry import _should_retry
 
 from shard_utils.storage import base as storage
+from shard_utils.storage import ranges
+from shard_utils.storage.throttle import RetryPolicy, Throttle
 
 # The library's retry waits up to 60 s between tries and gives up after 120 s; under a burst of 503s that
 # stalls a worker for minutes per request. Tries here wait at most 4 s (full jitter) and stop after 60 s:
@@ -23,10 +27,15 @@ from shard_utils.storage import base as storage
 DEFAULT_RETRY = _LIBRARY_RETRY.with_delay(initial=0.25, maximum=4.0, multiplier=2.0).with_timeout(60.0)
 DEFAULT_RETRY_IF_GENERATION_SPECIFIED = type(_LIBRARY_CONDITIONAL)(
     DEFAULT_RETRY, _LIBRARY_CONDITIONAL.conditional_predicate, _LIBRARY_CONDITIONAL.required_kwargs)
-READ_RETRY = DEFAULT_RETRY
+# Source reads are tried one request at a time under a throttle shared by the process: a bucket that answers
+# 429/503 above its current rate (a fresh one serves about 5,000 reads/s, doubling every 20 minutes) gets
+# about 1.25 times what it serves, and each object retries on its own for 10 minutes after its first failure.
+READ_POLICY = RetryPolicy(initial_s=0.5, maximum_s=16.0, multiplier=2.0, budget_s=600.0)
+READ_THROTTLE = Throttle()  # one per process: every read in flight asks it
 READ_TIMEOUT = (10.0, 60.0)  # seconds to connect, and to wait for each chunk of an answer
 
 _BATCH = 100  # deletes per batch request (the JSON API's documented limit)
+DELETE_BATCHES_IN_FLIGHT = 8  # batch requests at once when deleting a folder
 
 
 def _bucket(uri: str):
@@ -110,14 +119,17 @@ def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None =
 def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str | None, max_pages: int | None,
                delimiter: bool = True) -> tuple[Iterator[storage.Entry] | list, list[str], str | None]:
     """Objects under root/rel_dir whose names (relative to root) come after `after` = (name, inclusive) and
-    before `end`.
+    before `end`. After a sub-folder ('a/', not inclusive) means after everything it holds.
 
     With delimiter, only that level: its objects, and its sub-folders' relative paths. At most max_pages
-    pages are listed; the third value is then the last name listed when more remain (else None). Without a
-    page limit the objects stream, one page held at a time. The range is also checked here, name by name:
-    a server that ignores startOffset/endOffset (an emulator) gives the same result."""
+    pages are listed; the third value is then the last entry listed, object or sub-folder, when more remain
+    (else None). Without a page limit the objects stream, one page held at a time. The range is also
+    checked here, name by name: a server that ignores startOffset/endOffset (an emulator) gives the same
+    result."""
     bucket, prefix = _prefix(root)
     level = prefix + (rel_dir.rstrip("/") + "/" if rel_dir.strip("/") else "")
+    if after is not None:
+        after = ranges.start_of(after)
     kwargs = dict(prefix=level, page_size=storage.LIST_PAGE_SIZE, retry=DEFAULT_RETRY,
                   fields="items(name,size),prefixes,nextPageToken")
     if delimiter:
@@ -139,15 +151,17 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
 
     if max_pages is None and not delimiter:
         return (e for page in blobs.pages for e in entries_of(page)), [], None
-    found, folders, last, pages = [], [], None, 0
+    found: list[storage.Entry] = []
+    folders: list[str] = []
+    pages, last = 0, ""
     for page in blobs.pages:
-        names = list(entries_of(page))
-        found += names
-        folders += [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
+        found += entries_of(page)
+        here = [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
+        folders += here
         pages += 1
-        if names:
-            last = names[-1].rel_path
-        if max_pages is not None and pages >= max_pages and blobs.next_page_token:
+        # The last entry in name order, object or sub-folder: a page of sub-folders alone goes on from its last.
+        last = max([e.rel_path for e in found[-1:]] + here + [last])
+        if max_pages is not None and pages >= max_pages and blobs.next_page_token and last:
             return found, sorted(set(folders)), last
     return found, sorted(set(folders)), None
 
@@ -346,8 +360,9 @@ def delete(uri: str) -> None:
         pass
 
 
-def delete_prefix(folder: str) -> None:
-    """Batched deletes page by page, then one retried delete for anything a failed batch left."""
+def delete_prefix(folder: str, batches_in_flight: int = DELETE_BATCHES_IN_FLIGHT) -> None:
+    """Batched deletes, up to `batches_in_flight` batch requests at once while the listing goes on, then one
+    retried delete for anything a failed batch left."""
     bucket_name, prefix = _prefix(folder)
     client = storage.gcs_client()
     bucket = client.bucket(bucket_name)
@@ -357,14 +372,18 @@ def delete_prefix(folder: str) -> None:
                                  fields="items(name),nextPageToken", retry=DEFAULT_RETRY)
 
     try:
-        names: list[str] = []
-        for blob in listing():
-            names.append(blob.name)
-            if len(names) == _BATCH:
-                _delete_batch(client, bucket, names)
-                names = []
-        if names:
-            _delete_batch(client, bucket, names)
+        with futures.ThreadPoolExecutor(batches_in_flight, thread_name_prefix="tpu-shards-delete") as pool:
+            pending: set[futures.Future] = set()
+            names: list[str] = []
+            for blob in listing():
+                names.append(blob.name)
+                if len(names) == _BATCH:
+                    if len(pending) >= batches_in_flight:  # bounded: the listing waits for a batch to finish
+                        pending = futures.wait(pending, return_when=futures.FIRST_COMPLETED).not_done
+                    pending.add(pool.submit(_delete_batch, client, bucket, names))
+                    names = []
+            if names:
+                pending.add(pool.submit(_delete_batch, client, bucket, names))
         for blob in listing():
             try:
                 bucket.blob(blob.name).delete(retry=DEFAULT_RETRY)
@@ -375,6 +394,7 @@ def delete_prefix(folder: str) -> None:
 
 
 def _delete_batch(client, bucket, names: list[str]) -> None:
+    """One batch request (the client's current batch is per thread, so batches may run at once)."""
     try:
         with client.batch(raise_exception=False):
             for name in names:
@@ -384,6 +404,17 @@ def _delete_batch(client, bucket, names: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- errors
+
+def transient(exc: BaseException) -> bool:
+    """A failure that may pass when the request is sent again: 408, 429, 5xx, a reset, a timeout, a checksum
+    mismatch."""
+    return _should_retry(exc) or type(exc).__name__ == "DataCorruption"  # google.cloud.storage's or resumable_media's
+
+
+def overloaded(exc: BaseException) -> bool:
+    """The server's answer to more requests than it serves now (its rate limit, or a bucket still ramping up)."""
+    return isinstance(exc, (api.TooManyRequests, api.ServiceUnavailable))
+
 
 def describe(exc: BaseException, uri: str) -> str | None:
     """One line for a google-cloud-storage or google-auth failure on uri; None if it is neither."""

@@ -4,14 +4,20 @@ The lock is a small JSON object `<output>/.tpu-shards-lock.json` naming the run 
 until when. It works on local folders and gs:// alike through the storage layer's atomic
 create and compare-and-swap. A holder renews its lease while it works; a lock whose lease ran
 out, or whose holder is provably dead (same host, process gone), is taken over.
+
+A run decided inside a job (a template launch) has no driver to renew its lease: each process that works for
+it keeps a background renewer (`keep`), which writes a renewal only once a quarter of the lease has passed
+since the last, so a hundred workers write the lock about as often as one.
 """
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from shard_utils import storage
 
@@ -105,8 +111,63 @@ def renew(output: str, run_id: str, lease_seconds: float = LEASE_SECONDS) -> boo
     holder = Lease.from_bytes(found[0])
     if holder is None or holder.run_id != run_id:
         return False
-    renewed = Lease(holder.run_id, holder.started, holder.host, holder.pid, time.time() + lease_seconds)
+    renewed = replace(holder, expires=time.time() + lease_seconds)
     return storage.replace_if_version(path, renewed.to_bytes(), found[1])
+
+
+def refresh(output: str, run_id: str, lease_seconds: float = LEASE_SECONDS, *, due: float = 0.0) -> bool:
+    """Renew this run's lease once more than `due` seconds have passed since it was last renewed (0: now); True
+    while the run holds the lock, also when another of its processes renewed it first."""
+    path = lock_path(output)
+    found = storage.read_versioned(path)
+    holder = Lease.from_bytes(found[0]) if found else None
+    if found is None or holder is None or holder.run_id != run_id:
+        return False
+    now = time.time()
+    if holder.expires - now > lease_seconds - due:
+        return True  # renewed less than `due` seconds ago, by this process or another
+    if storage.replace_if_version(path, replace(holder, expires=now + lease_seconds).to_bytes(), found[1]):
+        return True
+    return holds(output, run_id)
+
+
+_keepers: dict[tuple[str, str], tuple[threading.Thread, threading.Event]] = {}
+_keepers_guard = threading.Lock()
+
+
+def keep(output: str, run_id: str, lease_seconds: float = LEASE_SECONDS) -> None:
+    """Renew this run's lease from a daemon thread of this process until the run no longer holds the lock
+    (it published, gave up, or lost it) or `stop_keeping`; one thread per process and run, however often
+    called. A renewal is written once a quarter of the lease has passed since the last, by whichever of the
+    run's processes looks first."""
+    key = (output, run_id)
+    with _keepers_guard:
+        found = _keepers.get(key)
+        if found is not None and found[0].is_alive():
+            return
+        stop = threading.Event()
+        thread = threading.Thread(target=_keep, args=(output, run_id, lease_seconds, stop), daemon=True,
+                                  name=f"tpu-shards-lease-{run_id}")
+        _keepers[key] = (thread, stop)
+        thread.start()
+
+
+def stop_keeping(output: str, run_id: str) -> None:
+    """Stop this process's renewals of the run's lease (the lock itself is left as it is)."""
+    with _keepers_guard:
+        found = _keepers.pop((output, run_id), None)
+    if found is not None:
+        found[1].set()
+
+
+def _keep(output: str, run_id: str, lease_seconds: float, stop: threading.Event) -> None:
+    every = lease_seconds / 4
+    while not stop.wait(every * random.uniform(0.5, 1.0)):  # spread over the run's processes
+        try:
+            if not refresh(output, run_id, lease_seconds, due=every):
+                return
+        except storage.StorageError:
+            pass  # tried again next time; the lease is long
 
 
 def holds(output: str, run_id: str) -> bool:
@@ -117,7 +178,8 @@ def holds(output: str, run_id: str) -> bool:
 
 
 def release(output: str, run_id: str) -> None:
-    """Give the lock back if this run holds it (never removes another run's lock)."""
+    """Give the lock back if this run holds it (never removes another run's lock); this process stops renewing it."""
+    stop_keeping(output, run_id)
     path = lock_path(output)
     found = storage.read_versioned(path)
     if found is None:

@@ -7,6 +7,8 @@ a build (and so of its worker processes), and these variables say what to do:
 - TPU_SHARDS_TEST_SEGV=source-id  a decoder crash (SIGSEGV) when that file is encoded.
 - TPU_SHARDS_TEST_HOLD=module:function=PATH  at the first call, create PATH.reached and wait (up to 120 s)
   until PATH exists: a test holds a build mid-way, acts, then lets it go.
+- TPU_SHARDS_TEST_HOSTNAME=NAME  the build's processes say they run on host NAME: as a Dataflow job's workers
+  are other machines than the next build's, which cannot see whether the holder of a lock is still alive.
 
 The functions are wrapped right after their module is imported, so every caller gets the wrapper."""
 from __future__ import annotations
@@ -88,6 +90,10 @@ if os.environ.get("TPU_SHARDS_TEST_KILL"):
     _WRAPS.setdefault(module, []).append((function, _kill(int(nth))))
 if os.environ.get("TPU_SHARDS_TEST_SEGV"):
     _WRAPS.setdefault("shard_utils.media.encode", []).append(("encode_data", _segv(os.environ["TPU_SHARDS_TEST_SEGV"])))
+if os.environ.get("TPU_SHARDS_TEST_HOSTNAME"):
+    import socket
+
+    socket.gethostname = lambda: os.environ["TPU_SHARDS_TEST_HOSTNAME"]
 if os.environ.get("TPU_SHARDS_TEST_HOLD"):
     where, _, path = os.environ["TPU_SHARDS_TEST_HOLD"].partition("=")
     module, function = _target(where)

@@ -1,0 +1,92 @@
+"""gs:// listings paged as Cloud Storage pages them: a proxy in front of the emulator re-pages its answers with
+the stand-in (benchmarks/scale_sim/stand_in.py), which is first checked against the emulator where the
+emulator is faithful. Levels of only sub-folders and of numbered names, more pages than one task lists, are
+built whole."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import urllib.parse
+
+import pytest
+from conftest import photo, run_job
+from gcs_fixtures import FaultProxy, storage_host
+
+from beam_jobs.pipeline.listing import PAGES_PER_TASK
+from benchmarks.scale_sim import stand_in
+from shard_utils import storage
+from shard_utils.storage import base as storage_base
+
+NAMES = sorted([f"in/{c}.jpg" for c in "aceg"] + [f"in/{c}/{i}.jpg" for c in "bdf" for i in range(3)]
+               + ["in/d/deeper/x.jpg", "in0.jpg", "other/y.jpg"])
+
+
+@pytest.fixture(scope="module")
+def named(gcs):
+    bucket = gcs.new_bucket("named")
+    for name in NAMES:
+        gcs.client.bucket(bucket).blob(name).upload_from_string(b"x")
+    return bucket
+
+
+def test_the_stand_in_answers_as_the_emulator_where_the_emulator_is_faithful(gcs, named):
+    everything = [b.name for b in gcs.client.list_blobs(named)]
+    assert everything == stand_in.page(NAMES).items == NAMES  # objects without a delimiter
+    level = gcs.client.list_blobs(named, prefix="in/", delimiter="/")
+    items = [b.name for b in level]
+    found = stand_in.page(NAMES, "in/", "/")
+    assert (items, sorted(level.prefixes)) == (found.items, found.prefixes)  # a level of few prefixes, one page
+    assert found.prefixes == ["in/b/", "in/d/", "in/f/"] and found.token is None
+
+
+def test_the_paging_proxy_pages_items_and_prefixes_together_with_offsets(gcs, named):
+    with FaultProxy(gcs.url, paginate=True) as proxy, storage_host(proxy.url):
+        listing = storage_base.gcs_client().list_blobs(named, prefix="in/", delimiter="/", page_size=2)
+        pages = [([b.name for b in page], list(page.prefixes)) for page in listing.pages]
+        ranged = storage_base.gcs_client().list_blobs(named, prefix="in/", delimiter="/", start_offset="in/d/1",
+                                                      end_offset="in/f")
+        in_range = ([b.name for b in ranged], sorted(ranged.prefixes))
+    assert pages == [(["in/a.jpg"], ["in/b/"]), (["in/c.jpg"], ["in/d/"]), (["in/e.jpg"], ["in/f/"]),
+                     (["in/g.jpg"], [])]
+    # Offsets apply to object names: in/d/ is returned because in/d/1.jpg lies in the range.
+    assert in_range == (["in/e.jpg"], ["in/d/"])
+
+
+def test_a_page_of_sub_folders_alone_goes_on_from_its_last(gcs, monkeypatch):
+    bucket = gcs.new_bucket("folders")
+    for i in range(12):
+        gcs.client.bucket(bucket).blob(f"in/f{i:02d}/img.jpg").upload_from_string(b"x")
+    monkeypatch.setattr(storage_base, "LIST_PAGE_SIZE", 5)
+    root = f"gs://{bucket}/in"
+    with FaultProxy(gcs.url, paginate=True) as proxy, storage_host(proxy.url):
+        first = storage.list_level(root, "", max_pages=1)
+        second = storage.list_level(root, "", after=(first[2], False), max_pages=1)
+        rest = [e.rel_path for e in storage.walk(root, after=(second[2], False))]
+    assert first == ([], [f"f{i:02d}/" for i in range(5)], "f04/")
+    assert second == ([], [f"f{i:02d}/" for i in range(5, 10)], "f09/")
+    assert rest == ["f10/img.jpg", "f11/img.jpg"]  # after a sub-folder: after everything it holds
+
+
+@pytest.mark.slow
+def test_levels_of_only_sub_folders_and_of_numbered_names_are_built_whole(gcs, tmp_path, monkeypatch):
+    """cat/ holds 60 one-image folders and 5 files, dog/ 60 numbered files: with 5 entries a page, each level
+    has more pages than one task lists (10), so both are cut into ranges; every image becomes a record."""
+    per_task = 5 * PAGES_PER_TASK
+    bucket = gcs.new_bucket("wide")
+    names = ([f"in/cat/{i * 7919 % 1000:03x}{i:02d}/img.jpg" for i in range(per_task + 10)]
+             + [f"in/cat/loose_{i}.jpg" for i in range(5)] + [f"in/dog/IMG_{i:08d}.jpg" for i in range(per_task + 10)])
+    for k, name in enumerate(names):
+        buffer = io.BytesIO()
+        photo(32, 24, seed=k).save(buffer, "JPEG", quality=90)
+        gcs.client.bucket(bucket).blob(name).upload_from_string(buffer.getvalue())
+    monkeypatch.setattr(storage_base, "LIST_PAGE_SIZE", 5)
+    out = f"gs://{gcs.new_bucket('wide-out')}/ds"
+    with FaultProxy(gcs.url, paginate=True) as proxy, storage_host(proxy.url), \
+            contextlib.redirect_stdout(io.StringIO()):
+        m = run_job(f"gs://{bucket}/in", out, "--num-cores", "1", "--image-size", "16", "--workers", "1")
+    assert m.num_records("train") == len(names) and m.files_seen == len(names)
+    assert m.rejected["count"] == 0 and sorted(m.labels) == ["cat", "dog"]
+    listed = [urllib.parse.unquote(p) for method, p in proxy.requests if method == "GET" and re.search(r"/o\?", p)]
+    for level in ("in/cat/", "in/dog/"):  # each level was listed in ranges, from more than one task
+        assert sum(f"prefix={level}" in p and "startOffset" in p for p in listed) >= 2, level
