@@ -126,7 +126,7 @@ def test_extract_filters_on_hostile_values_and_refuses_a_non_empty_dir(hostile, 
         extract(str(hostile / "ds"), str(tmp_path / "label"))
     with pytest.raises(ExtractError, match="is not in this dataset"):
         extract(str(hostile / "ds"), str(tmp_path / "x"), label="nope")
-    with pytest.raises(ExtractError, match="no record has source id"):
+    with pytest.raises(ExtractError, match="no record .*has source id"):
         extract(str(hostile / "ds"), str(tmp_path / "y"), source_id="nope")
     assert not (tmp_path / "y").exists()  # nothing left behind by a request that matched nothing
 
