@@ -23,12 +23,27 @@ def verify_command(argv: Sequence[str] | None) -> None:
         print(f"tpu-shards: {line}", file=sys.stderr)
     if problems:
         raise SystemExit(1)
-    print(f"tpu-shards: {args.dataset} is intact")
+    print(intact_line(args.dataset, args.deep))
+
+
+def intact_line(dataset: str, deep: bool) -> str:
+    """What verify found intact, counted: the records per split, the shard files and their bytes."""
+    from beam_jobs.jobs.summary import counted
+    from shard_utils.format.manifest import load
+
+    m = load(dataset)
+    files = [s for split in m.splits.values() for s in split.shards + (split.array_record_shards or [])]
+    records = ", ".join(f"{name} {counted(split.num_records, 'record')}" for name, split in m.splits.items())
+    how = ("every record read, decoded and checked" if deep else
+           "sizes and checksums checked (--deep also decodes every record)")
+    return (f"tpu-shards: {dataset} is intact: {records} in {counted(len(files), 'shard file')}, "
+            f"{sum(s.num_bytes for s in files) / 1e6:.1f} MB; {how}")
 
 
 def inspect_command(argv: Sequence[str] | None) -> None:
     from beam_jobs.jobs.summary import counted, formats_text, shard_noun, twins_line
     from shard_utils.format.manifest import load
+    from shard_utils.format.topology import cores_x_hosts
 
     ap = OneLineParser(prog="tpu-shards inspect",
                        description="Summarise a dataset from its manifest; with --report, also write "
@@ -48,7 +63,7 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     if args.croissant or args.write_croissant:
         return describe(m, args.croissant, args.write_croissant)
     print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
-          f"{m.num_cores} cores x {m.num_hosts} hosts, {formats_text(m)}")
+          f"{cores_x_hosts(m.num_cores, m.num_hosts)}, {formats_text(m)}")
     for name, split in m.splits.items():
         unlabeled = "" if split.labeled else " (unlabeled)"
         print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, {counted(len(split.shards), shard_noun(m))}, "
@@ -140,8 +155,16 @@ def overview() -> str:
     """`tpu-shards --help`: the commands, one line each."""
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
-    return "\n".join(["usage: tpu-shards COMMAND [options]   (tpu-shards COMMAND --help: its options)", "",
+    return "\n".join(["usage: tpu-shards COMMAND [options]   (tpu-shards COMMAND --help: its options; "
+                      "tpu-shards --version)", "",
                       "commands:", *lines])
+
+
+def version_line() -> str:
+    """`tpu-shards --version`: the program and its version."""
+    from shard_utils import __version__
+
+    return f"tpu-shards {__version__}"
 
 
 def unknown_command(name: str) -> str:
@@ -163,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if argv[0] in ("-h", "--help"):
         print(overview())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(version_line())
         return 0
     if argv[0] not in COMMANDS:
         print(unknown_command(argv[0]), file=sys.stderr)

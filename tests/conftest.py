@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import sys
@@ -134,3 +135,101 @@ def pytest_collection_modifyitems(config, items):
         if module is not None and any(getattr(v, "__name__", "").split(".")[0] == "tensorflow"
                                       for v in vars(module).values()):
             item.add_marker(pytest.mark.tf)
+
+
+# The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
+# test in it that uses more CPU than FAST_TEST_CPU_S (its call and its own fixtures, its subprocesses included)
+# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total, fixtures shared by several tests (module or
+# session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU time, not wall time: on cores shared
+# with other work a test's wall time grows, its CPU time hardly does.
+FAST_TEST_CPU_S = 3.0
+FAST_SUBSET_CPU_S = 150.0
+SUBSET_MARKERS = ("slow", "gcs", "tf")
+_setup_cpu = pytest.StashKey[float]()
+_had_tensorflow = pytest.StashKey[bool]()
+_fast_cpu: dict[str, float] = {}  # test id -> CPU seconds of its call and function-scoped fixtures
+_shared = {"cpu": 0.0, "depth": 0, "fast": 0.0}  # shared fixtures: CPU so far, nesting, CPU for fast tests
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process (every thread) and by its children that have ended."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+_enforced = {"on": False}  # only when the fast subset itself was asked for (-m "not slow ..."); a full run reports
+
+
+def in_fast_subset(item) -> bool:
+    return not any(item.get_closest_marker(name) for name in SUBSET_MARKERS)
+
+
+class SharedFixtureCpu:
+    """A fixture shared by several tests (module or session scope) is counted once, in the subset's total, not in
+    the first test's cost. A plugin registered for the whole session: a conftest's own hook would not see the
+    session-scoped fixtures, which pytest sets up for the session, above this folder."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef):
+        if fixturedef.scope == "function":
+            return (yield)
+        start, _shared["depth"] = cpu_seconds(), _shared["depth"] + 1
+        try:
+            return (yield)
+        finally:
+            _shared["depth"] -= 1
+            if _shared["depth"] == 0:
+                _shared["cpu"] += cpu_seconds() - start
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(SharedFixtureCpu(), "tpu-shards-shared-fixture-cpu")
+    # In a full run, threads and processes other tests leave behind (emulators, proxies, runners) add CPU to
+    # whichever test runs next: the bounds hold the fast loop, where they are meant, and a full run prints them.
+    _enforced["on"] = "not slow" in (config.getoption("markexpr", "") or "")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    start, shared = cpu_seconds(), _shared["cpu"]
+    item.stash[_had_tensorflow] = "tensorflow" in sys.modules
+    try:
+        return (yield)
+    finally:
+        shared = _shared["cpu"] - shared
+        item.stash[_setup_cpu] = cpu_seconds() - start - shared
+        if in_fast_subset(item):
+            _shared["fast"] += shared
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    start = cpu_seconds()
+    result = yield  # a failing test raises here: its own failure is the one reported
+    if in_fast_subset(item):
+        if _enforced["on"] and not item.stash.get(_had_tensorflow, True) and "tensorflow" in sys.modules:
+            pytest.fail("this test imports TensorFlow (seconds of CPU, whichever test does it first); mark it "
+                        "@pytest.mark.tf", pytrace=False)
+        spent = _fast_cpu[item.nodeid] = item.stash.get(_setup_cpu, 0.0) + cpu_seconds() - start
+        if _enforced["on"] and spent > FAST_TEST_CPU_S:
+            pytest.fail(f"this test used {spent:.1f} CPU seconds (its call and own fixtures), more than the fast "
+                        f"subset allows ({FAST_TEST_CPU_S:g}); mark it @pytest.mark.slow", pytrace=False)
+    return result
+
+
+def fast_subset_cpu() -> float:
+    return sum(_fast_cpu.values()) + _shared["fast"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _fast_cpu:
+        top = sorted(_fast_cpu.items(), key=lambda kv: -kv[1])[:5]
+        terminalreporter.write_line(
+            f"fast subset: {len(_fast_cpu)} tests used {fast_subset_cpu():.1f} CPU seconds, shared fixtures "
+            f"{_shared['fast']:.1f} of them (at most {FAST_SUBSET_CPU_S:g}); most: " +
+            ", ".join(f"{name.split('::')[-1][:50]} {cpu:.1f}" for name, cpu in top))
+
+
+def pytest_sessionfinish(session):
+    if _enforced["on"] and fast_subset_cpu() > FAST_SUBSET_CPU_S:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the summary above says why

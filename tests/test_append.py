@@ -82,6 +82,7 @@ def test_old_shards_and_reports_are_byte_identical_and_a_generation_is_added(app
     assert "appended generation 1" in appended.printed and "bird (id 2)" in appended.printed
 
 
+@pytest.mark.slow
 def test_new_label_gets_the_next_id_and_old_ids_never_change(appended):
     first, grown, out = appended.first, appended.grown, appended.out
     assert first.labels == ["cat", "dog"] and grown.labels == ["cat", "dog", "bird"]
@@ -97,6 +98,7 @@ def test_new_label_gets_the_next_id_and_old_ids_never_change(appended):
     assert total == {"cat": 19, "dog": 12, "bird": 7}
 
 
+@pytest.mark.slow
 def test_hosts_stay_balanced_across_generations(appended):
     grown = appended.grown
     for split in grown.splits.values():
@@ -140,6 +142,7 @@ def source_ids(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*.jpg")}
 
 
+@pytest.mark.slow
 def test_verify_random_access_loader_and_tfds_see_every_generation(appended):
     out, grown = appended.out, appended.grown
     assert "bird/more000.jpg" in source_ids(appended.root)
@@ -299,16 +302,69 @@ def test_new_files_that_are_all_rejected_are_an_error_and_nothing_changes(small)
 
 
 @pytest.mark.slow
-def test_other_options_than_the_first_build_are_refused(small):
+def test_an_append_takes_the_first_builds_options_and_refuses_other_values_naming_both(small):
     root, out = small
     add_images(root, "dog", 4, seed=7100)
-    done = run_cli("build", "--append", "--input", root, "--output", out, "--num-cores", "2", "--image-size", "16")
-    assert done.returncode == 2
-    assert done.stderr.strip() == ("tpu-shards: error: cannot append to " + str(out) + ": it was built with "
-                                   "--image-size (not given), this append gives 16,16; an append uses the first "
-                                   "build's options (reshard or rebuild to change them)")
+    before = files(out)
+    done = run_cli("build", "--append", "--input", root, "--output", out, "--image-size", "16")
+    assert done.returncode == 2 and files(out) == before
+    assert done.stderr.strip() == (f"tpu-shards: error: cannot append to {out}: --image-size 16,16 given, the dataset "
+                                   "was built without --image-size; an append uses the first build's options "
+                                   "(reshard or rebuild to change them)")
+    grown = run_cli("build", "--append", "--input", root, "--output", out)  # 2 cores: from the manifest
+    assert grown.returncode == 0, grown.stderr
+    assert "train: 4 new records in 2 shards of 2 records" in grown.stdout
     nothing = run_cli("build", "--append", "--input", root, "--output", out.parent / "none", "--num-cores", "2")
     assert nothing.returncode == 2 and "build it first without --append" in nothing.stderr
+
+
+RECORDED = {"splits": {"train": 0.75, "validation": 0.25}, "stratify": True, "image_size": [24, 24],
+            "jpeg_quality": 80, "format": "both", "num_cores": 2, "num_hosts": 1, "tpu": None, "dedup": False,
+            "label_from_name": None, "label_column": "label", "label_separator": " ", "extra_columns": ["age:int64"],
+            "path_template": None, "max_rejected": "5%"}
+
+
+def inherited(argv: list[str], recorded=RECORDED):
+    from beam_jobs.jobs import inherit, options
+
+    args, _ = options.parse(["--append", "--output", "ds", *argv])
+    return inherit.take_recorded(args, options.given(["--append", "--output", "ds", *argv]), recorded)
+
+
+def test_every_recorded_option_not_given_is_taken_from_the_manifest():
+    args = inherited(["--input", "in", "--max-rejected", "0"])
+    assert (args.splits, args.stratify, args.image_size, args.jpeg_quality, args.format) == (
+        "train=0.75,validation=0.25", True, "24,24", 80, "both")
+    assert (args.num_cores, args.num_hosts, args.tpu, args.max_rejected) == (2, 1, None, "0")  # this run's limit
+    assert (args.label_separator, args.extra_columns) == (None, None)  # a listing's shape: only with a listing
+    listed = inherited(["--listing", "more.csv", "--input", "in"])
+    assert (listed.label_separator, listed.extra_columns, listed.label_column) == (" ", "age:int64", "label")
+    by_tpu = inherited(["--input", "in"], {**RECORDED, "tpu": "v5e-16", "num_cores": 4, "num_hosts": 4})
+    assert (by_tpu.tpu, by_tpu.num_cores, by_tpu.num_hosts) == ("v5e-16", None, None)
+    assert inherited(["--input", "in", "--num-cores", "4"]).num_cores == 4  # compared as a topology later
+
+
+@pytest.mark.parametrize("recorded,now,given,line", [
+    ({"format": "both"}, {"format": "array_record"}, {"format"},
+     "x: --format array_record given, the dataset was built with --format both; an append uses the first build's "
+     "options (reshard or rebuild to change them)"),
+    ({"stratify": False}, {"stratify": True}, {"stratify"}, "x: --stratify given, the dataset was built without "
+                                                            "--stratify; an append uses"),
+    ({"label_separator": " "}, {"label_separator": None}, set(),
+     "x: the dataset was built with --label-separator ' ' (a space), which this append cannot take (it reads a "
+     "listing's columns: give --listing)"),
+    ({"splits": "from folders"}, {"splits": {"train": 1.0}}, set(), "x: the dataset was built with splits from "
+                                                                     "folders, which this append cannot take"),
+])
+def test_a_value_other_than_the_recorded_one_is_one_line_naming_both(recorded, now, given, line):
+    from beam_jobs.errors import UsageError
+    from beam_jobs.jobs.inherit import check_same
+
+    with pytest.raises(UsageError) as refused:
+        check_same(recorded, now, given, "x")
+    assert str(refused.value).startswith(line)
+    check_same({**recorded, "dedup": False, "target_shard_mb": 128.0}, {**recorded, "dedup": True,
+                                                                         "target_shard_mb": 8.0}, given, "x")
 
 
 @pytest.mark.slow
@@ -397,6 +453,7 @@ def test_label_order_keeps_known_ids():
     assert generations.label_order({"ant", "dog", "zebra"}, ["dog", "cat"]) == ["dog", "cat", "ant", "zebra"]
 
 
+@pytest.mark.slow
 def test_manifest_generations_are_checked(appended):
     text = json.loads((appended.out / "manifest.json").read_text())
     assert manifest.from_dict(text).generations[1].labels_added == ["bird"]
@@ -433,9 +490,9 @@ def test_a_build_with_overwrite_replaces_every_generation(small):
 
 
 @pytest.mark.slow
-def test_an_append_without_the_first_builds_label_options_is_refused_and_changes_nothing(tmp_path):
-    """A multi-label listing built with --label-separator: an append that leaves it out would turn 'cat flower'
-    into a new label of its own (and grow the label set); it is refused naming the option."""
+def test_an_append_takes_the_first_builds_label_options_and_refuses_others(tmp_path):
+    """A multi-label listing built with --label-separator: an append that leaves it out takes it from the manifest
+    (without it 'cat flower' would be a new label of its own); another separator is refused naming both."""
     write_images(tmp_path / "images", {"all": 24}, size=(32, 24))
     rows = [f"all/img{i:04d}.jpg,{'cat flower' if i % 2 else 'dog'}" for i in range(24)]
     (tmp_path / "train.csv").write_text("path,label\n" + "\n".join(rows[:16]) + "\n")
@@ -446,14 +503,14 @@ def test_an_append_without_the_first_builds_label_options_is_refused_and_changes
     before = files(out)
     (tmp_path / "more.csv").write_text("path,label\n" + "\n".join(rows[16:]) + "\n")
     again = run_cli("build", "--append", "--listing", tmp_path / "more.csv", "--input", tmp_path / "images",
-                    "--output", out, "--num-cores", "2")
+                    "--output", out, "--label-separator", ",")
     assert again.returncode == 2
-    assert again.stderr.strip() == (f"tpu-shards: error: cannot append to {out}: it was built with --label-separator "
-                                    "' ' (a space), this append gives (not given); an append uses the first build's "
-                                    "options (reshard or rebuild to change them)")
+    assert again.stderr.strip() == (f"tpu-shards: error: cannot append to {out}: --label-separator , given, the "
+                                    "dataset was built with --label-separator ' ' (a space); an append uses the "
+                                    "first build's options (reshard or rebuild to change them)")
     assert files(out) == before
     grown = run_cli("build", "--append", "--listing", tmp_path / "more.csv", "--input", tmp_path / "images",
-                    "--output", out, "--num-cores", "2", "--label-separator", " ")
+                    "--output", out)  # the separator and the 2 cores are the manifest's
     assert grown.returncode == 0, grown.stderr
     assert load(str(out)).labels == ["cat", "dog", "flower"]
 

@@ -15,6 +15,7 @@ from shard_utils.format.layout import shard_name
 from shard_utils.format.order import choose_split, sort_key
 
 
+@pytest.mark.slow
 def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
     out = tmp_path / "out"
     m = run_job(images, out)
@@ -30,6 +31,7 @@ def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
     assert [s.num_bytes for s in shards] == [(out / s.path).stat().st_size for s in shards]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra,unit,expected", [
     (["--num-cores", "4", "--num-hosts", "2"], 8, 8),
     (["--num-cores", "2"], 2, 2),
@@ -48,6 +50,7 @@ def test_shard_counts(images, tmp_path, extra, unit, expected):
     assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1 and sum(sizes) == 36
 
 
+@pytest.mark.slow
 def test_records_are_shuffled_across_shards_with_proportional_classes(tmp_path):
     write_images(tmp_path / "in", {"a": 40, "b": 40})
     out = tmp_path / "out"
@@ -101,6 +104,7 @@ def test_seed_changes_order_not_content(images, tmp_path):
     assert a.splits["train"].num_records == b.splits["train"].num_records == 36
 
 
+@pytest.mark.slow
 def test_labels_are_sorted_names_and_records_carry_the_schema(images, tmp_path):
     out = tmp_path / "out"
     run_job(images, out)
@@ -119,6 +123,7 @@ def test_labels_are_sorted_names_and_records_carry_the_schema(images, tmp_path):
     assert manifest["features"] == schema.FEATURES
 
 
+@pytest.mark.slow
 def test_split_folders_give_splits_and_labels_from_next_level(tmp_path):
     src = tmp_path / "in"
     write_images(src / "train", {"cat": 10, "dog": 6})
@@ -131,6 +136,7 @@ def test_split_folders_give_splits_and_labels_from_next_level(tmp_path):
     assert recs["validation/eel/img0000.jpg"][schema.LABEL] == 2
 
 
+@pytest.mark.slow
 def test_fraction_splits_are_near_proportional_and_disjoint(tmp_path):
     write_images(tmp_path / "in", {"a": 100, "b": 100}, size=(16, 16))
     out = tmp_path / "out"
@@ -141,6 +147,7 @@ def test_fraction_splits_are_near_proportional_and_disjoint(tmp_path):
     assert m.options["splits"] == {"train": 0.8, "validation": 0.2}
 
 
+@pytest.mark.slow
 def test_hidden_system_and_non_media_files_are_skipped_and_counted(images, tmp_path):
     (images / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     (images / "cat" / "Thumbs.db").write_bytes(b"x")
@@ -156,6 +163,7 @@ def test_hidden_system_and_non_media_files_are_skipped_and_counted(images, tmp_p
     assert m.files_seen == 42 and m.splits["train"].num_records == 36 and m.rejected["count"] == 0
 
 
+@pytest.mark.slow
 def test_files_outside_label_folders_are_rejected_not_lost(images, tmp_path):
     (images / "loose.jpg").write_bytes((images / "cat" / "img0001.jpg").read_bytes())
     out = tmp_path / "out"
@@ -176,12 +184,14 @@ def test_overwrite_replaces_the_whole_dataset(images, tmp_path):
     assert names == sorted([shard_name("train", i, 8) for i in range(8)] + dataset_files())
 
 
+@pytest.mark.slow
 def test_summary_is_printed(images, tmp_path, capsys):
     run_job(images, tmp_path / "out")
     text = capsys.readouterr().out
     assert "train: 36 records in 8 shards of 4/5 records" in text and "files seen 36" in text
 
 
+@pytest.mark.slow
 def test_the_garbage_collector_leaves_the_run_s_long_lived_objects_alone_and_takes_them_back_after(images, tmp_path,
                                                                                                    monkeypatch):
     """Full collections during a build walk only what the run made (its driver paused a tenth of a second per
@@ -209,6 +219,7 @@ def test_the_garbage_collector_leaves_the_run_s_long_lived_objects_alone_and_tak
     assert gc.get_freeze_count() == 0
 
 
+@pytest.mark.slow
 def test_summary_of_one_record_in_one_shard_says_so_in_the_singular(tmp_path, capsys):
     write_images(tmp_path / "in", {"cat": 1})
     run_job(tmp_path / "in", tmp_path / "out", "--num-cores", "1")
@@ -240,6 +251,7 @@ def test_every_hash_bucket_size_gives_the_same_bytes_on_one_and_two_workers(tmp_
         assert order == sorted(order)  # shards hold contiguous runs of the seeded order
 
 
+@pytest.mark.slow
 def test_label_offset_is_stored_and_recorded(images, tmp_path):
     m = run_job(images, tmp_path / "out", "--label-offset", "1")
     assert m.label_offset == 1 and m.options["label_offset"] == 1
@@ -247,6 +259,7 @@ def test_label_offset_is_stored_and_recorded(images, tmp_path):
     assert recs["cat/img0000.jpg"][schema.LABEL] == 1 and recs["fish/img0000.jpg"][schema.LABEL] == 3
 
 
+@pytest.mark.slow
 def test_tfrec_extension_for_kaggle_notebooks(images, tmp_path):
     m = run_job(images, tmp_path / "out", "--shard-extension", "tfrec")
     assert [s.path for s in m.splits["train"].shards] == [shard_name("train", i, 8, "tfrec") for i in range(8)]
@@ -256,6 +269,7 @@ def test_tfrec_extension_for_kaggle_notebooks(images, tmp_path):
     assert verify(str(tmp_path / "out"), deep=True) == []
 
 
+@pytest.mark.slow
 def test_skipped_files_are_named_with_their_extensions(images, tmp_path, capsys):
     for name in ("clip.mp4", "CLIP2.MOV", "notes.txt"):
         (images / "cat" / name).write_bytes(b"x")
@@ -300,6 +314,7 @@ def test_too_many_rejects_fail_the_build_and_publish_nothing(images, tmp_path):
     assert run_cli("build", "--input", images, "--output", out, "--max-rejected", "10%").returncode == 0
 
 
+@pytest.mark.slow
 def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys):
     src = tmp_path / "in"
     write_images(src, {"a": 12, "b": 12})
@@ -340,6 +355,7 @@ def test_a_split_folder_holding_only_copies_of_another_split_fails_with_one_line
     assert "6 duplicate" in lines[0] and not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_a_jpeg_with_a_trailer_is_kept_without_it_and_counted(images, tmp_path, capsys):
     photo_bytes = (images / "dog" / "img0002.jpg").read_bytes()
     (images / "dog" / "motion.jpg").write_bytes(photo_bytes + b"\x00\x00\x00\x18ftypmp42" + bytes(200))

@@ -3,6 +3,7 @@
 Errors found before any pipeline exists run the command in this process (`in_process`); the cases
 that need a pipeline, or the installed console script, start a subprocess.
 """
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,7 @@ def test_failed_rerun_keeps_the_previous_dataset(images, tmp_path):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_console_entry_point_and_help(tmp_path):
     assert run_cli("build", "--help").returncode == 0
     done = run_cli()
@@ -180,6 +182,7 @@ def test_progress_forced_without_tqdm_is_one_line_and_exit_2(images, tmp_path):
     assert done.returncode == 2 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_listing_of_ids_is_refused_before_any_work_saying_what_path_template_does(in_process, tmp_path):
     """Kaggle's train.csv holds ids (`id,label`): without --path-template every file would be missing."""
     write_images(tmp_path / "in", {"x": 3})
@@ -192,3 +195,30 @@ def test_a_listing_of_ids_is_refused_before_any_work_saying_what_path_template_d
                                 f"to files, e.g. --path-template '{{}}.jpg' ({tmp_path / 'in'}/x/img0000.jpg exists)")
     assert done.returncode == 2 and not (tmp_path / "out").exists()
     assert in_process(*args, "--path-template", "{}.jpg").returncode == 0
+
+
+def test_version_prints_the_package_version(in_process):
+    from shard_utils import __version__
+
+    done = in_process("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"tpu-shards {__version__}\n", "")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+
+
+def test_layouts_are_counted_in_the_singular_where_they_are_one():
+    from shard_utils.format.topology import cores_x_hosts
+
+    assert [cores_x_hosts(8, 1), cores_x_hosts(1, 4), cores_x_hosts(4, 2)] == [
+        "8 cores x 1 host", "1 core x 4 hosts", "4 cores x 2 hosts"]
+
+
+@pytest.mark.parametrize("name,usual", [
+    ("valid", "validation"), ("val", "validation"), ("eval", "validation"), ("dev", "validation"),
+    ("validaton", "validation"), ("trian", "train"), ("tain", "train"), ("Train", "train"), ("tests", "test"),
+    ("train", None), ("validation", None), ("fold0", None), ("holdout", None), ("testing", None)])
+def test_a_split_name_one_edit_from_a_usual_one_gets_a_note(name, usual):
+    from beam_jobs.jobs.summary import split_name_notes
+
+    notes = split_name_notes([name])
+    assert notes == ([f"  note: split {name!r} is not {usual!r}; loaders asking for {usual!r} will not find it"]
+                     if usual else [])

@@ -21,7 +21,7 @@ API_OBJECTS = ["shard_utils.read.loader.make_dataset", "shard_utils.read.loader.
                "shard_utils.read.random_access.RandomAccessSource", "shard_utils.read.random_access.host_slice",
                "shard_utils.format.manifest.load", "shard_utils.format.manifest.Manifest",
                "shard_utils.format.index.read_index", "shard_utils.read.verify.verify",
-               "shard_utils.read.tfds_meta.tfds_files"]
+               "shard_utils.read.tfds_meta.tfds_files", "beam_jobs.api.build"]
 
 
 def relative_links(markdown: str) -> list[str]:

@@ -305,6 +305,7 @@ def run_main(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           env=env, timeout=180)
 
 
+@pytest.mark.slow
 def test_main_help_lists_every_option(tmp_path):
     done = run_main("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

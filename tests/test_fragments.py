@@ -62,6 +62,7 @@ def test_shards_get_every_record_once_in_key_order(tmp_path_factory, monkeypatch
         assert [len(got.get((split, s), [])) for s in range(split_plan.num_shards)] == split_plan.sizes
 
 
+@pytest.mark.slow
 def test_fragment_info_carries_counts_not_records(tmp_path):
     """What travels through the job per fragment stays small however many records it holds."""
     import pickle

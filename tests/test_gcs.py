@@ -333,7 +333,8 @@ def test_cli_builds_and_verifies_a_bucket_without_printing_credentials(gcs, sour
     assert f"tpu-shards: wrote {out}" in built.stdout and "counters: files_matched 20" in built.stdout
     checked = run_cli("verify", out)
     assert checked.returncode == 0 and checked.stderr.strip() == ""
-    assert checked.stdout.strip() == f"tpu-shards: {out} is intact"
+    assert checked.stdout.strip().startswith(f"tpu-shards: {out} is intact: train ")
+    assert "MB; sizes and checksums checked" in checked.stdout
     missing = run_cli("build", "--input", "gs://no-such-bucket-here/x", "--output", out + "2")
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [

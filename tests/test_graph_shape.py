@@ -35,6 +35,7 @@ def steps_of_graph(tmp_path, *, local: bool, workers: int, template: bool = Fals
     return seen
 
 
+@pytest.mark.slow
 def test_a_local_build_runs_the_graph_dataflow_runs(tmp_path):
     local = steps_of_graph(tmp_path, local=True, workers=2)
     dataflow = steps_of_graph(tmp_path, local=False, workers=1)
@@ -43,6 +44,7 @@ def test_a_local_build_runs_the_graph_dataflow_runs(tmp_path):
             "ShardMedia/WriteShards", "Publish/Move", "Publish/MergeIndex", "Publish/Commit"} <= local
 
 
+@pytest.mark.slow
 def test_a_template_launch_adds_only_the_steps_that_stand_in_for_a_driver(tmp_path):
     driven = steps_of_graph(tmp_path, local=False, workers=1)
     launched = steps_of_graph(tmp_path, local=False, workers=1, template=True)

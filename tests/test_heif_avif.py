@@ -151,6 +151,7 @@ def test_pillow_heif_is_imported_only_when_a_heic_arrives(tmp_path):
         "imported at start: False", "avif: 30", "after avif: False", "heic: 30"]
 
 
+@pytest.mark.slow
 def test_job_builds_records_from_heic_avif_and_motion_photo_jpegs(tmp_path):
     src = tmp_path / "in" / "phone"
     src.mkdir(parents=True)

@@ -87,6 +87,7 @@ def materialize(root, files):
             content.save(path, "PNG")
 
 
+@pytest.mark.slow
 def test_hostile_folder_is_fully_accounted(tmp_path):
     outside = tmp_path / "secret.jpg"
     outside.write_bytes(jpeg(photo(8, 8, 0)))

@@ -104,6 +104,7 @@ def test_split_names_that_are_not_plain_tokens_are_refused_on_load_and_by_verify
     assert len(problems) == 1 and says in problems[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corruption", ["split_absolute", "split_climbing"])
 def test_reshard_of_a_split_named_to_escape_writes_nothing_outside(valid, tmp_path, corruption):
     ds = hostile(valid, tmp_path, corruption)
@@ -262,6 +263,7 @@ def names_and_manifest(ds: Path) -> tuple[list[str], bytes]:
     return sorted(p.name for p in ds.iterdir()), (ds / "manifest.json").read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corruption, says", [
     ("shard_wrong_size", "train-00000-of-00002.tfrecord: size {longer} bytes, manifest says {size}"),
     ("shard_fifo", "train-00000-of-00002.tfrecord: cannot read: not a regular file"),
@@ -390,6 +392,7 @@ def test_by_default_a_bucket_shard_is_checked_by_its_stored_checksum_without_rea
     assert not [uri for uri in opened if uri.endswith(".tfrecord")]
 
 
+@pytest.mark.tf  # imports TensorFlow (the loader)
 def test_check_files_takes_true_false_or_framing(valid):
     from shard_utils.read.loader import make_dataset
 

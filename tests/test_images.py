@@ -168,6 +168,7 @@ def test_truncated_jpeg_is_rejected_even_on_the_pass_through_path(validate):
         assert info.value.reason == "corrupt"
 
 
+@pytest.mark.slow
 def test_job_handles_every_format_and_records_decoded_pixels(tmp_path):
     src = tmp_path / "in" / "things"
     src.mkdir(parents=True)

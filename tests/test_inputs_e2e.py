@@ -32,6 +32,7 @@ def flat_kaggle(root, n=24):
     return root / "train.csv"
 
 
+@pytest.mark.slow
 def test_kaggle_train_csv_with_multi_labels_and_extra_columns(tmp_path):
     listing = flat_kaggle(tmp_path / "comp")
     out = tmp_path / "out"

@@ -118,6 +118,7 @@ def test_each_part_imports_only_what_is_below_it(graph, part):
     assert {m: d for m, d in wrong.items() if d} == {}
 
 
+@pytest.mark.tf  # imports TensorFlow (the loader)
 def test_the_public_import_paths_still_work():
     """What users type keeps working (thin re-exports of the modules' new homes)."""
     from shard_utils.index import read_index  # noqa: F401

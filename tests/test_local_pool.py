@@ -117,6 +117,7 @@ def test_a_missing_file_is_a_reject_not_a_crash(tmp_path):
                    "message": f"train.csv line 3: {tmp_path / 'gone.jpg'} does not exist"}
 
 
+@pytest.mark.slow
 def test_a_build_with_workers_uses_the_pool_it_started_before_the_graph(images, tmp_path, monkeypatch):
     from conftest import run_job
 

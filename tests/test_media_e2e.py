@@ -52,6 +52,7 @@ def clips(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_clips_become_records_of_n_frames_and_bad_clips_are_rejected(clips, tmp_path):
     out = tmp_path / "out"
     m = run_job(clips, out, "--video-frames", "4", "--image-size", "32", "--num-cores", "2")

@@ -70,6 +70,7 @@ def test_verify_and_inspect_arguments_are_one_line_too(capsys):
     one_line_error(capsys, ["inspect", "a", "--bogus"], "unknown option --bogus (see tpu-shards inspect --help)")
 
 
+@pytest.mark.slow
 def test_underscore_spellings_of_our_options_are_aliases(images, tmp_path):
     m = run_job(images, tmp_path / "out", "--image_size", "24", "--jpeg_quality=50", "--num_cores", "4")
     assert m.image_size == [24, 24] and m.options["jpeg_quality"] == 50 and m.num_cores == 4

@@ -68,6 +68,7 @@ def exact_shards(keys: list[tuple[int, str]], cores: int, bits: int, forced=None
     return [p.shard_of(k) for k in keys], p
 
 
+@pytest.mark.slow
 @given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.text(max_size=3)), min_size=8, max_size=300, unique=True),
        st.sampled_from([1, 2, 4, 8]), st.sampled_from([0, 1, 2, 8, 16]), st.booleans())
 def test_boundaries_give_exact_balance_in_key_order(keys, cores, bits, collide):

@@ -33,7 +33,7 @@ def test_plain_inspect_prints_the_summary_and_writes_nothing(built, tmp_path):
     done = run_cli("inspect", built)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == f"{built}: 3 labels, image size varies, 2 cores x 1 hosts, TFRecord shards"
+    assert lines[0] == f"{built}: 3 labels, image size varies, 2 cores x 1 host, TFRecord shards"
     assert lines[-1] == "  files seen 74, rejected 2, skipped 0"
     assert len(lines) == 4 and "report written" not in done.stdout
 

@@ -90,6 +90,7 @@ def test_labels_features_and_accounting_are_carried_over(source, resharded):
     assert new.options["resharded_from"]["location"] == str(source.out) and new.options["num_hosts"] == 4
 
 
+@pytest.mark.slow
 def test_reshard_gives_the_records_and_balance_a_build_for_that_topology_gives(source, resharded):
     """The same records, byte for byte, in shards of the same counts as a build for that topology (which
     records share a shard differs: a build cuts its runs from the listing, before anything is encoded)."""
@@ -123,6 +124,7 @@ def test_a_dataset_without_an_index_is_resharded_from_its_records(source, reshar
     assert verify(str(dst), deep=True) == []
 
 
+@pytest.mark.slow
 def test_too_few_records_for_the_new_topology_names_what_a_reshard_can_change(source, tmp_path):
     """40 records cannot fill 8 x 8 shards: the line names the reshard's options, not the build's --splits."""
     dst = tmp_path / "dst"

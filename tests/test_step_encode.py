@@ -91,6 +91,7 @@ def test_the_dataset_labels_keep_their_ids(planned, request):
     assert {ids for source, ids in stored.items() if source.startswith("cat/")} == {(1,)}
 
 
+@pytest.mark.slow
 def test_encoding_again_or_twice_at_once_writes_the_same_runs(planned, request):
     config, laid, labels = dataset(planned, request)
     temp = Path(run_info(config).temp_dir)

@@ -3,6 +3,7 @@ boundaries out (or the one line that says why there are none)."""
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from steps import counters, media_chunks, outputs, pipeline, run, step_config
@@ -54,6 +55,7 @@ def test_each_split_is_cut_into_runs_at_keys_of_its_items(tmp_path):
     assert counters(result)["sample_encoded"] == 11  # the broken file is left out of the size sample
 
 
+@pytest.mark.slow
 def test_the_layout_does_not_depend_on_how_the_listing_was_chunked(tmp_path):
     write_images(tmp_path / "in", {"cat": 9, "dog": 8})
     config = step_config(tmp_path, tmp_path / "in", *SPLITS)

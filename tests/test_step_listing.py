@@ -3,6 +3,7 @@ files, the tally and the labels out, with the counters the job reports."""
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from steps import counters, pipeline, run, step_config
@@ -30,6 +31,7 @@ def tally_of(out):
             | "Sum" >> beam.Map(lambda ts: (lambda t: (t.seen, dict(t.skipped)))(sum_tallies(ts))))
 
 
+@pytest.mark.slow
 def test_list_media_sorts_a_folder_into_media_rejects_and_skipped_files(tmp_path):
     config = step_config(tmp_path, folder(tmp_path))
     p = pipeline()
@@ -61,6 +63,7 @@ def test_list_media_finds_folders_below_the_stages_it_fans_out(tmp_path):
     assert counters(run(p))["files_matched"] == 9
 
 
+@pytest.mark.slow
 def test_list_listed_media_rejects_a_row_naming_a_file_again(tmp_path):
     root = tmp_path / "in"
     write_images(root, {"cat": 2})

@@ -108,6 +108,7 @@ def test_publishing_again_changes_nothing(written, tmp_path):
     assert files_under(Path(config.output)) == files
 
 
+@pytest.mark.slow
 def test_publishing_twice_at_once_publishes_one_dataset(written, tmp_path):
     config, inputs = fresh(written, tmp_path)
     both = twice_at_once(lambda: publish(config, inputs)[0])

@@ -59,6 +59,7 @@ def sources_of(runs, split: str) -> list[str]:
     return sorted(e.meta.source_id for r in runs if r.split == split and r.file for e in r.file.entries())
 
 
+@pytest.mark.slow
 def test_each_split_gets_balanced_shards_covering_every_record_once(encoded):
     config, laid, runs = encoded
     out = planned_shards(config, laid, runs)
@@ -85,6 +86,7 @@ def test_dropped_records_are_left_out_of_the_shards(encoded):
     assert [t.dropped for t in out["tasks"] if victim.run in t.dropped] == [{victim.run: frozenset({0})}]
 
 
+@pytest.mark.slow
 def test_shards_that_cannot_be_made_give_the_reason_and_no_task(encoded):
     config, laid, runs = encoded
     p = pipeline()
@@ -131,6 +133,7 @@ def test_every_shard_is_written_with_its_planned_records(encoded, planned):
     assert found["bytes_written"] == sum(r.num_bytes for r in results)
 
 
+@pytest.mark.slow
 def test_each_part_of_the_step_and_the_whole_step_written_again_give_the_same_shards(planned):
     """Copies, then the whole step (the copies again, then the prefixes), then the prefixes again, then the whole
     step once more: what a retry of each of the step's parts, or of the whole step, does. Taking a prefix moves

@@ -67,6 +67,7 @@ def test_wheel_built_by_the_documented_command_installs_a_working_loader(install
     assert leaked == "[]"
 
 
+@pytest.mark.slow
 def test_install_hints_name_what_pip_can_install_here(installed, tmp_path):
     """tpu-shards is on no package index: an installed wheel's hints name the extra's own packages, a
     checkout's `pip install -e` on the checkout (`.` from inside it)."""
@@ -88,6 +89,7 @@ except ImportError as exc:
 """
 
 
+@pytest.mark.slow
 def test_readers_of_a_no_deps_install_without_google_crc32c(installed, tmp_path):
     """A --no-deps install where only TensorFlow's own packages exist (no google-crc32c, fastavro, Beam or the GCS
     client): the TFDS metadata is made all the same; random access says in one line which packages it needs."""

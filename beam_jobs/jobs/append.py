@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
 import time
+from typing import Collection
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
@@ -29,8 +29,9 @@ from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
+from shard_utils.format.topology import cores_x_hosts
 
-from beam_jobs.jobs import options
+from beam_jobs.jobs import inherit, options
 from beam_jobs import progress, publish
 from beam_jobs.publish.append import append_naming, plan_append, with_generation
 from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
@@ -43,12 +44,6 @@ from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
-
-# Options that shape records or where they go: an append must use the first build's values.
-SAME_OPTIONS = ("splits", "image_size", "resize", "jpeg_quality", "background", "seed", "label_offset",
-                "shard_extension", "extra_columns", "label_from_name", "path_column", "path_template", "label_column",
-                "label_separator", "split_column", "extra_separator")
-
 
 class AppendConfig(BuildConfig):
     """A build's config for an append: a split that gets no new records is fine (it keeps its shards)."""
@@ -207,11 +202,13 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
 # ---------------------------------------------------------------------------------------------- the driver
 
 
-def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
-    """Refuse, with one line, a dataset this append cannot grow, or options that differ from its first build's."""
+def check_appendable(old: manifest.Manifest, config: BuildConfig, given: Collection[str] = ()) -> None:
+    """Refuse, with one line, a dataset this append cannot grow, or options (`given`: the ones on the command
+    line) that differ from its first build's."""
     where = f"cannot append to {config.output}"
     if old.media != "image" or old.embedding is not None:
         raise UsageError(f"{where}: appending supports image datasets without embeddings")
+    inherit.check_same(old.options, config.manifest_options(), given, where)
     if layout.formats_of(config.format) != old.formats:
         raise UsageError(f"{where}: it holds {' and '.join(old.formats)} shards, this append asks for --format "
                          f"{config.format}; give --format {old.options.get('format') or _format_of(old)}")
@@ -220,15 +217,9 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig) -> None:
         raise UsageError(f"{where}: split {missing[0]!r} has no record index (an older tpu-shards built it); reshard "
                          "it into a new folder (tpu-shards reshard SRC DST writes one) and append there")
     if (config.num_cores, config.num_hosts) != (old.num_cores, old.num_hosts):
-        raise UsageError(f"{where}: it is sharded for {old.num_cores} cores x {old.num_hosts} hosts, this append asks "
-                         f"for {config.num_cores} x {config.num_hosts}; give the same (tpu-shards reshard changes "
-                         "them)")
-    given = config.manifest_options()
-    for key in SAME_OPTIONS:
-        if key in old.options and _same(old.options[key]) != _same(given[key]):
-            raise UsageError(f"{where}: it was built with --{key.replace('_', '-')} {_show(old.options[key])}, this "
-                             f"append gives {_show(given[key])}; an append uses the first build's options "
-                             "(reshard or rebuild to change them)")
+        raise UsageError(f"{where}: it is sharded for {cores_x_hosts(old.num_cores, old.num_hosts)}, this append asks "
+                         f"for {cores_x_hosts(config.num_cores, config.num_hosts)}; leave --tpu, --num-cores and "
+                         "--num-hosts out to take the dataset's (tpu-shards reshard changes them)")
     g = next_generation(old)
     for name in old.splits:
         if generation_split(name, g) in old.splits:
@@ -250,23 +241,7 @@ def check_intact(old: manifest.Manifest, config: BuildConfig) -> None:
                          "lists every problem; nothing was written")
 
 
-def _same(value) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def _show(value) -> str:
-    if value is None:
-        return "(not given)"
-    if isinstance(value, str) and value and not value.strip():
-        return f"{value!r} (a space)" if value == " " else repr(value)
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
-
-
-def open_dataset(config: BuildConfig) -> manifest.Manifest:
+def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.Manifest:
     """Take the output's lock and load the dataset to grow; UsageError (lock given back) when it cannot be grown."""
     out = config.output
     if config.input and inside(out, config.input):
@@ -289,7 +264,7 @@ def open_dataset(config: BuildConfig) -> manifest.Manifest:
             old = manifest.load(out)
         except manifest.ManifestError as exc:
             raise UsageError(f"cannot append to {out}: {exc}") from None
-        check_appendable(old, config)
+        check_appendable(old, config, given)
         check_intact(old, config)
         publish.clean_stale_runs(config.temp_root, config.run_id)
         publish.remove_unfinished_writes(out)
@@ -299,8 +274,18 @@ def open_dataset(config: BuildConfig) -> manifest.Manifest:
     return old
 
 
-def run_append(args, beam_args) -> manifest.Manifest:
-    """The driver of `build --append` (options already parsed by `build_shards.run`); returns the manifest after."""
+def recorded_options(output: str) -> dict:
+    """The options the dataset at `output` records (none when there is no readable dataset there: opening it
+    says why, under the lock)."""
+    try:
+        return manifest.load(output).options
+    except (manifest.ManifestError, storage.StorageError):
+        return {}
+
+
+def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifest:
+    """The driver of `build --append` (options already parsed by `build.run`; `given`: the options its command
+    line gives, the others are taken from the dataset's manifest); returns the manifest after."""
     opts = pipeline_options(beam_args)
     runner = opts.view_as(StandardOptions).runner or ""
     cloud = opts.view_as(GoogleCloudOptions)
@@ -312,6 +297,7 @@ def run_append(args, beam_args) -> manifest.Manifest:
     direct = opts.view_as(DirectOptions)
     workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
                                     direct.direct_running_mode or "", options.available_cores())
+    args = inherit.take_recorded(args, set(given), recorded_options(args.output))
     listing, split_dirs = prepare_inputs(args)
     now = datetime.datetime.now(datetime.timezone.utc)
     local = runner in options.LOCAL_RUNNERS
@@ -321,7 +307,7 @@ def run_append(args, beam_args) -> manifest.Manifest:
     config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
     check_with_beam(opts)
     with guard_interrupts(config, local):
-        old = open_dataset(config)
+        old = open_dataset(config, given)
         started = time.monotonic()
         result = execute(config, opts, lambda p: build_append_pipeline(p, config, old), show_progress=args.progress)
         after = manifest.load(args.output)

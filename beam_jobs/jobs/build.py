@@ -44,11 +44,12 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
 
 def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     """Run the job; returns the manifest written (None when only a Dataflow template was created)."""
-    args, beam_args = options.parse(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, beam_args = options.parse(argv)
     if args.append:
         from beam_jobs.jobs.append import run_append
 
-        return run_append(args, beam_args)
+        return run_append(args, beam_args, options.given(argv))
     opts = pipeline_options(beam_args)
     runner = opts.view_as(StandardOptions).runner or ""
     direct = opts.view_as(DirectOptions)

@@ -57,6 +57,7 @@ class BuildConfig:
     lease_seconds: float = LEASE_SECONDS  # how long the output's lock holds a run without a renewal
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_dirs: bool = False
+    stratify: bool = False  # --stratify: each class cut into the splits at their fractions (pipeline.stratify)
     image: ImageOptions = ImageOptions()
     num_cores: int = 8
     num_hosts: int = 1
@@ -123,6 +124,7 @@ class BuildConfig:
         return {
             "splits": ("from folders" if self.split_dirs else f"from column {self.listing.split_column}"
                        if self.listing.split_column else dict(self.splits)),
+            "stratify": self.stratify,
             "image_size": list(self.image.size) if self.image.size else None,
             "resize": self.image.resize,
             "jpeg_quality": self.image.quality,

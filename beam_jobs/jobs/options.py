@@ -43,6 +43,9 @@ def parser() -> OneLineParser:
     ap.add_argument("--output", required=True, help="folder or gs://bucket/prefix for shards and manifest.json")
     ap.add_argument("--splits", help="e.g. train=0.9,validation=0.1 (default: all in train, or the input's "
                                      "train/validation/test folders)")
+    ap.add_argument("--stratify", action="store_true",
+                    help="cut each class into the --splits at their fractions (every split's count of a class within "
+                         "one of its fraction), instead of each file by its own hash")
     ap.add_argument("--image-size", help="H or H,W: resize every image (default: keep sizes)")
     ap.add_argument("--resize", choices=RESIZE_MODES, default="fill",
                     help="fill: cover then centre-crop to exactly HxW (default); stretch: exactly HxW; "
@@ -157,6 +160,14 @@ def normalise(argv: Sequence[str], ours: Sequence[str]) -> list[str]:
         name, eq, value = arg.partition("=")
         out.append(dashed[name] + eq + value if name in dashed else arg)
     return out
+
+
+def given(argv: Sequence[str]) -> set[str]:
+    """The build options (their dests) a command line gives; the others are at their defaults."""
+    from beam_jobs.jobs.inherit import given_options
+
+    ap = parser()
+    return given_options(ap, normalise(argv, ap.option_names()))
 
 
 def beam_option_strings() -> set[str]:
@@ -342,6 +353,16 @@ def tpu_layout(tpu: str | None, num_cores: int | None, num_hosts: int | None) ->
     return None, cores, hosts
 
 
+def check_stratify(splits: list[tuple[str, float]], split_dirs: bool, listing: listings.ListingOptions) -> None:
+    """--stratify cuts classes into the --splits fractions: refused where the input gives every split, or where
+    there is one split to cut into."""
+    if split_dirs or listing.split_column:
+        given = "the input's train/validation/test folders" if split_dirs else f"--split-column {listing.split_column}"
+        raise UsageError(f"--stratify cuts classes at the --splits fractions; {given} already give every split")
+    if len(splits) < 2:
+        raise UsageError("--stratify needs --splits with two or more splits, e.g. train=0.9,validation=0.1")
+
+
 def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, temp_root: str,
                 run_id: str | None, created: str | None,
                 listing: listings.ListingOptions | None = None, local: bool = False) -> BuildConfig:
@@ -356,6 +377,8 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         splits = inputs.parse_splits(args.splits) if args.splits else [("train", 1.0)]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.stratify:
+        check_stratify(splits, split_dirs, listing)
     size = None
     if args.image_size:
         hw = _int_list(args.image_size, "--image-size", (1, 2), 1, MAX_IMAGE_SIDE)
@@ -388,7 +411,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     embed = embed_spec(args)
     return BuildConfig(
         input=args.input, output=args.output, temp_root=temp_root, run_id=run_id, created=created,
-        splits=tuple(splits), split_dirs=split_dirs,
+        splits=tuple(splits), split_dirs=split_dirs, stratify=args.stratify,
         image=image, video=video, embed=embed, embed_key=args.embed_key,
         num_cores=cores, num_hosts=hosts, tpu=tpu, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,

@@ -1,7 +1,7 @@
 """What a finished job prints: its summary lines and its Beam counters."""
 from __future__ import annotations
 
-from shard_utils import storage
+from shard_utils import inputs, storage
 from shard_utils.format import labels, manifest
 
 
@@ -70,6 +70,13 @@ def shards_of(m: manifest.Manifest, shards: list[manifest.Shard]) -> str:
             f"{'record' if sizes == [1] else 'records'}")
 
 
+def split_name_notes(split_names) -> list[str]:
+    """A note for each split named one edit (or an alias) away from train, validation or test: loaders and
+    TFDS code ask for the usual names. The name is kept as given."""
+    return [f"  note: split {name!r} is not {usual!r}; loaders asking for {usual!r} will not find it"
+            for name in split_names for usual in [inputs.usual_split_meant(name)] if usual]
+
+
 def label_ids_line(names: list[str]) -> list[str]:
     """The line saying which id each numeric label got, when an id is not the label itself; none otherwise."""
     mapping = labels.renumbered(names)
@@ -87,6 +94,8 @@ def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1)
                      f"{split.num_bytes / 1e6:.1f} MB")
         lines += twins_line(split.array_record_shards)
     lines += label_ids_line(m.labels)
+
+    lines += split_name_notes(m.splits)
 
     def reasons(part: dict) -> str:
         return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""

@@ -1,6 +1,6 @@
 """ShardMedia: the steps a build and an append share, from listed media to shards under temporary names.
 
-    media ─► PlanLayout ─► EncodeRuns ─► [FindDuplicates] ─► [CarryLatest] ─► PlanShards ─► WriteShards
+    media ─► [Stratify] ─► PlanLayout ─► EncodeRuns ─► [FindDuplicates] ─► [CarryLatest] ─► PlanShards ─► WriteShards
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from beam_jobs.pipeline.dedup import FindDuplicates
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.layout import PlanLayout
 from beam_jobs.pipeline.shards import PlanShards
+from beam_jobs.pipeline.stratify import Stratify
 from beam_jobs.pipeline.write import WriteShards
 
 __all__ = ["ShardMedia"]
@@ -39,6 +40,8 @@ class ShardMedia(beam.PTransform):
 
     def expand(self, media):
         cfg, p = self.config, media.pipeline
+        if cfg.stratify:
+            media = media | "Stratify" >> Stratify(cfg.splits, cfg.seed)
         planned = media | "PlanLayout" >> PlanLayout(cfg)
         encoded = planned["keyed"] | "EncodeRuns" >> EncodeRuns(cfg, planned["layouts"], self.labels, self.run,
                                                                 self.known_labels)

@@ -9,10 +9,15 @@ def sort_key(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode("utf-8")).digest()[:8], "big")
 
 
+def split_hash(seed: int, key: str) -> int:
+    """A 64-bit seeded hash of a record key that decides its split (by fraction, or its place in its class when
+    stratified)."""
+    return int.from_bytes(hashlib.sha256(f"split:{seed}:{key}".encode("utf-8")).digest()[:8], "big")
+
+
 def unit_hash(seed: int, key: str) -> float:
     """A seeded hash of a key mapped to [0, 1): used to assign splits by fraction."""
-    digest = hashlib.sha256(f"split:{seed}:{key}".encode("utf-8")).digest()[:8]
-    return int.from_bytes(digest, "big") / 2**64
+    return split_hash(seed, key) / 2**64
 
 
 def choose_split(fractions: list[tuple[str, float]], seed: int, key: str) -> str:

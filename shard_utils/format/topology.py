@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["TABLE", "Topology", "TopologyError", "lookup", "shard_division"]
+__all__ = ["TABLE", "Topology", "TopologyError", "cores_x_hosts", "lookup", "shard_division"]
 
 
 class TopologyError(ValueError):
@@ -28,6 +28,11 @@ class Topology:
     @property
     def devices(self) -> int:
         return self.hosts * self.devices_per_host
+
+
+def cores_x_hosts(cores: int, hosts: int) -> str:
+    """A layout in words, singular where it is one: "8 cores x 1 host", "4 cores x 2 hosts"."""
+    return f"{cores} {'core' if cores == 1 else 'cores'} x {hosts} {'host' if hosts == 1 else 'hosts'}"
 
 
 def _family(generation: str, sizes, devices_per_host, hosts) -> dict[str, tuple[int, int]]:

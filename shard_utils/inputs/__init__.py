@@ -10,6 +10,7 @@ from typing import Union
 from shard_utils.format import names
 
 SPLIT_DIRS = ("train", "validation", "test")
+SPLIT_ALIASES = {"valid": "validation", "val": "validation", "eval": "validation", "dev": "validation"}
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".webm", ".mkv", ".avi"})
 MEDIA_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
@@ -101,6 +102,30 @@ def parse_splits(text: str) -> list[tuple[str, float]]:
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f"--splits fractions add up to {total:g}, not 1")
     return out
+
+
+def usual_split_meant(name: str) -> str | None:
+    """The usual split name (train, validation, test) a split name probably means but is not: one edit away
+    (a letter added, dropped, changed, or two swapped; or only the case differs) or a common alias (valid, val,
+    eval, dev); None for a usual name or one far from all. Split names stay free-form: this only feeds a note."""
+    if name in SPLIT_DIRS:
+        return None
+    lower = name.lower()
+    if lower in SPLIT_ALIASES:
+        return SPLIT_ALIASES[lower]
+    return next((usual for usual in SPLIT_DIRS if lower == usual or one_edit_apart(lower, usual)), None)
+
+
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether two different strings are one insertion, deletion, substitution or adjacent swap apart."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if len(a) == len(b):
+        swapped = a[i + 1:i + 2] + a[i:i + 1] == b[i:i + 2] and a[i + 2:] == b[i + 2:]
+        return a[i + 1:] == b[i + 1:] or swapped
+    longer, shorter = (a, b) if len(a) > len(b) else (b, a)
+    return longer[i + 1:] == shorter[i:]
 
 
 @dataclass(frozen=True)

@@ -460,7 +460,7 @@ def _warn_uneven_shards(m: Manifest, selection: Selection, n: int) -> None:
         return
     if division is None:
         division = f"they hold {min(counts)} to {max(counts)} records (the expression cuts shards)"
-    built = m.tpu or f"{m.num_cores} cores x {m.num_hosts} hosts"
+    built = m.tpu or topology.cores_x_hosts(m.num_cores, m.num_hosts)
     warnings.warn(f"split {selection.expression!r} has {shards} shards (built for {built}) for {n} input "
                   f"pipelines: {division}, and each repeats its own, so the records of the pipelines with fewer "
                   "shards are seen more often per pass. For exact epochs on any host count pass seed= and "

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 
 from shard_utils import storage
 from shard_utils.extras import require
+from shard_utils.format import topology
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.read.report.charts import class_chart, plain_text, rejected_chart, shard_chart, size_chart
 from shard_utils.read.report.rejects import RejectedRows, first_rejected, reason_counts
@@ -43,7 +44,7 @@ def _summary_rows(m: Manifest) -> list[tuple[str, Any]]:
         ("media", m.media), ("labels", f"{len(m.labels)}: " + ", ".join(printable(x, 40) for x in m.labels[:30])
                              + (" ..." if len(m.labels) > 30 else "")),
         ("image size", "x".join(map(str, m.image_size)) if m.image_size else "varies"),
-        ("TPU layout", f"{m.num_cores} cores x {m.num_hosts} hosts"),
+        ("TPU layout", topology.cores_x_hosts(m.num_cores, m.num_hosts)),
         ("files seen", m.files_seen), ("rejected", reasons(m.rejected)), ("skipped", reasons(m.skipped)),
     ]
 
