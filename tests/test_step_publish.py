@@ -100,6 +100,7 @@ def test_the_dataset_is_published_with_its_reports_and_nothing_left_behind(writt
     assert counters(result)["shards_published"] == len(inputs["shards"])
 
 
+@pytest.mark.slow  # two whole Publish pipelines: over the fast subset's 3 CPU-s
 def test_publishing_again_changes_nothing(written, tmp_path):
     config, inputs = fresh(written, tmp_path)
     first, _ = publish(config, inputs)
