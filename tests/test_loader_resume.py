@@ -122,7 +122,7 @@ def test_pipelines_that_do_not_divide_the_shards_are_told_once_and_resumable_run
         loader.make_dataset(m, "train", 2, input_context=ctx, seed=SEED)
     (message,) = [str(w.message) for w in caught]
     assert "\n" not in message
-    assert message.startswith("split 'train' has 8 shards (built for 8 cores x 1 hosts) for 3 input pipelines: "
+    assert message.startswith("split 'train' has 8 shards (built for 8 cores x 1 host) for 3 input pipelines: "
                               "pipelines 0-1 read 3 shards, pipeline 2 reads 2") and "start_step=" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error")
