@@ -40,7 +40,7 @@ setup(
         "grain": ["grain>=0.2.18", "array-record>=0.8"],
         "report": ["matplotlib>=3.8"],
         # Validating croissant.json with MLCommons' own checker; writing it needs nothing (it is plain JSON)
-        "croissant": ["mlcroissant>=1.1,<1.2"],  # `tpu-shards inspect --report`; not needed to build or load
+        "croissant": ["mlcroissant>=1.1,<1.2"],
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
         "embed": ["tensorflow-cpu>=2.21,<2.22"],  # --embed-model; the loader's TensorFlow is the same
         # benchmarks/bench_build.py: the TensorFlow Datasets peer it compares the job with
