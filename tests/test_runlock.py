@@ -53,8 +53,8 @@ def test_an_expired_lease_is_taken_over_and_its_holder_can_no_longer_renew(outpu
     time.sleep(0.6)
     runlock.acquire(output, "run-b", "t")
     assert runlock.holds(output, "run-b")
-    assert not runlock.renew(output, "run-a")
-    assert runlock.renew(output, "run-b")
+    assert not runlock.refresh(output, "run-a")
+    assert runlock.refresh(output, "run-b")
 
 
 def test_a_dead_local_holder_is_taken_over_at_once(tmp_path):

@@ -102,19 +102,6 @@ def acquire(output: str, run_id: str, started: str, lease_seconds: float = LEASE
     raise OutputBusy(f"output {output}: could not take its lock (other builds keep changing it)")
 
 
-def renew(output: str, run_id: str, lease_seconds: float = LEASE_SECONDS) -> bool:
-    """Extend this run's lease; False if the lock is no longer ours (or changed under us)."""
-    path = lock_path(output)
-    found = storage.read_versioned(path)
-    if found is None:
-        return False
-    holder = Lease.from_bytes(found[0])
-    if holder is None or holder.run_id != run_id:
-        return False
-    renewed = replace(holder, expires=time.time() + lease_seconds)
-    return storage.replace_if_version(path, renewed.to_bytes(), found[1])
-
-
 def refresh(output: str, run_id: str, lease_seconds: float = LEASE_SECONDS, *, due: float = 0.0) -> bool:
     """Renew this run's lease once more than `due` seconds have passed since it was last renewed (0: now); True
     while the run holds the lock, also when another of its processes renewed it first."""
