@@ -39,6 +39,8 @@ setup(
         # requires it too, except on Windows). Not pulled by `array_record`, which Dataflow images install to write.
         "grain": ["grain>=0.2.18", "array-record>=0.8"],
         "report": ["matplotlib>=3.8"],
+        # JAX training input (shard_utils.jax_loader): global jax.Array batches, Orbax-saved input state, Grain
+        "jax": ["jax>=0.7", "orbax-checkpoint>=0.11", "grain>=0.2.18", "array-record>=0.8"],
         # Validating croissant.json with MLCommons' own checker; writing it needs nothing (it is plain JSON)
         "croissant": ["mlcroissant>=1.1,<1.2"],
         "video": ["av>=18,<20"],  # video clips (PyAV bundles FFmpeg)
@@ -58,6 +60,9 @@ setup(
             "array-record>=0.8",  # ArrayRecord shards are written and read with the real package
             "tensorflow-datasets>=4.9.10,<4.10",
             "mlcroissant>=1.1,<1.2",  # every build's croissant.json is validated by the real checker
+            "jax>=0.7",  # the JAX loader on 8 CPU devices and several local processes
+            "orbax-checkpoint>=0.11",  # its input state saved beside the model
+            "imagehash>=4.3",  # the perceptual hash near-duplicates are compared with
             "pandas>=2",  # the README reads the index with pandas; its test would otherwise skip
             "mkdocs>=1.6",  # tests/test_docs.py builds the docs site with warnings as errors
             "mkdocstrings[python]>=1.0",
