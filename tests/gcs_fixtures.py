@@ -1,8 +1,9 @@
 """A real GCS-compatible server on loopback for the gs:// tests, and a proxy that injects storage faults.
 
 `gcp-storage-emulator` runs in its own process (its own GIL, so Beam's in-process runner and the
-server never starve each other) on a free port; `STORAGE_EMULATOR_HOST` points at it for the whole
-session, so the real `google-cloud-storage` client, Beam's gcsio and subprocess workers all use it.
+server never starve each other) on a free port; `STORAGE_EMULATOR_HOST` (and array-record's
+`CLOUD_STORAGE_EMULATOR_ENDPOINT`) point at it for the whole session, so the real `google-cloud-storage` client,
+Beam's gcsio, array-record's reader and subprocess workers all use it.
 No storage client is mocked anywhere.
 """
 from __future__ import annotations
@@ -61,19 +62,25 @@ def reset_clients() -> None:
     storage_base._client = None
 
 
+# The Python clients (ours, Beam's) read the first; google-cloud-cpp, inside array-record's reader of gs:// shards,
+# the second. Both clients read them whenever they make a client, so a block can point them elsewhere.
+EMULATOR_VARIABLES = ("STORAGE_EMULATOR_HOST", "CLOUD_STORAGE_EMULATOR_ENDPOINT")
+
+
 @contextmanager
 def storage_host(url: str) -> Iterator[None]:
-    """Point every storage client created inside the block (ours and Beam's) at url."""
-    old = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = url
+    """Point every storage client created inside the block (ours, Beam's, array-record's) at url."""
+    old = {name: os.environ.get(name) for name in EMULATOR_VARIABLES}
+    os.environ.update(dict.fromkeys(EMULATOR_VARIABLES, url))
     reset_clients()
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         reset_clients()
 
 
@@ -244,6 +251,11 @@ class FaultProxy:
     expression) answers every request whose path matches with 503: an object that stays unavailable (with
     fail_first=N, only the first N of them: a request that fails, then works when tried again). latency (seconds) delays every request before it is forwarded, as a remote store would; requests
     in flight at once wait at once.
+
+    A suffix range (`Range: bytes=-N`, the last N bytes: how array-record's C++ client reads a shard's footer)
+    is answered as Cloud Storage answers it, 206 with the object's last N bytes; the emulator ignores it and
+    sends the whole object. `ranges` holds the Range header (or None) of every request received, beside
+    `requests`, and `connections` counts the TCP connections clients opened.
     """
 
     def __init__(self, upstream: str, rate: float = 0.0, seed: int = 1, deny_writes_to: str | None = None,
@@ -261,6 +273,8 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.counts = {"forwarded": 0, "503": 0, "429": 0, "reset": 0, "403": 0}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request received
+        self.ranges: list[str | None] = []  # the Range header of each of them
+        self.connections = 0
         self.served: list[tuple[str, str, int]] = []  # (method, path, response body bytes) of forwarded ones
         self.timeline: list[tuple[float, float, str, str]] = []  # (start, end, method, path) of forwarded ones
         proxy = self
@@ -271,11 +285,16 @@ class FaultProxy:
             def log_message(self, *args):  # quiet
                 pass
 
+            def setup(self):
+                super().setup()
+                with proxy.lock:
+                    proxy.connections += 1
+
             def _handle(self):
                 started = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                fault = proxy._fault(self.command, self.path)
+                fault = proxy._fault(self.command, self.path, self.headers.get("Range"))
                 if fault == "reset":
                     # Drop the connection without a response: the client sees a reset.
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -293,21 +312,26 @@ class FaultProxy:
                     self.wfile.write(payload)
                     return
                 page = proxy._page_request(self.command, self.path)
+                suffix = re.fullmatch(r"bytes=-(\d+)", self.headers.get("Range") or "")
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
                 try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    headers = {k: v for k, v in self.headers.items()
+                               if k.lower() not in ("host", "connection") and not (suffix and k.lower() == "range")}
                     conn.request(self.command, page[0] if page else self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()
                 finally:
                     conn.close()
+                status, reason, resp_headers = resp.status, resp.reason, resp.getheaders()
                 if page and resp.status == 200:
                     data = proxy._page_of(data, *page[1:])
+                if suffix and resp.status == 200:
+                    status, reason, resp_headers, data = proxy._suffix_of(data, int(suffix.group(1)), resp_headers)
                 with proxy.lock:
                     proxy.served.append((self.command, self.path, len(data)))
                     proxy.timeline.append((started, time.monotonic(), self.command, self.path))
-                self.send_response(resp.status, resp.reason)
-                for k, v in resp.getheaders():
+                self.send_response(status, reason)
+                for k, v in resp_headers:
                     if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
@@ -322,11 +346,12 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def _fault(self, method: str, path: str) -> str | None:
+    def _fault(self, method: str, path: str, byte_range: str | None = None) -> str | None:
         if self.latency:
             time.sleep(self.latency)
         with self.lock:
             self.requests.append((method, path))
+            self.ranges.append(byte_range)
             if (self.fail_paths is not None and self.fail_paths.search(urllib.parse.unquote(path))
                     and (self.fail_first is None or self.failed_paths < self.fail_first)):
                 self.failed_paths += 1
@@ -341,6 +366,15 @@ class FaultProxy:
             kind = self.random.choice(("503", "429", "reset"))
             self.counts[kind] += 1
             return kind
+
+    @staticmethod
+    def _suffix_of(whole: bytes, n: int, headers: list[tuple[str, str]]):
+        """(status, reason, headers, body) of Cloud Storage's answer to `Range: bytes=-n` on an object whose bytes
+        are `whole`: 206 with the last n bytes (all of them when n is larger), with their Content-Range."""
+        start = max(0, len(whole) - n)
+        kept = [(k, v) for k, v in headers if k.lower() not in ("content-range", "x-goog-hash")]
+        return 206, "Partial Content", kept + [("Content-Range", f"bytes {start}-{len(whole) - 1}/{len(whole)}")], \
+            whole[start:]
 
     PAGING = ("maxResults", "pageToken", "delimiter", "startOffset", "endOffset")
 

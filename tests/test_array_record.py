@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import shutil
 import signal
 from pathlib import Path
@@ -124,6 +125,28 @@ def test_grain_reads_the_shards_and_the_decoder_maps_them(datasets):
     assert sorted(seen) == sorted(schema.decode_example(r)[schema.SOURCE_ID].decode() for r in expected)
     first = Decoder.for_manifest(m)(source[0])
     assert first["image"].shape == (24, 24, 3) and m.labels[first["label"]] in ("cat", "dog", "fish")
+
+
+def test_array_record_source_reads_a_split_expression_with_the_counts_of_the_manifest(datasets):
+    grain = pytest.importorskip("grain")
+    from shard_utils.read.array_record_source import ShardSlice, array_record_source, shard_slices
+    from shard_utils.read.random_access import RandomAccessSource
+
+    _, both = datasets.both
+    _, alone = datasets.array_record
+    for expression in ("train", "train[2:]+validation[:50%]", ["validation", "train[:3]"]):
+        indexed = RandomAccessSource(both, expression)
+        expected = [indexed[i] for i in range(len(indexed))]
+        for m in (both, alone):
+            src = array_record_source(m, expression)
+            assert isinstance(src, grain.sources.ArrayRecordDataSource) and len(src) == len(expected)
+            assert [src[i] for i in range(len(src))] == expected
+            assert list(pickle.loads(pickle.dumps(src)).__getitems__(range(len(src))[::-1])) == expected[::-1]
+    first = alone.splits["train"].shards[0]
+    assert shard_slices(alone, "train[2:]")[0] == ShardSlice(str(datasets.array_record[0] / first.path), 2,
+                                                             first.num_records - 2, first.num_records)
+    with pytest.raises(ManifestError, match="has no ArrayRecord shards"):
+        array_record_source(datasets.tfrecord[1], "train")
 
 
 @pytest.mark.tf  # imports TensorFlow (the loader)

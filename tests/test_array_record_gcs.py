@@ -1,18 +1,29 @@
 """ArrayRecord shards bucket to bucket on the storage emulator: the same objects as a local build, verified
-there, and a build killed mid-upload leaves no partial object and a rerun gives the same dataset."""
+there, and a build killed mid-upload leaves no partial object and a rerun gives the same dataset. Grain reads the
+shards in the bucket where they are, with the requests docs/random-access.md states."""
 from __future__ import annotations
 
 import contextlib
 import io
+import random
+import re
 import signal
+import tempfile
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from array_record.python.array_record_module import ArrayRecordReader
+from array_record_requests import shard_gets
 from conftest import faults, run_cli, run_job, write_images
+from gcs_fixtures import FaultProxy, storage_host
 
 from beam_jobs.cli import main as cli_main
 from shard_utils import storage
 from shard_utils.format import array_record
+from shard_utils.format.manifest import load
+from shard_utils.read.array_record_source import array_record_source, shard_slices
+from shard_utils.read.random_access import Decoder, RandomAccessSource
 from shard_utils.read.verify import verify
 
 # Written from the manifest (its time, the output's name): compared through the manifest, not as bytes.
@@ -99,3 +110,99 @@ def test_a_build_killed_mid_upload_leaves_no_partial_object_and_a_rerun_is_ident
     rerun = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--format", "both", "--overwrite")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     same_as_local(gcs, out, source.local["both"])
+
+
+# ---------------------------------------------------------------------------- Grain reading shards in the bucket
+
+@pytest.fixture(scope="module")
+def in_bucket(gcs, source):
+    """The `both` dataset built by the job straight into a bucket, and its manifest there."""
+    out = f"gs://{gcs.new_bucket('argrain')}/ds"
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_job(source.uri, out, *OPTS, "--format", "both", "--workers", "1")
+    return SimpleNamespace(uri=out, manifest=load(out))
+
+
+def every_position(n: int) -> list[int]:
+    positions = list(range(n))
+    random.Random(3).shuffle(positions)
+    return positions
+
+
+@pytest.mark.slow
+def test_grain_reads_array_record_shards_in_the_bucket_in_place(gcs, source, in_bucket, tmp_path, monkeypatch):
+    grain = pytest.importorskip("grain")
+    local = load(str(source.local["both"]))
+    watched = tmp_path / "tmp"
+    watched.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(watched))  # where a download to a temporary file would go
+    for expression in ("train", "validation", "train[1:]+validation[:50%]"):
+        remote = array_record_source(in_bucket.manifest, expression)
+        assert isinstance(remote, grain.sources.ArrayRecordDataSource)
+        indexed = RandomAccessSource(local, expression)
+        decode = Decoder.for_manifest(local)
+        with FaultProxy(gcs.url) as proxy, storage_host(proxy.url):
+            positions = every_position(len(indexed))
+            records = [remote[i] for i in positions]
+        assert len(remote) == len(indexed) == in_bucket.manifest.num_records(expression)
+        assert records == [indexed[i] for i in positions]  # the TFRecord twins' bytes, through the index
+        for data, i in zip(records, positions):
+            got, expected = decode(data), decode(indexed[i])
+            assert got["label"] == expected["label"] and got["source_id"] == expected["source_id"]
+            assert np.array_equal(got["image"], expected["image"]) and got["image"].shape == (24, 24, 3)
+        # Only array-record's own reads: its tail, then records from their offsets; a download (whole, or in
+        # chunks of bytes=A-B as the Python client reads) would show here.
+        gets = shard_gets(proxy)
+        assert gets and all(re.fullmatch(r"bytes=(-1048576|\d+-)", r or "") for _, r in gets), gets
+        assert len(gets) <= len(positions) + len(shard_slices(local, expression))  # an open per shard + a read each
+        assert {n for n, _ in gets} <= {f"ds/{s.path}" for s in local.array_record_shards("train")
+                                        + local.array_record_shards("validation")}
+    assert list(watched.iterdir()) == []  # nothing copied down
+
+
+@pytest.mark.slow
+def test_requests_per_shard_open_and_per_random_read_on_gs(gcs, in_bucket):
+    """The figures docs/random-access.md states, held as bounds: making a source reads nothing, a shard's first
+    read opens it with one ranged GET of its tail, and every record read is one ranged GET."""
+    grain = pytest.importorskip("grain")
+    m = in_bucket.manifest
+    shards = m.array_record_shards("train")
+    with FaultProxy(gcs.url) as proxy, storage_host(proxy.url):
+        src = array_record_source(m, "train")
+        assert shard_gets(proxy) == []  # the counts come from the manifest
+        firsts = [sum(s.num_records for s in shards[:k]) for k in range(len(shards))]
+        for first in firsts:  # first read of each shard: open + read
+            before = len(proxy.requests)
+            src[first]
+            gets = shard_gets(proxy, before)
+            assert len(gets) <= 2 and gets[0][1] == "bytes=-1048576"  # the footer: the shard's last 1 MiB
+        before = len(proxy.requests)
+        positions = every_position(len(src))
+        for i in positions:  # every shard open: one request per record
+            src[i]
+        assert len(shard_gets(proxy, before)) <= len(positions)
+        before = len(proxy.requests)
+        src.__getitems__(positions[:6])  # Grain's batched read: one request per record too
+        assert len(shard_gets(proxy, before)) <= 6
+        before = len(proxy.requests)
+        bare = grain.sources.ArrayRecordDataSource(m.array_record_paths("train"))  # counts by opening every shard
+        assert len(bare) == len(src) and len(shard_gets(proxy, before)) == len(shards)
+
+
+def test_the_proxy_answers_suffix_ranges_so_a_shard_over_1_mib_opens_in_one_request(gcs, tmp_path):
+    """The emulator ignores `Range: bytes=-N` and sends the whole object, which array-record takes for its tail
+    (and fails on, past 1 MiB); FaultProxy answers it as Cloud Storage does. A 503 on the open is retried."""
+    records = [bytes([i]) * 65536 for i in range(24)]
+    local = tmp_path / "big.array_record"
+    array_record.write_shard(records, str(local))
+    bucket = gcs.new_bucket("arbig")
+    gcs.client.bucket(bucket).blob(local.name).upload_from_filename(str(local))
+    with FaultProxy(gcs.url, fail_paths=r"big\.array_record", fail_first=1) as proxy, storage_host(proxy.url):
+        reader = ArrayRecordReader(f"gs://{bucket}/{local.name}", "readahead_buffer_size:0")
+        try:
+            assert reader.num_records() == 24 and reader.read([17, 3]) == [records[17], records[3]]
+        finally:
+            reader.close()
+    assert local.stat().st_size > 1 << 20
+    assert [r for _, r in shard_gets(proxy)][:2] == ["bytes=-1048576", "bytes=-1048576"]  # failed once, retried
+    assert proxy.counts["503"] == 1 and proxy.served[0][2] == 1 << 20  # the last 1 MiB, not the whole object

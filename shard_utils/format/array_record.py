@@ -1,10 +1,11 @@
 """ArrayRecord shards: the same serialized records as a TFRecord shard, for Grain's random-access reads.
 
-The `array_record` package writes and reads local files only (its writers cannot open gs://), so a shard
+The `array_record` package writes local files only (its writers cannot open gs://), so a shard
 is written into a local temporary file and then made visible whole through the storage layer: renamed
 into place on a local disk, uploaded in one request sequence on gs:// (an object appears when its upload
-ends). Reading a gs:// shard goes through a local copy for the same reason. The package is an extra
-(`array_record`), imported on first use: a TFRecord build never needs it.
+ends). Its reader opens gs:// itself (random access: `shard_utils.read.array_record_source`), but reading a
+whole gs:// shard here streams it once into a local copy: one download rather than a request per record. The
+package is an extra (`array_record`), imported on first use: a TFRecord build never needs it.
 
 Writer options: `group_size:1` puts every record in its own chunk, so a random read decodes one record,
 not a group of them; `uncompressed` because the records are mostly JPEG bytes, which do not compress, so a

@@ -202,7 +202,8 @@ class Manifest:
 
     def array_record_paths(self, split: str) -> list[str]:
         """Full paths (local or gs://) of a split's ArrayRecord shards, in shard order: what
-        grain.sources.ArrayRecordDataSource takes (local paths; a gs:// dataset is copied locally first)."""
+        grain.sources.ArrayRecordDataSource takes (array-record reads gs:// itself; `array_record_source` makes
+        the source from the manifest's counts without opening the shards)."""
         return [storage.join(self.location, s.path) for s in self.array_record_shards(split)]
 
     @property

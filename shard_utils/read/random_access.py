@@ -26,6 +26,7 @@ from shard_utils.extras import require_all
 from shard_utils.format.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.format.tfrecord import FramingError
+from shard_utils.read.array_record_source import array_record_source  # noqa: F401 - public from here too
 
 # Every read checks both framing CRC32Cs and the index is Avro: after a --no-deps install, say what is missing.
 require_all(("google_crc32c", "fastavro"), "shard_utils.random_access")
