@@ -248,6 +248,11 @@ def test_grain_over_the_emulator_bucket(dataset, gcs, tmp_path):
 
 
 def test_grain_worker_processes_read_the_pickled_source(dataset):
+    from absl import flags
+
+    # Grain 0.2.18 reads an absl flag before worker processes start when JAX is installed, and absl refuses
+    # unparsed flags outside absl.app (google/grain#1355): docs/random-access.md gives users this same line.
+    flags.FLAGS.mark_as_parsed()
     src = RandomAccessSource(str(dataset), "train")
     ds = grain.MapDataset.source(src).seed(5).shuffle().map(Decoder.for_source(src)).batch(4).to_iter_dataset()
     seen = ids(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
