@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from PIL import Image, ImageFilter
+from PIL import ImageFilter
 from test_quality import scene
 
 import beam_jobs

@@ -146,18 +146,25 @@ def check_reports(m: Manifest) -> list[str]:
     return problems
 
 
+def _read_named(m: Manifest, rel: str) -> tuple[bytes | None, list[str]]:
+    """The bytes of a file the manifest names, or None and the one problem saying why they cannot be read."""
+    path = storage.join(m.location, rel)
+    try:
+        return storage.read_bytes(path), []
+    except storage.NotFoundError:
+        return None, [f"{rel}: missing"]
+    except storage.StorageError as exc:
+        return None, [f"{rel}: cannot read: {storage.problem(exc, path)}"]
+
+
 def check_quality(m: Manifest) -> list[str]:
     """Problems with quality.jsonl: each line a finding, and as many of each kind as the manifest counts."""
     part = m.quality or {}
     if not part.get("path"):
         return []
-    path = storage.join(m.location, part["path"])
-    try:
-        data = storage.read_bytes(path)
-    except storage.NotFoundError:
-        return [f"{part['path']}: missing"]
-    except storage.StorageError as exc:
-        return [f"{part['path']}: cannot read: {storage.problem(exc, path)}"]
+    data, unread = _read_named(m, part["path"])
+    if data is None:
+        return unread
     listed: list[dict] = []
     for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
         if not line.strip():
@@ -407,12 +414,9 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
     if entry is None:
         return []
     path = storage.join(m.location, entry.path)
-    try:
-        data = storage.read_bytes(path)
-    except storage.NotFoundError:
-        return [f"{entry.path}: missing"]
-    except storage.StorageError as exc:
-        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
+    data, unread = _read_named(m, entry.path)
+    if data is None:
+        return unread
     digest = storage.Digest()
     digest.update(data)
     problems = digest_problems(digest, entry)
