@@ -43,6 +43,7 @@ def test_flags_are_listed_in_quality_jsonl_and_counted_in_the_manifest(built):
     assert {k: n for k, n in manifest["quality"]["by_kind"].items() if n} == {"aspect": 1, "blur": 1, "grayscale": 1,
                                                                              "small": 1}
     assert manifest["options"]["quality_checks"] == "on"
+    assert "## Quality\n\n4 findings" in (built / "out" / "README.md").read_text()  # the dataset card says so
 
 
 def test_every_row_of_the_index_holds_its_signature(built):
