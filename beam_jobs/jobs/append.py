@@ -195,7 +195,8 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     skipped = fresh["skipped_files"] | "SkippedOfGeneration" >> beam.Map(with_generation, g)
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": skipped, "tally": fresh["tally"], "labels": labels, "run": run,
-         "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"]} \
+         "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"],
+         "quality": sharded["quality"] | "QualityOfGeneration" >> beam.Map(with_generation, g)} \
         | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
 
 

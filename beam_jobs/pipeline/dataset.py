@@ -25,7 +25,7 @@ __all__ = ["ShardMedia"]
 class ShardMedia(beam.PTransform):
     """Input: chunks of MediaItems. Outputs (a dict): shards (ShardResult), plans ({split: SplitShards}, once),
     failure (why no shard could be planned), rejected (dicts), cross_split (duplicates across splits), encoded
-    (records each run encoded).
+    (records each run encoded), quality (the images' flags: finding dicts).
 
     `labels`: every label name (once each); `known_labels` (an append: the dataset's) keep their ids.
     `existing_hashes` (an append with --dedup): (sha256, (source id, split)) of the dataset's records.
@@ -63,4 +63,4 @@ class ShardMedia(beam.PTransform):
         return {"shards": shards, "plans": sharded["plans"], "encoded": encoded_records,
                 "failure": (planned["failure"], sharded["failure"], *carry_failures) | "AnyFailure" >> beam.Flatten(),
                 "rejected": (encoded.rejected, *dup_rejects) | "EncodeRejects" >> beam.Flatten(),
-                "cross_split": cross_split}
+                "cross_split": cross_split, "quality": encoded.quality}
