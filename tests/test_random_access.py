@@ -247,6 +247,7 @@ def test_grain_over_the_emulator_bucket(dataset, gcs, tmp_path):
         src[0]
 
 
+@pytest.mark.slow  # worker processes import JAX through Grain when it is installed: 3 CPU-s
 def test_grain_worker_processes_read_the_pickled_source(dataset):
     from absl import flags
 
