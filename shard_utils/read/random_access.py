@@ -256,26 +256,30 @@ def host_slice(num_records: int, process_index: int, process_count: int) -> slic
 class Decoder:
     """Turns a serialized record into numpy arrays, with Pillow (no TensorFlow); picklable for Grain workers.
 
-    Output: "image" uint8 [H, W, 3] (a video gives "video" uint8 [T, H, W, 3]); "label" int64 (the 0-based
+    Output: "image" uint8 [H, W, 3] (a video gives "video" uint8 [T, H, W, 3]; with `image_size=(H, W)` every
+    picture is resized to it, bilinear, the JPEG decoded at the smallest scale still at least that size); "label"
+    int64 (the 0-based
     id, label_offset removed; -1 for a record without a label; a multi-label dataset gives a float32 multi-hot
     [num_classes], all zeros without a label); "source_id"
     str; and each extra column as "extra/<name>" (0-d for scalars, 1-d for lists).
     """
 
     def __init__(self, num_classes: int, *, label_offset: int = 0, multi_label: bool = False,
-                 media_key: str = schema.IMAGE_ENCODED, extras: Sequence[tuple[str, str, bool]] = ()):
+                 media_key: str = schema.IMAGE_ENCODED, extras: Sequence[tuple[str, str, bool]] = (),
+                 image_size: tuple[int, int] | None = None):
         self.num_classes = num_classes
+        self.image_size = image_size
         self.label_offset = label_offset
         self.multi_label = multi_label
         self.media_key = media_key
         self.extras = tuple(extras)
 
     @classmethod
-    def for_manifest(cls, m: Manifest) -> "Decoder":
+    def for_manifest(cls, m: Manifest, image_size: tuple[int, int] | None = None) -> "Decoder":
         extras = [(k, v["dtype"], v.get("shape") == [schema.VARIABLE]) for k, v in m.features.items()
                   if k.startswith(schema.EXTRA_PREFIX)]
         return cls(m.num_classes, label_offset=m.label_offset, multi_label=m.multi_label, media_key=m.media_key,
-                   extras=extras)
+                   extras=extras, image_size=image_size)
 
     @classmethod
     def for_source(cls, src: RandomAccessSource) -> "Decoder":
@@ -287,7 +291,7 @@ class Decoder:
         media = fields.get(self.media_key) or []
         if not media:
             raise ValueError(f"record {source_id!r} has no {self.media_key!r}")
-        frames = [_jpeg(b, source_id) for b in media]
+        frames = [_jpeg(b, source_id, self.image_size) for b in media]
         out: dict[str, Any] = {"video": np.stack(frames)} if self.media_key == schema.VIDEO_ENCODED else {
             "image": frames[0]}
         ids = np.asarray(schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset), dtype=np.int64)
@@ -308,11 +312,14 @@ class Decoder:
         return out
 
 
-def _jpeg(data: bytes, source_id: str) -> np.ndarray:
+def _jpeg(data: bytes, source_id: str, size: tuple[int, int] | None = None) -> np.ndarray:
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as image:
+            if size is not None and image.size != (size[1], size[0]):
+                image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
+                return np.asarray(image.convert("RGB").resize((size[1], size[0]), Image.Resampling.BILINEAR))
             return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     except Exception as exc:
         raise ValueError(f"record {source_id!r}: image does not decode: {storage.problem(exc)}") from None

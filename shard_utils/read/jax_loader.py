@@ -1,0 +1,290 @@
+"""Global `jax.Array` batches for JAX training on a mesh, from a dataset's manifest (JAX, Grain; no TensorFlow).
+
+    it = make_iterator("gs://bucket/ds", "train", 1024, seed=0, start_step=step)   # step: restored with the model
+    for batch in it:                        # {"image": f32[1024, H, W, 3], "label": i32[1024]}, global arrays
+        state = train_step(state, batch["image"], batch["label"])
+
+Every batch is a dict of global arrays sharded along the mesh's `data` axis (`jax.make_array_from_process_local_data`):
+each process reads, decodes and holds only the rows its own devices hold. Images are float32 in [0, 1],
+`[B, H, W, 3]` (resized to `image_size`, bilinear); labels int32 `[B]` (multi-label: multi-hot float32
+`[B, num_classes]`). Shapes are static: training never yields a partial batch, evaluation pads its last one.
+
+Training reads `shard_utils.epochs`' endless stream: global step k holds the same records on any number of
+processes, so the input's whole state is the step (`get_state()`, saved with Orbax beside the model; restore with
+`set_state` or `start_step=`), and every epoch is read exactly once. Evaluation (`training=False`) is one pass in
+index order: every record once over all processes, and a `mask` (1.0 real, 0.0 padding) where the last batch pads.
+
+Grain underneath, not tf.data: decoding and resizing each record in Grain threads (Pillow, which releases the GIL,
+decoding a JPEG at the smallest scale that suffices) reads faster than the tf.data loader's resumable path here
+and needs no TensorFlow beside JAX (figures: docs/loader.md, "JAX and NumPy"). Over ArrayRecord shards when the
+dataset has them (Grain's own `ArrayRecordDataSource`, local or gs://), else TFRecord shards through their index.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from shard_utils.extras import require
+from shard_utils.format import schema
+from shard_utils.format.manifest import Manifest, load
+from shard_utils.format.splits import Selection
+from shard_utils.read import epochs
+from shard_utils.read.random_access import Decoder, RandomAccessSource
+from shard_utils.read.shapes import target_size
+
+__all__ = ["DATA_AXIS", "GlobalBatches", "make_iterator"]
+
+DATA_AXIS = "data"  # the mesh axis batches are sharded along
+ManifestLike = Union[str, "os.PathLike[str]", Manifest]
+_ENDLESS_STEPS = 2**40  # training steps of the endless stream (records: steps x rows, well inside int64)
+_THREADS = 16  # records read and decoded at once
+_EXTRA = "jax"
+
+
+def _jax():
+    return require("jax", _EXTRA, "shard_utils.jax_loader")
+
+
+def _grain():
+    return require("grain", _EXTRA, "shard_utils.jax_loader")
+
+
+def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_batch_size: int, *, mesh: Any = None,
+                  training: bool = True, seed: int | None = None, start_step: int = 0,
+                  image_size: int | Sequence[int] | None = None) -> "GlobalBatches":
+    """An iterator of global batches of `split` (a name or an expression, as the loader takes it), `global_batch_size`
+    records each, sharded along `mesh`'s `"data"` axis (default: a 1-D mesh over `jax.devices()`; other axes of a
+    user mesh hold replicas).
+
+    `manifest` is a dataset folder, its manifest.json (local or gs://) or a Manifest. Training repeats forever in
+    the seeded order of `shard_utils.epochs` (`seed` None is 0: the same order every run), from global step
+    `start_step`; evaluation yields one pass, `ceil(records / global_batch_size)` batches, with a `mask`.
+    `image_size` (an int or (height, width)) is needed when the dataset's images vary in size.
+    """
+    jax = _jax()
+    m = manifest if isinstance(manifest, Manifest) else _load(manifest)
+    selection = m.select(split)
+    _positive(global_batch_size, "global_batch_size")
+    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
+    if m.media_key != schema.IMAGE_ENCODED:
+        raise ValueError("make_iterator reads image datasets; read video clips with shard_utils.loader")
+    labeled = {m.split(name).labeled for name in selection.splits}
+    if training and False in labeled:
+        raise ValueError(f"split {selection.expression!r} has records without labels: read it with training=False")
+    if training and selection.num_records < global_batch_size:
+        raise ValueError(f"split {selection.expression!r} has {selection.num_records} records, fewer than one global "
+                         f"batch of {global_batch_size}; use a smaller batch size")
+    sharding = _sharding(jax, mesh, global_batch_size)
+    size = target_size(m, image_size)
+    plan = _Plan(seed=int(seed or 0), num_records=selection.num_records, global_batch_size=global_batch_size,
+                 rows=_process_rows(sharding, global_batch_size), training=training)
+    return GlobalBatches(_source(m, selection), plan, Decoder.for_manifest(m, size), sharding, int(start_step),
+                         selection.expression)
+
+
+def _load(manifest: Any) -> Manifest:
+    if isinstance(manifest, (str, os.PathLike)):
+        return load(os.fspath(manifest))
+    raise TypeError(f"manifest must be a path or a Manifest, got {type(manifest).__name__}")
+
+
+def _positive(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+# ----------------------------------------------------------------------------- mesh and rows
+
+
+def _sharding(jax, mesh: Any, global_batch_size: int):
+    """NamedSharding of a batch's first axis over the mesh's data axis; ValueError if the batch does not split."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if mesh is None:
+        mesh = Mesh(np.array(jax.devices()), (DATA_AXIS,))
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if DATA_AXIS not in mesh.axis_names:
+        raise ValueError(f"the mesh has axes {tuple(mesh.axis_names)}; batches are sharded along an axis named "
+                         f"{DATA_AXIS!r}: name your batch axis so")
+    ways = mesh.shape[DATA_AXIS]
+    if global_batch_size % ways:
+        raise ValueError(f"global_batch_size {global_batch_size} does not split evenly over the mesh's {ways} "
+                         f"{DATA_AXIS!r} shards; use a multiple of {ways}")
+    return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
+def _process_rows(sharding, global_batch_size: int) -> tuple[int, ...]:
+    """The rows of every global batch this process's devices hold, ascending (as make_array_from_process_local_data
+    lays out local data)."""
+    rows: set[int] = set()
+    for index in sharding.addressable_devices_indices_map((global_batch_size,)).values():
+        rows.update(range(global_batch_size)[index[0]])
+    return tuple(sorted(rows))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which record each of this process's elements is: element i is local row i % L of global step i // L."""
+
+    seed: int
+    num_records: int
+    global_batch_size: int
+    rows: tuple[int, ...]
+    training: bool
+
+    def steps(self) -> int:
+        """Global steps of the whole input: endless when training, one pass when evaluating."""
+        return _ENDLESS_STEPS if self.training else math.ceil(self.num_records / self.global_batch_size)
+
+    def record(self, element: int) -> int | None:
+        """The selection's row read as this element, None for evaluation padding."""
+        step, j = divmod(int(element), len(self.rows))
+        position = step * self.global_batch_size + self.rows[j]
+        if not self.training:
+            return position if position < self.num_records else None
+        return int(_step_rows(self.seed, self.num_records, self.global_batch_size, self.rows, step)[j])
+
+
+@functools.lru_cache(maxsize=256)
+def _step_rows(seed: int, num_records: int, global_batch_size: int, rows: tuple[int, ...], step: int) -> np.ndarray:
+    """The selection's rows this process reads at a training step, all at once (each element asks for one)."""
+    found, _ = epochs.stream_rows(seed, num_records, step * global_batch_size + np.asarray(rows, dtype=np.int64))
+    return found
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def _source(m: Manifest, selection: Selection):
+    """Random access to the selection's records: ArrayRecord shards when the dataset has them, else TFRecord ones
+    through their index (the same records in the same order)."""
+    if "array_record" not in m.formats:
+        return RandomAccessSource(m, selection.expression)
+    grain = _grain()
+    splits = {name: grain.sources.ArrayRecordDataSource(m.array_record_paths(name)) for name in selection.splits}
+    return _Pieces(m, selection, splits)
+
+
+class _Pieces:
+    """A selection's records in reading order over whole-split sources (a cut shard maps to its rows)."""
+
+    def __init__(self, m: Manifest, selection: Selection, splits: dict[str, Any]):
+        self._splits = splits
+        firsts = {name: np.concatenate([[0], np.cumsum([s.num_records for s in m.split(name).shards])])
+                  for name in selection.splits}
+        self._pieces = [(p.split, int(firsts[p.split][p.shard]) + p.start) for p in selection.pieces]
+        self._starts = np.concatenate([[0], np.cumsum([p.num_records for p in selection.pieces])])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, i: int) -> bytes:
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        split, first = self._pieces[k]
+        return self._splits[split][first + i - int(self._starts[k])]
+
+
+class _Element:
+    """Grain map function: element index -> one decoded record of this process ({"image", "label"[, "mask"]})."""
+
+    def __init__(self, source, plan: _Plan, decode: Decoder):
+        self.source, self.plan, self.decode = source, plan, decode
+
+    def __call__(self, element: int) -> dict[str, Any]:
+        row = self.plan.record(element)
+        if row is None:
+            out = self._padding()
+        else:
+            decoded = self.decode(self.source[row])
+            label = decoded["label"]
+            out = {"image": np.multiply(decoded["image"], np.float32(1 / 255), dtype=np.float32),
+                   "label": label if self.decode.multi_label else np.int32(label)}
+        if not self.plan.training:
+            out["mask"] = np.float32(row is not None)
+        return out
+
+    def _padding(self) -> dict[str, Any]:
+        h, w = self.decode.image_size or (0, 0)
+        label = np.zeros(self.decode.num_classes, np.float32) if self.decode.multi_label else np.int32(0)
+        return {"image": np.zeros((h, w, 3), np.float32), "label": label}
+
+
+# ----------------------------------------------------------------------------- the iterator
+
+
+class GlobalBatches(Iterator[dict[str, Any]]):
+    """Global batches from global step `step` on; `get_state()`/`set_state()` save and restore the position.
+
+    The state is a small JSON dict (`ocp.args.JsonSave(it.get_state())` beside the model); it means the same
+    global step on any number of processes, so a run saved on P processes resumes exactly on P'.
+    """
+
+    def __init__(self, source, plan: _Plan, decode: Decoder, sharding, step: int, split: str):
+        self._source, self._plan, self._decode, self._split = source, plan, decode, split
+        self.sharding = sharding
+        self._step = step
+        self._batches: Iterator[dict[str, np.ndarray]] | None = None
+
+    @property
+    def step(self) -> int:
+        """The global step the next batch is."""
+        return self._step
+
+    def __len__(self) -> int:
+        """Batches of one evaluation pass (training input is endless)."""
+        if self._plan.training:
+            raise TypeError("training input is endless; steps_per_epoch is records // global_batch_size")
+        return self._plan.steps()
+
+    def __iter__(self) -> "GlobalBatches":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self._step >= self._plan.steps():
+            raise StopIteration
+        if self._batches is None:
+            self._batches = self._open(self._step)
+        local = next(self._batches)
+        jax = _jax()
+        g = self._plan.global_batch_size
+        shapes = {k: (g, *v.shape[1:]) for k, v in local.items()}
+        batch = jax.make_array_from_process_local_data({k: self.sharding for k in local}, local, shapes)
+        self._step += 1
+        return batch
+
+    def _open(self, step: int) -> Iterator[dict[str, np.ndarray]]:
+        """This process's batches from `step` on: records read and decoded in Grain's threads, in order."""
+        grain = _grain()
+        per = len(self._plan.rows)
+        records = grain.MapDataset.range(step * per, self._plan.steps() * per).map(
+            _Element(self._source, self._plan, self._decode))
+        options = grain.ReadOptions(num_threads=_THREADS, prefetch_buffer_size=2 * max(per, _THREADS))
+        return iter(records.to_iter_dataset(options).batch(per, drop_remainder=True))
+
+    def get_state(self) -> dict[str, Any]:
+        """The input's position as JSON-able values: the next global step, and what it means a step of."""
+        return {"step": self._step, "seed": self._plan.seed, "global_batch_size": self._plan.global_batch_size,
+                "split": self._split, "training": self._plan.training}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continue at the step of a saved state; ValueError if it was saved for another input."""
+        mine = self.get_state()
+        other = {k: state.get(k) for k in mine if k != "step" and state.get(k) != mine[k]}
+        if other:
+            raise ValueError(f"the saved input state is for {other}, this iterator for "
+                             f"{ {k: mine[k] for k in other} }: resume with the same split, seed and global batch "
+                             "(after a change of global batch, start a new stream)")
+        step = state.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"the saved input state's step must be an int >= 0, got {step!r}")
+        self._step, self._batches = step, None
