@@ -41,7 +41,7 @@ def test_notebook_builds_trains_evaluates_once_and_resumes_on_eight_devices(tmp_
     assert "3 classes: ['cat', 'dog', 'fish']; shards: tfrecord + array_record" in out
     assert "step 6: loss" in out  # 6 steps of 16: two epochs of the 48 or so training records
     assert "'image': ((16, 16, 16, 3), 'float32')" in out and "'label': ((16,), 'int32')" in out
-    assert "images sharded PartitionSpec('data',)" in out
+    assert "images sharded P('data',)" in out
     assert f"validation accuracy over exactly {validation} records ({math.ceil(validation / 16)} batches)" in out
     resumed = re.search(r"resumed at step 3, trained to step 6: largest difference from the uninterrupted run's "
                         r"parameters (\S+)", out)
