@@ -125,16 +125,18 @@ from gcs_fixtures import gcs  # noqa: E402,F401
 
 
 def pytest_collection_modifyitems(config, items):
-    """Markers for choosing a subset: `gcs` (uses the storage emulator) and `tf` (imports TensorFlow), beside
+    """Markers for choosing a subset: `gcs` (uses the storage emulator), `tf` (imports TensorFlow) and `jax`, beside
     `slow` (over about 5 s, marked by hand). `pytest -m "not slow and not gcs and not tf"` is the fast loop."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "gcs" in getattr(item, "fixturenames", ()) or "gcs" in params.values():
             item.add_marker(pytest.mark.gcs)  # the fixture, or a "gcs" case that asks for it when it runs
         module = getattr(item, "module", None)
-        if module is not None and any(getattr(v, "__name__", "").split(".")[0] == "tensorflow"
-                                      for v in vars(module).values()):
+        imported = {getattr(v, "__name__", "").split(".")[0] for v in vars(module).values()} if module else set()
+        if "tensorflow" in imported:
             item.add_marker(pytest.mark.tf)
+        if "jax" in imported:
+            item.add_marker(pytest.mark.jax)  # a marker to choose by, not a subset: JAX starts in about a second
 
 
 # The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a

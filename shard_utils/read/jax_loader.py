@@ -195,7 +195,8 @@ class _Pieces:
 
 
 class _Element:
-    """Grain map function: element index -> one decoded record of this process ({"image", "label"[, "mask"]})."""
+    """Grain map function: element index -> one decoded record of this process ({"image", "label"[, "mask"]}), its
+    image uint8: a quarter of float32's bytes to stack and to send to the devices, which scale it."""
 
     def __init__(self, source, plan: _Plan, decode: Decoder):
         self.source, self.plan, self.decode = source, plan, decode
@@ -207,8 +208,7 @@ class _Element:
         else:
             decoded = self.decode(self.source[row])
             label = decoded["label"]
-            out = {"image": np.multiply(decoded["image"], np.float32(1 / 255), dtype=np.float32),
-                   "label": label if self.decode.multi_label else np.int32(label)}
+            out = {"image": decoded["image"], "label": label if self.decode.multi_label else np.int32(label)}
         if not self.plan.training:
             out["mask"] = np.float32(row is not None)
         return out
@@ -216,10 +216,17 @@ class _Element:
     def _padding(self) -> dict[str, Any]:
         h, w = self.decode.image_size or (0, 0)
         label = np.zeros(self.decode.num_classes, np.float32) if self.decode.multi_label else np.int32(0)
-        return {"image": np.zeros((h, w, 3), np.float32), "label": label}
+        return {"image": np.zeros((h, w, 3), np.uint8), "label": label}
 
 
 # ----------------------------------------------------------------------------- the iterator
+
+
+@functools.cache
+def _unit_scale():
+    """uint8 pixels -> float32 in [0, 1], on the devices that hold them (jitted once; the sharding is kept)."""
+    jax = _jax()
+    return jax.jit(lambda pixels: pixels.astype("float32") * np.float32(1 / 255))
 
 
 class GlobalBatches(Iterator[dict[str, Any]]):
@@ -259,6 +266,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         g = self._plan.global_batch_size
         shapes = {k: (g, *v.shape[1:]) for k, v in local.items()}
         batch = jax.make_array_from_process_local_data({k: self.sharding for k in local}, local, shapes)
+        batch["image"] = _unit_scale()(batch["image"])
         self._step += 1
         return batch
 

@@ -319,7 +319,8 @@ def _jpeg(data: bytes, source_id: str, size: tuple[int, int] | None = None) -> n
         with Image.open(io.BytesIO(data)) as image:
             if size is not None and image.size != (size[1], size[0]):
                 image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
-                return np.asarray(image.convert("RGB").resize((size[1], size[0]), Image.Resampling.BILINEAR))
+                rgb = image if image.mode == "RGB" else image.convert("RGB")
+                return np.asarray(rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR))
             return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     except Exception as exc:
         raise ValueError(f"record {source_id!r}: image does not decode: {storage.problem(exc)}") from None

@@ -1,0 +1,147 @@
+"""The JAX iterator on 8 CPU devices with the real jax, grain, array-record and orbax: global arrays of the right
+shape, dtype and sharding over TFRecord and ArrayRecord datasets, each training step the records `shard_utils.epochs`
+assigns it, exact resume from a step or a saved state, and one exact evaluation pass with its mask."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from conftest import run_job, write_images
+from jax_devices import eight_cpu_devices
+
+jax = eight_cpu_devices()  # before anything asks JAX for its devices
+
+from jax.sharding import Mesh, PartitionSpec  # noqa: E402
+
+from shard_utils.format.manifest import load  # noqa: E402
+from shard_utils.jax_loader import make_iterator  # noqa: E402
+from shard_utils.read import epochs  # noqa: E402
+from shard_utils.read.random_access import Decoder, RandomAccessSource  # noqa: E402
+
+SEED = 7
+
+
+@pytest.fixture(scope="module")
+def array_record_dataset(tmp_path_factory):
+    """An ArrayRecord-only dataset (no TFRecord, no index): 30 records of 24 x 24."""
+    base = tmp_path_factory.mktemp("jax_array_record")
+    write_images(base / "images", {"cat": 12, "dog": 10, "fish": 8}, size=(40, 30))
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_job(base / "images", base / "ds", "--splits", "train=0.7,validation=0.3", "--image-size", "24",
+                "--resize", "fill", "--format", "array_record", "--num-cores", "2", "--workers", "1")
+    return base / "ds"
+
+
+@pytest.fixture(params=["tfrecord", "array_record"])
+def dataset(request, small_dataset, array_record_dataset):
+    return small_dataset if request.param == "tfrecord" else array_record_dataset
+
+
+def reference(dataset, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images float32 in [0, 1], labels) of every record of a split in index order, read without the iterator."""
+    m = load(str(dataset))
+    if "tfrecord" in m.formats:
+        source = RandomAccessSource(m, split)
+        records = [source[i] for i in range(len(source))]
+    else:
+        import grain
+
+        source = grain.sources.ArrayRecordDataSource(m.array_record_paths(split))
+        records = [source[i] for i in range(len(source))]
+    decoded = [Decoder.for_manifest(m)(r) for r in records]
+    images = np.stack([d["image"] for d in decoded]).astype(np.float32) * np.float32(1 / 255)
+    return images, np.array([d["label"] for d in decoded], dtype=np.int32)
+
+
+def test_batches_are_global_arrays_sharded_on_the_data_axis_of_8_devices(dataset):
+    m = load(str(dataset))
+    size = m.image_size[0]
+    batch = next(make_iterator(dataset, "train", 16, seed=SEED))
+    assert sorted(batch) == ["image", "label"]
+    image, label = batch["image"], batch["label"]
+    assert (image.shape, image.dtype, label.shape, label.dtype) == ((16, size, size, 3), np.float32, (16,), np.int32)
+    assert image.sharding.spec == PartitionSpec("data") and image.sharding.mesh.devices.size == 8
+    assert [s.data.shape for s in image.addressable_shards] == [(2, size, size, 3)] * 8
+    assert sorted(s.index[0].start for s in label.addressable_shards) == list(range(0, 16, 2))
+
+
+def test_each_training_step_holds_the_records_epochs_assigns_it_across_the_epoch_boundary(dataset):
+    images, labels = reference(dataset, "train")
+    n, batch = len(labels), 8
+    it = make_iterator(dataset, "train", batch, seed=SEED)
+    for step in range(n // batch + 2):  # past the end of the first epoch
+        rows = epochs.batch_rows(SEED, n, batch, step)
+        got = next(it)
+        np.testing.assert_array_equal(np.asarray(got["image"]), images[rows])
+        np.testing.assert_array_equal(np.asarray(got["label"]), labels[rows])
+
+
+def test_start_step_and_a_restored_state_continue_exactly(small_dataset):
+    it = make_iterator(small_dataset, "train", 8, seed=SEED)
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    assert state == {"step": 3, "seed": SEED, "global_batch_size": 8, "split": "train", "training": True}
+    expected = np.asarray(next(it)["image"])
+    np.testing.assert_array_equal(np.asarray(next(make_iterator(small_dataset, "train", 8, seed=SEED,
+                                                                start_step=3))["image"]), expected)
+    other = make_iterator(small_dataset, "train", 8, seed=SEED)
+    other.set_state(state)
+    np.testing.assert_array_equal(np.asarray(next(other)["image"]), expected)
+    with pytest.raises(ValueError, match="global_batch_size"):
+        make_iterator(small_dataset, "train", 16, seed=SEED).set_state(state)
+
+
+def test_evaluation_reads_every_record_once_and_masks_the_last_batchs_padding(dataset):
+    images, labels = reference(dataset, "validation")
+    n, batch = len(labels), 8
+    it = make_iterator(dataset, "validation", batch, training=False)
+    assert len(it) == -(-n // batch)
+    batches = list(it)
+    assert len(batches) == len(it) and all(b["mask"].shape == (batch,) for b in batches)
+    mask = np.concatenate([np.asarray(b["mask"]) for b in batches])
+    assert mask.tolist() == [1.0] * n + [0.0] * (len(mask) - n)  # padding only at the end of the last batch
+    got = np.concatenate([np.asarray(b["image"]) for b in batches])
+    np.testing.assert_array_equal(got[:n], images)
+    assert not got[n:].any()
+    np.testing.assert_array_equal(np.concatenate([np.asarray(b["label"]) for b in batches])[:n], labels)
+
+
+def test_a_mesh_with_a_model_axis_shards_the_batch_on_data_and_replicates_it_on_model(small_dataset):
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+    batch = next(make_iterator(small_dataset, "train", 8, mesh=mesh, seed=SEED))
+    assert batch["image"].sharding.spec == PartitionSpec("data")
+    assert [s.data.shape[0] for s in batch["label"].addressable_shards] == [2] * 8  # each row on both model devices
+    with pytest.raises(ValueError, match="axis named 'data'"):
+        make_iterator(small_dataset, "train", 8, mesh=Mesh(np.array(jax.devices()), ("batch",)))
+    with pytest.raises(ValueError, match="does not split evenly over the mesh's 4"):
+        make_iterator(small_dataset, "train", 6, mesh=mesh)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"start_step": -1}, "start_step must be an int >= 0"),
+    ({"seed": "x"}, "seed must be an int or None"),
+    ({"image_size": 0}, "image_size must be a positive int"),
+])
+def test_bad_arguments_are_one_clear_line(small_dataset, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_iterator(small_dataset, "train", 8, **kwargs)
+
+
+def test_the_state_saved_with_orbax_beside_the_model_resumes_the_input(small_dataset, tmp_path):
+    import orbax.checkpoint as ocp
+
+    it = make_iterator(small_dataset, "train", 8, seed=SEED)
+    next(it)
+    params = {"w": jax.numpy.arange(4.0)}
+    with ocp.CheckpointManager(tmp_path / "ckpt") as mngr:
+        mngr.save(1, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
+                                             data=ocp.args.JsonSave(it.get_state())))
+        mngr.wait_until_finished()
+        restored = mngr.restore(mngr.latest_step(), args=ocp.args.Composite(
+            params=ocp.args.StandardRestore(params), data=ocp.args.JsonRestore()))
+    resumed = make_iterator(small_dataset, "train", 8, seed=SEED)
+    resumed.set_state(restored["data"])
+    np.testing.assert_array_equal(np.asarray(next(resumed)["image"]), np.asarray(next(it)["image"]))
