@@ -20,7 +20,7 @@ the candidates (the order turning each round) so a shared machine's load hits al
 each round's ratio. CPU time counts this process and its worker processes.
 
     python benchmarks/bench_jax.py --data /tmp/bench_jax          # 1024 photo-like 400x400 JPEGs, built once
-    python benchmarks/bench_jax.py --data /tmp/bench_jax --rounds 7
+    python benchmarks/bench_jax.py --data /tmp/bench_jax --rounds 5
 """
 from __future__ import annotations
 
@@ -148,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source-size", type=int, default=400, help="side of the generated JPEGs (default 400)")
     ap.add_argument("--resize", type=int, default=224)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--batches", type=int, default=32, help="timed batches per round (default 32)")
-    ap.add_argument("--warmup", type=int, default=4, help="batches discarded before timing (default 4)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=24, help="timed batches per round (default 24)")
+    ap.add_argument("--warmup", type=int, default=24,
+                    help="batches discarded before timing (default 24: Grain's 16 threads start 16 batches at once)")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--grain-workers", type=int, default=os.cpu_count(),
                     help="Grain mp_prefetch's worker processes (default: the CPU count)")
     ap.add_argument("--only", action="append", choices=(JAX, RESUMED, GRAIN_THREADS, GRAIN_MP, TFDATA),
