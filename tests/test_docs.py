@@ -18,6 +18,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.M)
 API_OBJECTS = ["shard_utils.read.loader.make_dataset", "shard_utils.read.loader.eval_steps",
+               "shard_utils.read.jax_loader.make_iterator", "shard_utils.read.jax_loader.GlobalBatches",
                "shard_utils.read.random_access.RandomAccessSource", "shard_utils.read.random_access.host_slice",
                "shard_utils.format.manifest.load", "shard_utils.format.manifest.Manifest",
                "shard_utils.format.index.read_index", "shard_utils.read.verify.verify",

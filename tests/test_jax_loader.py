@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import run_job, write_images
+from conftest import REPO, run_job, write_images
 from jax_devices import eight_cpu_devices
 
 jax = eight_cpu_devices()  # before anything asks JAX for its devices
@@ -145,3 +149,37 @@ def test_the_state_saved_with_orbax_beside_the_model_resumes_the_input(small_dat
     resumed = make_iterator(small_dataset, "train", 8, seed=SEED)
     resumed.set_state(restored["data"])
     np.testing.assert_array_equal(np.asarray(next(resumed)["image"]), np.asarray(next(it)["image"]))
+
+
+def docs_snippet(page: str, marker: str) -> str:
+    """The Python block after `<!-- test: MARKER -->` in docs/PAGE."""
+    text = (REPO / "docs" / page).read_text(encoding="utf-8")
+    [snippet] = re.findall(rf"<!-- test: {marker} -->\n```python\n(.*?)```", text, re.S)
+    return snippet
+
+
+@pytest.mark.slow  # about 3 CPU seconds: compiling, 30 steps, 4 Orbax checkpoints
+def test_the_docs_jax_loop_and_its_orbax_resume_run_as_written(small_dataset, tmp_path, monkeypatch, capsys):
+    """docs/loader.md's JAX loop, then docs/resume.md's Orbax loop; that one run again after its last checkpoint
+    is removed resumes at step 8 and ends with the very parameters of the run it replaces."""
+    (tmp_path / "sample_output").symlink_to(small_dataset)
+    monkeypatch.chdir(tmp_path)
+    names: dict = {}
+    exec(compile(docs_snippet("loader.md", "jax snippet"), "loader.md", "exec"), names)
+    assert re.search(r"step 10: accuracy [01]\.\d\d over 17 validation records", capsys.readouterr().out)
+    resume = compile(docs_snippet("resume.md", "jax resume snippet"), "resume.md", "exec")
+    exec(resume, names)
+    whole = jax.tree.map(np.asarray, names["params"])
+    shutil.rmtree(tmp_path / "ckpt" / "12")
+    exec(resume, names)
+    assert capsys.readouterr().out.split() == ["START", "0", "START", "8"]
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, names["params"]), whole)
+
+
+def test_without_jax_the_module_imports_and_make_iterator_names_the_extra(small_dataset):
+    blocked = "import sys; sys.modules['jax'] = None; from shard_utils import jax_loader; "
+    done = subprocess.run([sys.executable, "-c", blocked + f"jax_loader.make_iterator({str(small_dataset)!r}, "
+                           "'train', 8)"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    last = done.stderr.splitlines()[-1]
+    assert done.returncode == 1 and "MissingExtra: shard_utils.jax_loader needs jax, which is not installed" in last
+    assert last.endswith('[jax]"'), last  # pip's command for the extra
