@@ -183,3 +183,15 @@ def test_without_jax_the_module_imports_and_make_iterator_names_the_extra(small_
     last = done.stderr.splitlines()[-1]
     assert done.returncode == 1 and "MissingExtra: shard_utils.jax_loader needs jax, which is not installed" in last
     assert last.endswith('[jax]"'), last  # pip's command for the extra
+
+
+def test_a_dataset_in_a_bucket_gives_the_same_batches_as_its_local_copy(small_dataset, gcs):
+    """make_iterator over gs:// (the storage emulator): the manifest, the index and every record read from the bucket."""
+    bucket = gcs.new_bucket("jax")
+    gcs.upload_tree(small_dataset, bucket, "ds")
+    remote = make_iterator(f"gs://{bucket}/ds", "train", 8, seed=SEED, start_step=5)
+    local = make_iterator(small_dataset, "train", 8, seed=SEED, start_step=5)
+    for _ in range(3):
+        a, b = next(remote), next(local)
+        np.testing.assert_array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
+        np.testing.assert_array_equal(np.asarray(a["label"]), np.asarray(b["label"]))

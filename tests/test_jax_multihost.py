@@ -20,7 +20,7 @@ from kill_runs import assert_epochs_exactly_once
 from shard_utils.read import epochs
 from shard_utils.read.random_access import Decoder, RandomAccessSource
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.jax]
 
 SEED, GLOBAL = 5, 8
 DEVICES = 8  # over all processes, unless a test says otherwise
