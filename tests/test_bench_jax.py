@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 @pytest.mark.tf
 def test_bench_jax_runs_every_candidate_at_a_tiny_size(tmp_path):

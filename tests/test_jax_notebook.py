@@ -23,6 +23,7 @@ def test_notebook_is_valid_stored_without_outputs_and_installs_the_wheel():
     assert '"outputs": []' in NOTEBOOK.read_text() and '"execution_count": null' in NOTEBOOK.read_text()
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 def test_notebook_builds_trains_evaluates_once_and_resumes_on_eight_devices(tmp_path):
     write_images(tmp_path / "images", {"cat": 20, "dog": 20, "fish": 20}, size=(40, 30))
