@@ -34,9 +34,10 @@ def photo(size: int, seed: int) -> Image.Image:
     return Image.fromarray(np.clip(base + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8), "RGB")
 
 
-def build(data: Path, count: int, size: int) -> Path:
-    """Write `count` JPEGs and shard them with the real job (once per data folder); returns the dataset folder."""
-    out = data / f"shards-{count}-{size}"
+def build(data: Path, count: int, size: int, fmt: str = "tfrecord") -> Path:
+    """Write `count` JPEGs and shard them with the real job (`--format fmt`, once per data folder); returns the
+    dataset folder."""
+    out = data / (f"shards-{count}-{size}" + ("" if fmt == "tfrecord" else f"-{fmt}"))
     if (out / "manifest.json").exists():
         return out
     images = data / f"images-{count}-{size}"
@@ -48,7 +49,7 @@ def build(data: Path, count: int, size: int) -> Path:
             photo(size, i).save(path, "JPEG", quality=90)
     from beam_jobs.jobs.build import run
 
-    run(["--input", str(images), "--output", str(out)])
+    run(["--input", str(images), "--output", str(out), "--format", fmt])
     return out
 
 

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from conftest import REPO
+from notebooks import notebook_code
 from synthetic import record, write_dataset
 
 nbformat = pytest.importorskip("nbformat")
@@ -27,19 +28,10 @@ tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU"
 """
 
 
-def notebook_code() -> str:
-    """The notebook's code cells as one script, without shell (`!`) and magic (`%`) lines."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbformat.validate(nb)
-    cells = [c.source for c in nb.cells if c.cell_type == "code"]
-    lines = [l for cell in cells for l in cell.splitlines() + [""] if not l.lstrip().startswith(("!", "%"))]
-    return "\n".join(lines)
-
-
 def run_notebook(tmp_path, dataset, devices: int, epochs: int, batch_per_replica: int) -> str:
     """Run the notebook's code in a subprocess; returns its stdout (asserting success)."""
     script = tmp_path / "notebook.py"
-    script.write_text((LOGICAL_DEVICES.format(n=devices) if devices > 1 else "") + notebook_code())
+    script.write_text((LOGICAL_DEVICES.format(n=devices) if devices > 1 else "") + notebook_code(NOTEBOOK))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TPU_SHARDS_DATASET": str(dataset),
            "TPU_SHARDS_EPOCHS": str(epochs), "TPU_SHARDS_BATCH_PER_REPLICA": str(batch_per_replica),
            "TPU_SHARDS_MODEL": "tiny"}
