@@ -73,10 +73,11 @@ KILL_AT = {
 
 def faults(**variables: str) -> dict:
     """Environment variables that install tests/seams' faults in a process started with them (and its workers):
-    kill=<KILL_AT stage>, segv=<source id>, hold=<module:function=path>."""
+    kill=<KILL_AT stage>, segv=<source id>, oom=<source id>:<times>, rlimit_as=<bytes>, hold=<module:function=path>."""
     env = {"PYTHONPATH": os.pathsep.join([str(SEAMS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    if "kill" in variables:
-        env["TPU_SHARDS_TEST_KILL"] = KILL_AT[variables.pop("kill")]
+    if "kill" in variables or "oom" in variables:
+        if "kill" in variables:
+            env["TPU_SHARDS_TEST_KILL"] = KILL_AT[variables.pop("kill")]
         counter = tempfile.NamedTemporaryFile(prefix="tpu-shards-calls-", delete=False)
         counter.close()
         env["TPU_SHARDS_TEST_COUNTER"] = counter.name
