@@ -55,6 +55,7 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--target-shard-mb", "0"], "--target-shard-mb"),
     (["--num-cores", "0"], "--num-cores"),
     (["--hash-bucket-bits", "30"], "--hash-bucket-bits"),
+    (["--splits", "train=0.5,train-g001=0.5"], "split name 'train-g001' ends like the name of a generation"),
     (["--workers", "10000"], "--workers 10000 is more than this machine can run: at most"),
     (["--worker-memory-mb", "100"], "--worker-memory-mb 100 must be in 1024..1048576"),
     (["--max-pixels", "300000000"], "--max-pixels 300000000 is more than any image fits in --worker-memory-mb 1024"),
