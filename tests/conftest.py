@@ -68,6 +68,8 @@ KILL_AT = {
     # The second ArrayRecord twin: locally while its temporary file is written, on gs:// as its upload starts.
     "array-record-write": "shard_utils.format.array_record:write_shard:2",
     "array-record-upload": "shard_utils.format.array_record:upload:2",
+    # verify --deep on gs://: once the first ArrayRecord shard is downloaded, as its reader is made.
+    "verify-array-record-read": "shard_utils.format.array_record:module:2",
 }
 
 

@@ -99,3 +99,18 @@ def test_a_build_killed_mid_upload_leaves_no_partial_object_and_a_rerun_is_ident
     rerun = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--format", "both", "--overwrite")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     same_as_local(gcs, out, source.local["both"])
+
+
+@pytest.mark.slow
+def test_verify_deep_killed_on_a_bucket_leaves_no_scratch_copy(gcs, source, tmp_path):
+    """verify --deep reads a gs:// ArrayRecord shard from a local copy: a file with no name, so a SIGKILL leaves
+    nothing in TMPDIR (a named copy of each shard was left there)."""
+    out = f"gs://{gcs.new_bucket('arscratch')}/ds"
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_job(source.uri, out, *OPTS, "--format", "array_record", "--workers", "1")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    killed = run_cli("verify", out, "--deep", env={**faults(kill="verify-array-record-read"), "TMPDIR": str(scratch)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert list(scratch.iterdir()) == []
+    assert cli_main(["verify", out, "--deep"]) == 0
