@@ -48,3 +48,31 @@ def test_a_run_whose_disk_fills_leaves_no_file(tmp_path, limit):
     outcome = json.loads(done.stdout)
     assert outcome["ok"] is False and "File too large" in outcome["error"], outcome
     assert [p.name for p in (temp / "runs" / "train").iterdir()] == []
+
+
+@pytest.mark.slow
+def test_a_reshard_that_fails_before_its_manifest_leaves_an_empty_output(tmp_path):
+    """Held once its shards are in the output, then denied its manifest (a folder in its place): it fails in
+    one line, and the output holds no shard or index without a manifest, as a run failing earlier leaves none."""
+    import os
+    import time
+
+    from conftest import faults
+    from hostile import build_valid
+
+    source = build_valid(tmp_path / "valid")
+    out, hold = tmp_path / "out", tmp_path / "hold"
+    proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.cli", "reshard", str(source), str(out)], cwd=REPO,
+                            env={**os.environ, **faults(hold=f"beam_jobs.publish:commit={hold}")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not Path(f"{hold}.reached").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    assert any(p.name.endswith(".tfrecord") for p in out.iterdir())
+    (out / "manifest.json").mkdir()
+    hold.touch()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]
+    assert err.strip().startswith("tpu-shards: error:") and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json"]  # and the run folder
