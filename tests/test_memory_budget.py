@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import resource
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -16,28 +14,12 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, faults, run_cli, write_images
+from hostile import deep_png, png_header
 from readers import rejected
 from shard_utils.media import budget
 from shard_utils.media.images import ImageOptions, Rejected, prepare_image, to_rgb
 
 MIB = 1 << 20
-
-
-def deep_png(path: Path, side: int = 10_000) -> Path:
-    """A side x side 16-bit grayscale PNG of a horizontal ramp: a few hundred kilobytes that decode to 2 bytes
-    a pixel."""
-    ramp = (np.arange(side, dtype=np.uint32) * 6 % 65536).astype(np.uint16)
-    Image.fromarray(np.broadcast_to(ramp, (side, side)).copy()).save(path)
-    return path
-
-
-def png_header(width: int, height: int, mode: int = 0, depth: int = 8) -> bytes:
-    """A PNG whose header says width x height (colour type `mode`) and whose data is a few bytes of nothing:
-    enough to be opened and judged, not decoded."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    ihdr = struct.pack(">IIBBBBB", width, height, depth, mode, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
 
 
 @pytest.mark.parametrize("mode,values", [
