@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from shard_utils.extras import MissingExtra
 from shard_utils.format.manifest import ManifestError
 from shard_utils.inputs.listing_files import ListingError
+from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.reads import TransientReadError
 from shard_utils.storage import StorageError
 from shard_utils.errors import PlanError
@@ -52,10 +53,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 KNOWN: tuple[type[BaseException], ...] = (UsageError, MissingExtra, PlanError, ManifestError, StorageError,
-                                          TransientReadError, ListingError)
+                                          TransientReadError, ListingError, OutOfMemory)
 USAGE = (UsageError, MissingExtra)  # exit 2: the command cannot run as given, or not on this installation
 _WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|StorageError|NotFoundError|"
-                      r"TransientReadError): (.+)")
+                      r"TransientReadError|OutOfMemory): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:

@@ -68,15 +68,18 @@ KILL_AT = {
     # The second ArrayRecord twin: locally while its temporary file is written, on gs:// as its upload starts.
     "array-record-write": "shard_utils.format.array_record:write_shard:2",
     "array-record-upload": "shard_utils.format.array_record:upload:2",
+    # verify --deep on gs://: once the first ArrayRecord shard is downloaded, as its reader is made.
+    "verify-array-record-read": "shard_utils.format.array_record:module:2",
 }
 
 
 def faults(**variables: str) -> dict:
     """Environment variables that install tests/seams' faults in a process started with them (and its workers):
-    kill=<KILL_AT stage>, segv=<source id>, hold=<module:function=path>."""
+    kill=<KILL_AT stage>, segv=<source id>, oom=<source id>:<times>, rlimit_as=<bytes>, hold=<module:function=path>."""
     env = {"PYTHONPATH": os.pathsep.join([str(SEAMS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    if "kill" in variables:
-        env["TPU_SHARDS_TEST_KILL"] = KILL_AT[variables.pop("kill")]
+    if "kill" in variables or "oom" in variables:
+        if "kill" in variables:
+            env["TPU_SHARDS_TEST_KILL"] = KILL_AT[variables.pop("kill")]
         counter = tempfile.NamedTemporaryFile(prefix="tpu-shards-calls-", delete=False)
         counter.close()
         env["TPU_SHARDS_TEST_COUNTER"] = counter.name

@@ -160,6 +160,26 @@ def scan_bomb_jpeg(extra_scans: int, size: tuple[int, int] = (48, 32)) -> bytes:
     return data[:-2] + last_scan * extra_scans + data[-2:]
 
 
+def deep_png(path: Path, side: int = 10_000) -> Path:
+    """A side x side 16-bit grayscale PNG of a horizontal ramp: about 200 KB at 10000 that decode to 2 bytes a pixel
+    (the float64 conversion this once met took 2.6 GB)."""
+    import numpy as np
+    from PIL import Image
+
+    ramp = (np.arange(side, dtype=np.uint32) * 6 % 65536).astype(np.uint16)
+    Image.fromarray(np.broadcast_to(ramp, (side, side)).copy()).save(path)
+    return path
+
+
+def png_header(width: int, height: int, mode: int = 0, depth: int = 8) -> bytes:
+    """A PNG whose header says width x height (colour type `mode`) and whose data is a few bytes of nothing:
+    enough to be opened and judged, not decoded."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, mode, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
+
+
 # ------------------------------------------------------------------------------------- listing bombs
 
 BOMB_MEMBER = 64 << 20  # bytes of 'a' one compressed member holds
@@ -325,6 +345,19 @@ def _records_beyond_bytes(folder: Path, outside: Path) -> None:
     edit_manifest(folder, change)
 
 
+MILLION = 1_000_000
+
+
+def _labels_million(folder: Path, outside: Path) -> None:
+    """A million more labels (no record has them): a 17 MB manifest, under the 64 MB a manifest may be."""
+    edit_manifest(folder, lambda obj: obj["labels"].extend(f"zz{i:07d}" for i in range(MILLION)))
+
+
+def _split_generation_name(folder: Path, outside: Path) -> None:
+    """The validation split named as generation 1 of train is stored (`train-g001`): an append would collide."""
+    rename_split(folder, "validation", "train-g001")
+
+
 CORRUPTIONS: dict[str, Callable[[Path, Path], None]] = {
     "split_absolute": _split_absolute,
     "split_climbing": _split_climbing,
@@ -352,4 +385,6 @@ CORRUPTIONS: dict[str, Callable[[Path, Path], None]] = {
     "records_beyond_bytes": _records_beyond_bytes,
     "shard_wrong_size": _shard_wrong_size,
     "shard_swapped": _shard_swapped,
+    "labels_million": _labels_million,
+    "split_generation_name": _split_generation_name,
 }

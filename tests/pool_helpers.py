@@ -14,6 +14,13 @@ def square_or_crash(item, pause: float = 0.0):
     return item * item
 
 
+def interval(pause: float) -> tuple[float, float]:
+    """When this task ran: (start, end) on the wall clock, `pause` seconds apart."""
+    start = time.time()
+    time.sleep(pause)
+    return start, time.time()
+
+
 def fail_with_message(name):
     raise ValueError(f"cannot use {name!r}: a message the build should show")
 

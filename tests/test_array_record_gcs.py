@@ -207,3 +207,18 @@ def test_the_proxy_answers_suffix_ranges_so_a_shard_over_1_mib_opens_in_one_requ
     assert local.stat().st_size > 1 << 20
     assert [r for _, r in shard_gets(proxy)][:2] == ["bytes=-1048576", "bytes=-1048576"]  # failed once, retried
     assert proxy.counts["503"] == 1 and proxy.served[0][2] == 1 << 20  # the last 1 MiB, not the whole object
+
+
+@pytest.mark.slow
+def test_verify_deep_killed_on_a_bucket_leaves_no_scratch_copy(gcs, source, tmp_path):
+    """verify --deep reads a gs:// ArrayRecord shard from a local copy: a file with no name, so a SIGKILL leaves
+    nothing in TMPDIR (a named copy of each shard was left there)."""
+    out = f"gs://{gcs.new_bucket('arscratch')}/ds"
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_job(source.uri, out, *OPTS, "--format", "array_record", "--workers", "1")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    killed = run_cli("verify", out, "--deep", env={**faults(kill="verify-array-record-read"), "TMPDIR": str(scratch)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert list(scratch.iterdir()) == []
+    assert cli_main(["verify", out, "--deep"]) == 0

@@ -398,3 +398,27 @@ def test_check_files_takes_true_false_or_framing(valid):
 
     with pytest.raises(ValueError, match="check_files='deep': give True, False or 'framing'"):
         make_dataset(str(valid), "train", 1, check_files="deep")
+
+
+def test_a_manifest_with_a_million_labels_is_written_back_in_linear_time(valid, tmp_path):
+    """Every tool that writes a manifest copies it to a dict first: a million labels and a million class counts
+    per split in well under a CPU second (dataclasses.asdict copied them value by value: seconds)."""
+    import time
+    from dataclasses import replace
+
+    m = load(str(hostile(valid, tmp_path, "labels_million")))
+    m = replace(m, splits={name: replace(s, class_counts=dict.fromkeys(m.labels, 0)) for name, s in m.splits.items()})
+    started = time.process_time()
+    plain = m.to_dict()
+    spent = time.process_time() - started
+    assert plain["labels"] == m.labels and len(plain["splits"]["train"]["class_counts"]) == len(m.labels)
+    assert spent < 1.0, spent
+
+
+@pytest.mark.slow
+def test_append_to_a_dataset_with_a_split_named_like_a_generation_is_one_line(valid, new_images, tmp_path):
+    """A split named `train-g001` beside `train` (builds refuse such names now; older ones could make it)."""
+    ds = hostile(valid, tmp_path, "split_generation_name")
+    proc = run_limited(tool_command("append", ds, tmp_path, new_images), timeout=90)
+    assert_one_line_error(proc, f"tpu-shards: error: cannot append to {ds}: split 'train-g001' is also the name of "
+                                "generation 1 of split 'train'", codes=(2,))

@@ -10,7 +10,7 @@ import pool_helpers
 import pytest
 from conftest import write_images
 
-from beam_jobs.local.pool import Crashed, Done, LocalPool, Raised, task_name
+from beam_jobs.local.pool import Crashed, Done, LocalPool, Raised, describe_exit, task_name
 from shard_utils.media.encode import EncodeSettings, encode_item
 from shard_utils.inputs import MediaItem
 
@@ -37,6 +37,27 @@ def test_every_task_comes_back_and_a_crash_costs_only_its_task(helpers_on_path):
         pool.close()
     assert {k: v for k, v in got.items() if k != "segv"} == {i: Done(i * i) for i in range(30)}
     assert got["segv"] == Crashed("the decoder crashed the worker process (SIGSEGV)")
+
+
+def test_a_task_submitted_alone_runs_with_nothing_beside_it(helpers_on_path):
+    """submit_alone (a retry after the system killed a worker) waits for the tasks in flight, and none starts
+    until it ends; the tasks queued after it then run side by side again."""
+    pool = LocalPool(3)
+    try:
+        tickets = {pool.submit(pool_helpers.interval, 0.2): f"before{i}" for i in range(3)}
+        tickets[pool.submit_alone(pool_helpers.interval, 0.2)] = "alone"
+        tickets.update({pool.submit(pool_helpers.interval, 0.2): f"after{i}" for i in range(3)})
+        got = {name: outcome.value for name, outcome in outcomes(pool, tickets).items()}
+    finally:
+        pool.close()
+    start, end = got.pop("alone")
+    assert all(e <= start or s >= end for s, e in got.values()), (start, end, got)
+    assert max(got[f"before{i}"][1] for i in range(3)) <= start <= end <= min(got[f"after{i}"][0] for i in range(3))
+
+
+def test_a_worker_killed_by_the_system_says_so():
+    assert Crashed("x", killed=True).killed and not Crashed("x").killed
+    assert "killed (SIGKILL), as the system does when memory runs out" in describe_exit(-signal.SIGKILL)
 
 
 def test_pool_results_are_the_inline_results(tmp_path):

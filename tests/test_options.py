@@ -55,6 +55,10 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--target-shard-mb", "0"], "--target-shard-mb"),
     (["--num-cores", "0"], "--num-cores"),
     (["--hash-bucket-bits", "30"], "--hash-bucket-bits"),
+    (["--splits", "train=0.5,train-g001=0.5"], "split name 'train-g001' ends like the name of a generation"),
+    (["--workers", "10000"], "--workers 10000 is more than this machine can run: at most"),
+    (["--worker-memory-mb", "100"], "--worker-memory-mb 100 must be in 1024..1048576"),
+    (["--max-pixels", "300000000"], "--max-pixels 300000000 is more than any image fits in --worker-memory-mb 1024"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)
@@ -102,6 +106,23 @@ def test_reject_limits():
 ])
 def test_how_many_encode_processes(requested, runner, direct, mode, cores, expected):
     assert options.local_workers(requested, runner, direct, mode, cores) == expected
+
+
+def test_workers_are_bounded_by_cores_and_by_memory_and_the_bound_is_named():
+    gib = 1 << 30
+    assert options.local_workers(None, "FnApiRunner", 1, "", 8, memory=3 * gib + 5, budget=gib) == 3
+    assert options.local_workers(None, "FnApiRunner", 1, "", 8, memory=100 * gib, budget=gib) == 8
+    assert options.local_workers(None, "FnApiRunner", 1, "", 8, memory=gib // 2, budget=gib) == 1
+    with pytest.raises(UsageError, match=r"--workers 4 is more than this machine can run: at most 3 "
+                                         r"\(3073 MiB of memory free, 1024 MiB per worker\)"):
+        options.local_workers(4, "FnApiRunner", 1, "", 8, memory=3 * gib + 5, budget=gib)
+    with pytest.raises(UsageError, match=r"at most 8 \(8 cores\)"):
+        options.local_workers(9, "FnApiRunner", 1, "", 8)
+
+
+def test_free_memory_is_read_from_this_machine():
+    free = options.available_memory()
+    assert free is not None and 0 < free < 1 << 50
 
 
 def test_workers_on_dataflow_is_refused():

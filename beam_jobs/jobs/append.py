@@ -296,8 +296,7 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
     if args.overwrite:
         raise UsageError("--append adds to the dataset in --output and --overwrite replaces it; give one of them")
     direct = opts.view_as(DirectOptions)
-    workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
-                                    direct.direct_running_mode or "", options.available_cores())
+    workers = options.build_workers(args, runner, direct)
     args = inherit.take_recorded(args, set(given), recorded_options(args.output))
     listing, split_dirs = prepare_inputs(args)
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -54,8 +54,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     runner = opts.view_as(StandardOptions).runner or ""
     direct = opts.view_as(DirectOptions)
     cloud = opts.view_as(GoogleCloudOptions)
-    workers = options.local_workers(args.workers, runner, direct.direct_num_workers or 1,
-                                    direct.direct_running_mode or "", options.available_cores())
+    workers = options.build_workers(args, runner, direct)
     listing, split_dirs = prepare_inputs(args)
     template = cloud.template_location
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -17,6 +17,7 @@ from shard_utils.format import names, schema
 from shard_utils.format.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from shard_utils.inputs import listings
 from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
+from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, largest_image, mib
 from shard_utils.media.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.sharding import plan
@@ -80,8 +81,12 @@ def parser() -> OneLineParser:
                          "the array_record extra) or both, from one pass over the media: the same records in the same "
                          "order and balance")
     ap.add_argument("--workers", type=int,
-                    help="local builds: processes that encode images (default: every core this process may use). "
-                         "Refused above 1 on Dataflow, where each vCPU already runs its own worker process")
+                    help="local builds: processes that encode images (default and most: one per core this process "
+                         "may use, and no more than the free memory holds at --worker-memory-mb each). Refused "
+                         "above 1 on Dataflow, where each vCPU already runs its own worker process")
+    ap.add_argument("--worker-memory-mb", type=int, default=DEFAULT_WORKER_MEMORY >> 20,
+                    help="memory one worker may spend on one image; an image whose header says it needs more is "
+                         f"rejected too_large (default and least {DEFAULT_WORKER_MEMORY >> 20}; see docs/images.md)")
     ap.add_argument("--dedup", action="store_true",
                     help="keep files with identical bytes once (the smallest source id); the others are rejected "
                          "'duplicate', and duplicates across splits are counted in the manifest (off by default: it "
@@ -255,9 +260,44 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def available_memory() -> int | None:
+    """Bytes this process may still take: the system's available memory, within its cgroup's limit (None when
+    neither can be read)."""
+    found = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, usage in (("memory.max", "memory.current"),
+                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            with open(f"/sys/fs/cgroup/{limit}", encoding="ascii") as f, \
+                    open(f"/sys/fs/cgroup/{usage}", encoding="ascii") as g:
+                found.append(int(f.read()) - int(g.read()))
+        except (OSError, ValueError):  # absent, or "max"
+            pass
+    return max(0, min(found)) if found else None
+
+
+def worker_memory(args: argparse.Namespace) -> int:
+    """--worker-memory-mb in bytes, checked."""
+    least = DEFAULT_WORKER_MEMORY >> 20
+    if not least <= args.worker_memory_mb <= 1 << 20:
+        raise UsageError(f"--worker-memory-mb {args.worker_memory_mb} must be in {least}..{1 << 20}")
+    return args.worker_memory_mb << 20
+
+
+def build_workers(args: argparse.Namespace, runner: str, direct) -> int:
+    """local_workers for a build's or an append's options, on this machine."""
+    return local_workers(args.workers, runner, direct.direct_num_workers or 1, direct.direct_running_mode or "",
+                         available_cores(), available_memory(), worker_memory(args))
+
+
 def local_workers(requested: int | None, runner: str, direct_num_workers: int, running_mode: str,
-                  cores: int) -> int:
-    """How many encode processes a build uses: all cores locally, exactly one per SDK process elsewhere.
+                  cores: int, memory: int | None = None, budget: int = DEFAULT_WORKER_MEMORY) -> int:
+    """How many encode processes a build uses: all cores locally, as many as `memory` holds at `budget` bytes
+    each; exactly one per SDK process elsewhere. More than that is refused, naming the bound.
 
     On Dataflow (and any runner that is not Beam's local one) every vCPU already runs its own SDK
     worker process, so a pool would oversubscribe: the encode step runs inline. Locally, Beam's
@@ -271,7 +311,12 @@ def local_workers(requested: int | None, runner: str, direct_num_workers: int, r
                              "worker process (use the runner's own options, e.g. --max_num_workers)")
         return 1
     share = max(1, direct_num_workers) if running_mode in ("multi_processing", "multi_threading") else 1
-    return requested if requested is not None else max(1, cores // share)
+    bound, why = max(1, cores // share), f"{cores} cores" + (f" for {share} Beam processes" if share > 1 else "")
+    if memory is not None and memory // budget < bound:
+        bound, why = max(1, memory // budget), f"{mib(memory)} of memory free, {mib(budget)} per worker"
+    if requested is not None and requested > bound:
+        raise UsageError(f"--workers {requested} is more than this machine can run: at most {bound} ({why})")
+    return requested if requested is not None else bound
 
 
 def listing_options(args: argparse.Namespace) -> listings.ListingOptions:
@@ -398,6 +443,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError("--target-shard-mb must be more than 0 and at most 100000")
     if args.max_pixels < 1:
         raise UsageError("--max-pixels must be positive")
+    memory = worker_memory(args)
+    if args.max_pixels > largest_image(memory):
+        raise UsageError(f"--max-pixels {args.max_pixels} is more than any image fits in --worker-memory-mb "
+                         f"{memory >> 20} ({largest_image(memory)} pixels); raise --worker-memory-mb")
     if not 0 <= args.label_offset <= 1_000_000:
         raise UsageError("--label-offset must be in 0..1000000")
     if not 0 <= args.hash_bucket_bits <= 20:
@@ -409,7 +458,8 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     shard_format = check_format(args.format, args.shard_extension)
     background = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
-                         background=background, validate=args.validate, inspect=args.quality_checks == "on")
+                         background=background, validate=args.validate, memory=memory,
+                         inspect=args.quality_checks == "on")
     video = video_options(args, image)
     embed = embed_spec(args)
     return BuildConfig(

@@ -271,12 +271,12 @@ def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manife
     copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, source, run)
     carry = p | "CarryOver" >> CarryOver(source)
     planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
-    nothing_dropped = p | "NoDuplicates" >> beam.Create([])
+    nothing_dropped = p | "NoDuplicates" >> beam.Create([])  # the labels are the source's (known_labels), not found
     shards = copied.fragments | "WriteShards" >> WriteFragmentShards(config, planned["plans"], run)
     damaged = (tasks.damaged, copied.damaged, carry.damaged) | "AllDamage" >> beam.Flatten()
     _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": carry.rejected,
          "skipped_files": carry.skipped_files, "tally": carry.tally,
-         "labels": p | "Labels" >> beam.Create(list(source.labels)), "run": run, "cross_split": nothing_dropped,
+         "labels": p | "Labels" >> beam.Create([]), "run": run, "cross_split": nothing_dropped,
          "damaged": damaged} | "Publish" >> Publish(config, planner=functools.partial(plan_reshard, source=source))
 
 

@@ -117,7 +117,13 @@ class LeaseKeeper:
 
 
 def abandon(config: BuildConfig, run_id: str) -> None:
-    """After a failed local run: remove its temporary data (keeping its reports) and give the lock back."""
+    """After a failed local run: remove its temporary data (keeping its reports), and the dataset files it left
+    in an output without a manifest, and give the lock back."""
+    try:
+        if runlock.holds(config.output, run_id):
+            publish.remove_orphaned_files(config.output)
+    except storage.StorageError:
+        pass  # the next run into this output clears it
     temp = config.temp_dir(run_id)
     try:
         names = storage.list_names(temp)

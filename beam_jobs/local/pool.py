@@ -6,8 +6,9 @@ session (a terminal's Ctrl-C reaches the build, which stops them) and die with t
 
 `submit(fn, *args)` queues fn(*args) and returns a ticket; `results()` gives (ticket, outcome) as tasks end:
 `Done(value)`, `Raised(error)` (the task's exception, to raise again in the build) or `Crashed(why)` (the
-worker died running it: a decoder that crashes on a hostile file). What a crash means is the caller's
-decision; the pool starts a new worker and goes on. Functions are passed as objects and sent by name.
+worker died running it: a decoder that crashes on a hostile file, or the system that killed it for memory).
+What a crash means is the caller's decision; the pool starts a new worker and goes on. `submit_alone` runs a
+task with no other in flight (a retry after the system killed a worker). Functions are sent by name.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class Raised:
 @dataclass(frozen=True)
 class Crashed:
     why: str
+    killed: bool = False  # SIGKILL: what the system sends when memory runs out, never a decoder's own crash
 
 
 Outcome = Done | Raised | Crashed
@@ -62,6 +64,7 @@ class _Task:
     fn: str
     args: tuple
     kwargs: dict
+    alone: bool = False
 
 
 @dataclass
@@ -118,6 +121,14 @@ class LocalPool:
         """Queue fn(*args, **kwargs); returns its ticket."""
         self._next_ticket += 1
         self._pending.append(_Task(self._next_ticket, task_name(fn), args, kwargs))
+        self._dispatch()
+        return self._next_ticket
+
+    def submit_alone(self, fn: Callable, *args: Any, **kwargs: Any) -> int:
+        """Queue fn(*args, **kwargs) ahead of the waiting tasks, to run once no other task is in flight and with
+        none beside it; returns its ticket."""
+        self._next_ticket += 1
+        self._pending.appendleft(_Task(self._next_ticket, task_name(fn), args, kwargs, alone=True))
         self._dispatch()
         return self._next_ticket
 
@@ -204,12 +215,21 @@ class LocalPool:
 
     def _dispatch(self) -> None:
         """Hand pending tasks to the least busy workers; their sender threads write them, so a task larger
-        than a pipe's buffer never blocks this thread while its worker is busy."""
+        than a pipe's buffer never blocks this thread while its worker is busy. A task to run alone waits for
+        every other to end, and none starts beside it."""
+        busy = [t for w in self._workers.values() for t in w.outstanding]
+        if any(t.alone for t in busy):
+            return
         for w in sorted(self._workers.values(), key=lambda w: len(w.outstanding)):
             while self._pending and len(w.outstanding) < DEPTH:
+                if self._pending[0].alone and (busy or w.outstanding):
+                    return
                 task = self._pending.popleft()
                 w.inbox.put((task.ticket, task.fn, task.args, task.kwargs))
                 w.outstanding.append(task)
+                busy.append(task)
+                if task.alone:
+                    return
 
     def _handle(self, event) -> tuple[int, Outcome] | None:
         kind, wid, payload = event
@@ -240,7 +260,7 @@ class LocalPool:
         if w.outstanding:
             crashed = w.outstanding.popleft()
             self._pending.extendleft(reversed(w.outstanding))
-            out = (crashed.ticket, Crashed(describe_exit(payload)))
+            out = (crashed.ticket, Crashed(describe_exit(payload), killed=payload == -signal.SIGKILL))
         self._spawn()
         self._dispatch()
         return out
@@ -258,6 +278,8 @@ def _send_all(proc: subprocess.Popen, inbox: queue.Queue) -> None:
 
 
 def describe_exit(code: int | None) -> str:
+    if code == -signal.SIGKILL:
+        return "the worker process was killed (SIGKILL), as the system does when memory runs out"
     if code is not None and code < 0:
         try:
             return f"the decoder crashed the worker process ({signal.Signals(-code).name})"

@@ -141,7 +141,8 @@ def windowed(values: Iterable) -> Iterator:
 class PooledDoFn(beam.DoFn):
     """A DoFn whose work for an element is one function call: made here with one worker, or in the local
     pool with several (so a local build uses every core). Subclasses say which call (`call`), what its
-    value gives (`done`) and what a crash of its worker process gives (`crashed`, default: fail)."""
+    value gives (`done`), what a crash of its worker process gives (`crashed`, default: fail) and what an
+    error it raised gives (`failed`, default: raise it here)."""
 
     MAX_QUEUED_PER_WORKER = 4  # calls waiting per worker before process() waits for some to finish
     _owners: dict[int, "PooledDoFn"] = {}  # ticket -> the DoFn that submitted it (steps fused in one stage)
@@ -156,8 +157,11 @@ class PooledDoFn(beam.DoFn):
     def done(self, context, value) -> Iterable:
         raise NotImplementedError
 
-    def crashed(self, context, why: str) -> Iterable:
+    def crashed(self, context, why: str, killed: bool) -> Iterable:
         raise RuntimeError(f"local pool: {why}")
+
+    def failed(self, context, error: BaseException) -> Iterable:
+        raise error
 
     def start_bundle(self):
         self._contexts: dict[int, Any] = {}
@@ -167,13 +171,14 @@ class PooledDoFn(beam.DoFn):
         fn, args, kwargs, context = self.call(element, *side)
         yield from self.run(fn, args, kwargs, context)
 
-    def run(self, fn: Callable, args: tuple, kwargs: dict, context) -> Iterator:
-        """Run fn here, or submit it to the pool and yield what has finished meanwhile."""
+    def run(self, fn: Callable, args: tuple, kwargs: dict, context, alone: bool = False) -> Iterator:
+        """Run fn here, or submit it to the pool (`alone`: with nothing else in flight) and yield what has
+        finished meanwhile."""
         if self.workers <= 1:
             yield from self.done(context, fn(*args, **kwargs))
             return
         pool = LocalPool.shared(self.workers)
-        ticket = pool.submit(fn, *args, **kwargs)
+        ticket = (pool.submit_alone if alone else pool.submit)(fn, *args, **kwargs)
         self._contexts[ticket] = context
         PooledDoFn._owners[ticket] = self
         yield from self._stashed()
@@ -203,6 +208,6 @@ class PooledDoFn(beam.DoFn):
         if isinstance(outcome, Done):
             yield from self.done(context, outcome.value)
         elif isinstance(outcome, Raised):
-            raise outcome.error
+            yield from self.failed(context, outcome.error)
         elif isinstance(outcome, Crashed):
-            yield from self.crashed(context, outcome.why)
+            yield from self.crashed(context, outcome.why, outcome.killed)

@@ -5,6 +5,9 @@ then one unit of work: its items read (several at once from gs://), encoded and 
 (`shard_utils.sharding.encode_run`). Locally the runs are encoded in the worker processes; a decoder that
 crashes its process on a hostile file costs only that file: the run's items are tried one by one, the
 ones that crash are rejected, and the run is encoded again without them.
+
+Memory is not a property of a file: a worker the system killed (SIGKILL) or refused memory is tried again
+with no other task in flight, and if that fails too the build stops naming the file, never rejecting it.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from shard_utils.media.encode import EncodeSettings, encode_item, reject
+from shard_utils.media.budget import OutOfMemory
+from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
 from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
@@ -84,18 +88,21 @@ class _EncodeRunFn(PooledDoFn):
         task = RunTask(split, index, tuple(item for chunk in chunks for item in chunk))
         yield from self._encode(task, ())
 
-    def _encode(self, task: RunTask, crashed: tuple[dict, ...]):
+    def _encode(self, task: RunTask, crashed: tuple[dict, ...], alone: bool = False):
         kwargs = {"embed": self._embedder(), "embed_batch": self.config.embed.batch_size} \
             if self.config.embed is not None else {}
         kwargs["chunk_bytes"] = self.config.run_part_bytes
         yield from self.run(encode_run, (task, self._settings, self._run.temp_dir), kwargs,
-                            ("run", task, crashed))
+                            ("run", task, crashed, alone), alone=alone)
+
+    def _probe(self, key, item: MediaItem, alone: bool):
+        yield from self.run(probe_item, (item, self._settings), {}, ("probe", key, item, alone), alone=alone)
 
     def call(self, element, *side):  # process() is overridden
         raise NotImplementedError
 
     def done(self, context, value) -> Iterable:
-        kind, task, extra = context
+        kind, task, extra, _ = context
         if kind == "probe":
             yield from self._probed(task, extra, crashed=None)
             return
@@ -127,9 +134,24 @@ class _EncodeRunFn(PooledDoFn):
             count(THROTTLED_SECONDS, whole)
             self._throttled_s -= whole
 
-    def crashed(self, context, why: str) -> Iterable:
-        kind, task, extra = context
+    def failed(self, context, error: BaseException) -> Iterable:
+        kind, task, extra, alone = context
+        if not isinstance(error, OutOfMemory) or alone:
+            raise error
+        yield from self._again_alone(kind, task, extra)
+
+    def _again_alone(self, kind: str, task, extra) -> Iterable:
+        """The same work once more, with no other task in flight to share the memory."""
+        yield from self._encode(task, extra, alone=True) if kind == "run" else self._probe(task, extra, alone=True)
+
+    def crashed(self, context, why: str, killed: bool) -> Iterable:
+        kind, task, extra, alone = context
+        if killed and not alone:
+            yield from self._again_alone(kind, task, extra)
+            return
         if kind == "probe":
+            if killed:
+                raise OutOfMemory(killed_message(extra, self._settings))
             yield from self._probed(task, extra, crashed=why)
             return
         if len(task.items) == 0:
@@ -137,8 +159,8 @@ class _EncodeRunFn(PooledDoFn):
         key = (task.split, task.run)
         self._isolating[key] = {"task": task, "left": len(task.items), "culprits": [], "why": why,
                                 "earlier": extra}
-        for item in task.items:  # which item crashes it: each alone, keeping nothing
-            yield from self.run(probe_item, (item, self._settings), {}, ("probe", key, item))
+        for item in task.items:  # which item crashes it, keeping nothing: each alone, when the system killed it
+            yield from self._probe(key, item, alone=killed)
 
     def _probed(self, key, item: MediaItem, crashed: str | None) -> Iterable:
         state = self._isolating[key]

@@ -112,6 +112,21 @@ def remove_unfinished_writes(output: str) -> None:
                 pass  # tried again by the next run
 
 
+def remove_orphaned_files(output: str) -> None:
+    """After a failed run that holds the lock: when the output has no manifest (the run removed it, then failed
+    before writing its own), remove the dataset files left there, so the output is empty, not a dataset without
+    its contract. With a manifest (an append, or a run that failed before it touched the output), nothing."""
+    names = storage.list_names(output)
+    if MANIFEST_NAME in names:
+        return
+    for name in names:
+        if is_dataset_file(name) or name in _DATASET_FILES:
+            try:
+                storage.delete(storage.join(output, name))
+            except storage.StorageError:
+                pass  # the next run into this output removes it (clear_output)
+
+
 def remove_run_folder(temp_root: str, temp_dir: str) -> None:
     """Remove a finished run's temporary folder, and the folder of runs if nothing else is left in it."""
     try:

@@ -117,21 +117,37 @@ def _file_digest(path: str) -> storage.Digest:
 @contextlib.contextmanager
 def local_copy(uri: str) -> Iterator[str]:
     """A local path holding the file's bytes: the file itself when local (StorageError unless it is a regular
-    file: a named pipe is refused, never waited on), else a temporary download."""
+    file: a named pipe is refused, never waited on), else a download into a file with no name, which the
+    system frees when this process ends however it ends (a SIGKILL leaves nothing in TMPDIR)."""
     if not storage.is_gcs(uri):
         storage.open_read(uri).close()
         yield uri
         return
-    fd, temp = tempfile.mkstemp(prefix="tpu-shards-", suffix=".array_record")
-    os.close(fd)
+    fd, named = _scratch_file()
     try:
-        with storage.open_read(uri) as src, open(temp, "wb") as out:
+        with storage.open_read(uri) as src, open(fd, "wb", closefd=False) as out:
             while block := src.read(storage.READ_CHUNK_SIZE):
                 out.write(block)
-        yield temp
+        yield named or f"/proc/self/fd/{fd}"
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temp)
+        os.close(fd)
+        if named:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(named)
+
+
+def _scratch_file() -> tuple[int, str | None]:
+    """(fd, None) of an anonymous file in TMPDIR, read back through /proc/self/fd; where the system has no such
+    files, (fd, path) of a named one that local_copy removes."""
+    if os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR, 0o600), None
+        except (AttributeError, OSError):  # not Linux, or a filesystem without O_TMPFILE
+            fd, temp = tempfile.mkstemp(prefix="tpu-shards-", suffix=".array_record")
+            os.remove(temp)  # open, unnamed from now on
+            return fd, None
+    fd, temp = tempfile.mkstemp(prefix="tpu-shards-", suffix=".array_record")
+    return fd, temp
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from shard_utils import storage
@@ -213,7 +213,7 @@ class Manifest:
         return schema.media_key(self.features)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = _plain(self)
         out.pop("location")
         for split in out["splits"].values():
             if split["index"] is None:
@@ -242,6 +242,25 @@ class Manifest:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+_SCALARS = {str, int, float, bool, type(None)}
+
+
+def _plain(value: Any) -> Any:
+    """dataclasses.asdict for a manifest, in time linear and small in its labels: a list or dict of plain values
+    (labels, class counts) is copied in one call, not value by value as asdict does."""
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        if set(map(type, value.values())) <= _SCALARS:
+            return dict(value)
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if set(map(type, value)) <= _SCALARS:
+            return type(value)(value)
+        return type(value)(_plain(v) for v in value)
+    return value
 
 
 def unknown_split(name: object, available: Sequence[str]) -> str:

@@ -11,6 +11,7 @@ import unicodedata
 MAX_NAME = 200  # characters in a split name or in one part of a path inside a dataset
 MAX_PATH = 1000  # characters in a path inside a dataset
 _SPLIT = re.compile(r"[A-Za-z0-9_-]+")
+_GENERATION = re.compile(r".+-g[0-9]{3,}")  # layout.generation_split: generation 1 of `train` is `train-g001`
 
 
 def shown(name: object, limit: int = 60) -> str:
@@ -27,6 +28,14 @@ def split_name_problem(name: object) -> str | None:
         return f"is longer than {MAX_NAME} characters"
     if not _SPLIT.fullmatch(name):
         return "may use only ASCII letters, digits, '_' and '-'"
+    return None
+
+
+def generation_name_problem(name: str) -> str | None:
+    """Why a new split may not have `name`: one ending like a generation (`train-g001`) would collide with the
+    names `build --append` gives the generations of another split. Checked when a build names its splits."""
+    if _GENERATION.fullmatch(name):
+        return "ends like the name of a generation (-gNNN: build --append stores generation N of split X as X-gNNN)"
     return None
 
 

@@ -90,7 +90,7 @@ def parse_splits(text: str) -> list[tuple[str, float]]:
             fraction = -1.0
         if not sep or not name or not (0 < fraction <= 1) or fraction != fraction:
             raise ValueError(f"--splits entry {item!r} must look like name=fraction with 0 < fraction <= 1")
-        problem = names.split_name_problem(name)
+        problem = names.split_name_problem(name) or names.generation_name_problem(name)
         if problem:
             raise ValueError(f"split name {names.shown(name)} {problem}")
         if name in (n for n, _ in out):

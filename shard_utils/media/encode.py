@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Union
 
 from shard_utils.format import schema
-from shard_utils.media.images import ImageOptions, Rejected, prepare_image
+from shard_utils.media.budget import OutOfMemory, mib
+from shard_utils.media.images import ImageOptions, Rejected, memory_for, prepare_image
 from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
 from shard_utils.format.tfrecord import frame
@@ -150,6 +151,10 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
             passed_through, trailer, inspection = image.passed_through, image.trailer_bytes, image.inspection
     except Rejected as exc:
         return reject(item, exc.reason, exc.message)
+    except OutOfMemory as exc:  # a resource failure, not a property of the file: never a rejection
+        raise OutOfMemory(f"{item.source_id}: {exc}") from None
+    except MemoryError:
+        raise OutOfMemory(f"{item.source_id}: the system refused memory while encoding it") from None
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not end a three-hour job
         return reject(item, "corrupt", f"{type(exc).__name__}: {first_line(exc)}")
     labels = tuple(settings.label_ids[name] for name in item.labels)
@@ -174,6 +179,17 @@ def _quality(inspection: Inspection | None, source: str, split: str) -> tuple[st
         return "", ()
     phash = to_hex(inspection.signature) if inspection.signature is not None else ""
     return phash, tuple(flag_findings(inspection, source, split))
+
+
+def killed_message(item: MediaItem, settings: EncodeSettings) -> str:
+    """Why a build stops when the system killed the worker encoding `item` even with nothing beside it: the
+    file, and the memory its header says it needs (read again here, in the build's own process)."""
+    data = read_source(item.uri, settings.max_file_bytes, item.size)
+    need = None if isinstance(data, Unusable) or settings.video is not None else memory_for(data, settings.image)
+    needs = f"it needs about {mib(need)}" if need else "its header gives no size"
+    return (f"{item.source_id}: the system killed the worker encoding it (SIGKILL), again with no other beside it; "
+            f"{needs}, and a worker may use {mib(settings.image.memory)} (--worker-memory-mb): give the build more "
+            "memory or fewer --workers")
 
 
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:

@@ -9,6 +9,7 @@ import functools
 import io
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -17,6 +18,7 @@ from PIL import Image, UnidentifiedImageError
 
 from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end  # noqa: F401 - also named here
 from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
+from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, OutOfMemory, decode_bytes, mib
 
 # Formats we accept, by what Pillow detects in the bytes (not the file name). HEIF needs pillow-heif.
 FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "AVIF"}
@@ -59,6 +61,7 @@ class ImageOptions:
     background: tuple[int, int, int] = DEFAULT_BACKGROUND
     validate: str = "decode"  # how pass-through JPEGs are checked: full decode, or marker structure only
     inspect: bool = True  # the quality checks: a signature and flags from the pixels decoded (shard_utils.quality)
+    memory: int = DEFAULT_WORKER_MEMORY  # bytes a worker may spend on one image (shard_utils.media.budget)
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,41 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
     with warnings.catch_warnings():  # a bad file is a rejection with its reason, never a warning on stderr
         warnings.simplefilter("ignore")
         image = _open(data, options.max_pixels)
-        orientation = _orientation(image)
-        if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
-            return _pass_through(data, image, options.validate, options.inspect)
-        if image.format in ("JPEG", "MPO"):
-            _refuse_scan_bomb(data)
-        return _reencode(image, orientation, options)
+        try:
+            orientation = _orientation(image)
+            if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
+                return _pass_through(data, image, options.validate, options.inspect)
+            if image.format in ("JPEG", "MPO"):
+                _refuse_scan_bomb(data)
+            return _reencode(image, orientation, options)
+        except MemoryError:
+            need = mib(memory_needed(image, options.size))
+            raise OutOfMemory(f"the system refused memory for a {image.width}x{image.height} {image.mode} image "
+                              f"(it needs about {need})") from None
+
+
+def memory_needed(image: Image.Image, size: tuple[int, int] | None) -> int:
+    """The bytes decoding, converting and encoding an opened image needs at its peak (to `size`, if given)."""
+    return decode_bytes(image.mode, image.width, image.height, size[0] * size[1] if size else None)
+
+
+def memory_for(data: bytes, options: ImageOptions) -> int | None:
+    """memory_needed for an image's bytes, from its header alone; None for bytes that are no usable image."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return memory_needed(_open(data, options.max_pixels), options.size)
+    except Rejected:
+        return None
+
+
+def _within_budget(image: Image.Image, options: ImageOptions) -> None:
+    """Refuse, before its pixels are decoded, an image that needs more memory than a worker may use."""
+    need = memory_needed(image, options.size)
+    if need > options.memory:
+        raise Rejected("too_large", f"a {image.width}x{image.height} {image.mode} image needs about {mib(need)} "
+                                    f"to decode and convert, more than the {mib(options.memory)} a worker may use "
+                                    "(--worker-memory-mb)")
 
 
 def _pass_through(data: bytes, image: Image.Image, validate: str, inspecting: bool) -> PreparedImage:
@@ -143,7 +175,7 @@ def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions
     if target is not None and image.format in ("JPEG", "MPO"):
         draft = _draft_size(image.size, target, options.resize)
     source_width, source_height = image.size  # the size flags are the source's, before any draft or resize
-    content = _load(image, draft=draft)
+    content = _load(image, draft=draft, before=lambda drafted: _within_budget(drafted, options))
     image = to_rgb(image, options.background)
     if target is not None:
         image = resize(image, target, options.resize, box=content)
@@ -160,6 +192,7 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     brands = _isobmff_brands(data)
     if _is_heif(brands):
         _register_heif()
+    _allow_pixels(max_pixels)
     try:
         image = Image.open(io.BytesIO(data))  # warnings are off (prepare_image): over --max-pixels is refused below
     except Image.DecompressionBombError as exc:
@@ -176,6 +209,13 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     if width * height > max_pixels:
         raise Rejected("too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {max_pixels}")
     return image
+
+
+def _allow_pixels(max_pixels: int) -> None:
+    """Raise Pillow's own limit (it refuses over twice MAX_IMAGE_PIXELS) to `max_pixels`, which is checked here
+    instead, so that --max-pixels holds above it; the memory budget bounds it (shard_utils.media.budget)."""
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
+        Image.MAX_IMAGE_PIXELS = max_pixels
 
 
 def _unidentified(brands: set[bytes]) -> Rejected:
@@ -212,20 +252,26 @@ def _register_heif() -> bool:
     return True
 
 
-def _load(image: Image.Image, draft: tuple[int, int] | None) -> tuple[float, float, float, float] | None:
+def _load(image: Image.Image, draft: tuple[int, int] | None,
+          before: Callable[[Image.Image], None] | None = None) -> tuple[float, float, float, float] | None:
     """Decode the pixels (first frame), turning any decoder failure into a rejection (warnings are off: see
-    prepare_image).
+    prepare_image); `before` sees the image once drafted, before its pixels are decoded.
 
     With `draft` (JPEG only) the decoder may scale down by 2, 4 or 8 to at least that size; the return
     value is then the box of the decoded image that holds the whole picture (its last pixels may be partial).
     """
     try:
         drafted = image.draft(image.mode, draft) if draft is not None else None
+    except Exception as exc:
+        raise Rejected("corrupt", f"cannot decode {image.format} data: {exc}") from None
+    if before is not None:
+        before(image)
+    try:
         image.load()
     except Image.DecompressionBombError as exc:
         raise Rejected("too_large", f"image is too large to decode safely: {exc}") from None
     except MemoryError:
-        raise Rejected("too_large", "not enough memory to decode this image") from None
+        raise
     except Exception as exc:
         raise Rejected("corrupt", f"cannot decode {image.format} data: {exc}") from None
     return drafted[1] if drafted else None
@@ -257,22 +303,44 @@ def _draft_size(size: tuple[int, int], target: tuple[int, int], mode: str) -> tu
 
 
 def to_rgb(image: Image.Image, background: tuple[int, int, int] = DEFAULT_BACKGROUND) -> Image.Image:
-    """8-bit RGB from any mode: 16/32-bit scaled (not clipped), palette and alpha composited on `background`."""
-    if image.mode.startswith("I;16") or image.mode == "I":
-        values = np.asarray(image).astype(np.float64)
-        image = Image.fromarray(np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8), "L")
-    elif image.mode == "F":
-        values = np.asarray(image)
-        image = Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), "L")
+    """8-bit RGB from any mode: 16/32-bit scaled (not clipped), palette and alpha composited on `background`.
+
+    Deep modes are scaled a band of rows at a time in integers, so no float copy of the picture is made."""
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        image = _to_l(image)
     elif image.mode == "P":
         image = image.convert("RGBA" if "transparency" in image.info else "RGB")
     elif image.mode == "1":
         image = image.convert("L")
     if image.mode in _ALPHA_MODES:
-        rgba = image.convert("RGBA")
-        base = Image.new("RGBA", rgba.size, (*background, 255))
-        image = Image.alpha_composite(base, rgba)
+        image = _composited(image, background)
     return image if image.mode == "RGB" else image.convert("RGB")
+
+
+TILE_PIXELS = 1 << 20  # pixels of a deep image scaled at once
+
+
+def _to_l(image: Image.Image) -> Image.Image:
+    """An 8-bit L image from a 16-bit, 32-bit integer or float one: integers v in 0..65535 become
+    round(v / 257), floats round(v); both clipped to 0..255. Scaled in bands of rows (see to_rgb)."""
+    width, height = image.size
+    out = np.empty((height, width), np.uint8)
+    rows = max(1, TILE_PIXELS // width)
+    for top in range(0, height, rows):
+        band = np.asarray(image.crop((0, top, width, min(height, top + rows))))
+        if band.dtype.kind == "f":
+            scaled = np.rint(np.clip(band, 0, 255))
+        else:  # round(v / 257) == (v + 128) // 257 for integers: v / 257 is never halfway between two
+            scaled = (np.clip(band, 0, 65535).astype(np.int32) + 128) // 257
+        out[top:top + rows] = scaled
+    return Image.fromarray(out, "L")
+
+
+def _composited(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+    """An alpha image laid over an opaque background, as RGBA; each copy let go as soon as it is used."""
+    rgba = image if image.mode == "RGBA" else image.convert("RGBA")
+    base = Image.new("RGBA", rgba.size, (*background, 255))
+    return Image.alpha_composite(base, rgba)
 
 
 def fill_box(width: float, height: float, target: tuple[int, int]) -> tuple[float, float, float, float]:

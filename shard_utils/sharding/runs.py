@@ -142,7 +142,15 @@ class RunWriter:
             upload.result()
 
     def close(self) -> RunFile | None:
-        """Finish the run; None when it holds no record (nothing is left behind then)."""
+        """Finish the run; None when it holds no record (nothing is left behind then, nor when it fails)."""
+        try:
+            return self._close()
+        except BaseException:
+            self._file = None  # its context has exited: the temp file is gone, or complete under its name
+            self._discard()
+            raise
+
+    def _close(self) -> RunFile | None:
         if self._file is not None:
             self._stack.close()  # the file is complete now
             if self._entries:
@@ -165,8 +173,18 @@ class RunWriter:
             self._upload.cancel()
             self._upload = None
         if self._file is not None:
-            self._stack.__exit__(RuntimeError, RuntimeError("aborted"), None)
             self._file = None
+            try:
+                self._stack.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            finally:
+                self._discard()
+
+    def _discard(self) -> None:
+        """Remove a local run's files that a failure left complete (its data, its metadata); gs:// parts are
+        left to the clean-up of the run's temporary folder."""
+        if not self._gcs:
+            for path in (self.path, self.meta_path):
+                storage.delete(path)
 
 
 @dataclass(frozen=True)

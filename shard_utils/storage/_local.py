@@ -236,11 +236,16 @@ class _TempFile:
             raise
 
     def abort(self) -> None:
-        self.file.close()
+        """Remove the temp file; closing it may fail as the write did (a full disk refuses the buffered rest)."""
         try:
-            os.remove(self.temp)
-        except FileNotFoundError:
+            self.file.close()
+        except OSError:
             pass
+        finally:
+            try:
+                os.remove(self.temp)
+            except FileNotFoundError:
+                pass
 
 
 def start_write(path: str, durable: bool = True) -> _TempFile:

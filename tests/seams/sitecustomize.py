@@ -5,6 +5,10 @@ a build (and so of its worker processes), and these variables say what to do:
   every process of the build (in TPU_SHARDS_TEST_COUNTER, a file); in a local worker process the build that
   started it is killed too.
 - TPU_SHARDS_TEST_SEGV=source-id  a decoder crash (SIGSEGV) when that file is encoded.
+- TPU_SHARDS_TEST_OOM=source-id:N  the system's kill (SIGKILL) of the local worker process encoding that file, at
+  its first N encodings over every worker of the build (counted in TPU_SHARDS_TEST_COUNTER).
+- TPU_SHARDS_TEST_RLIMIT_AS=BYTES  local worker processes start with that address-space limit (a memory limit
+  of their own: allocations beyond it fail as they would on a machine that small).
 - TPU_SHARDS_TEST_HOLD=module:function=PATH  at the first call, create PATH.reached and wait (up to 120 s)
   until PATH exists: a test holds a build mid-way, acts, then lets it go.
 - TPU_SHARDS_TEST_HOSTNAME=NAME  the build's processes say they run on host NAME: as a Dataflow job's workers
@@ -61,6 +65,19 @@ def _segv(source_id: str):
     return wrap
 
 
+def _oom(spec: str):
+    source_id, _, times = spec.rpartition(":")
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(item, *args, **kwargs):
+            if item.source_id == source_id and os.environ.get("TPU_SHARDS_POOL_WORKER") and _calls() <= int(times):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return fn(item, *args, **kwargs)
+        return wrapper
+    return wrap
+
+
 def _hold(path: str):
     state = {"held": False}
 
@@ -90,6 +107,13 @@ if os.environ.get("TPU_SHARDS_TEST_KILL"):
     _WRAPS.setdefault(module, []).append((function, _kill(int(nth))))
 if os.environ.get("TPU_SHARDS_TEST_SEGV"):
     _WRAPS.setdefault("shard_utils.media.encode", []).append(("encode_data", _segv(os.environ["TPU_SHARDS_TEST_SEGV"])))
+if os.environ.get("TPU_SHARDS_TEST_OOM"):
+    _WRAPS.setdefault("shard_utils.media.encode", []).append(("encode_data", _oom(os.environ["TPU_SHARDS_TEST_OOM"])))
+if os.environ.get("TPU_SHARDS_TEST_RLIMIT_AS") and os.environ.get("TPU_SHARDS_POOL_WORKER"):
+    import resource
+
+    _limit = int(os.environ["TPU_SHARDS_TEST_RLIMIT_AS"])
+    resource.setrlimit(resource.RLIMIT_AS, (_limit, _limit))
 if os.environ.get("TPU_SHARDS_TEST_HOSTNAME"):
     import socket
 
