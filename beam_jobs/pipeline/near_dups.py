@@ -19,13 +19,17 @@ from typing import Iterable
 
 import apache_beam as beam
 
+from shard_utils import storage
+from shard_utils.format.labels import label_order
+from shard_utils.quality import cluster_actions as actions
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind
 from shard_utils.sharding.encode_run import EncodedRun
+from shard_utils.sharding.runs import RunWriter
 
-from beam_jobs.pipeline.common import count
+from beam_jobs.pipeline.common import count, rejected
 
-__all__ = ["ClusterSignatures", "FindNearDuplicates", "run_members"]
+__all__ = ["ActOnClusters", "ClusterSignatures", "FindNearDuplicates", "MoveRecords", "run_members"]
 
 Signed = tuple  # (signature as 8 big-endian bytes, Member): Beam's int coder takes signed 64-bit values only
 
@@ -40,27 +44,35 @@ def unpacked(signature: bytes) -> int:
 
 class FindNearDuplicates(beam.PTransform):
     """Input: EncodedRun. Output: Cluster, one element each (two or more members). `existing` (an append):
-    (packed signature, Member) of the dataset's records, whose `where` is None. `threshold`: the most differing bits
-    of a near pair."""
+    (packed signature or None, Member) of the dataset's records, whose `where` is None. `threshold`: the most
+    differing bits of a near pair. `exact` (--dedup): records with the same bytes are joined too, signed or
+    not (a distance-0 cluster)."""
 
-    def __init__(self, threshold: int, existing=None, cap: int = cl.MAX_BUCKET):
+    def __init__(self, threshold: int, existing=None, exact: bool = False, cap: int = cl.MAX_BUCKET):
         super().__init__()
-        self.threshold, self.existing, self.cap = threshold, existing, cap
+        self.threshold, self.existing, self.exact, self.cap = threshold, existing, exact, cap
 
     def expand(self, runs):
-        signed = runs | "Signatures" >> beam.FlatMap(run_members)
+        members = runs | "Members" >> beam.FlatMap(run_members)
         if self.existing is not None:
-            signed = (signed, self.existing) | "WithDataset" >> beam.Flatten()
-        return signed | "Cluster" >> ClusterSignatures(self.threshold, self.cap)
+            members = (members, self.existing) | "WithDataset" >> beam.Flatten()
+        signed = members | "Signed" >> beam.Filter(lambda sm: sm[0] is not None)
+        same_bytes = None
+        if self.exact:
+            same_bytes = (members
+                          | "BySha256" >> beam.Map(lambda sm: (sm[1].sha256, sm[1]))
+                          | "GroupSameBytes" >> beam.GroupByKey()
+                          | "SameBytes" >> beam.FlatMap(collapse).with_outputs("edges", main="first")).edges
+        return signed | "Cluster" >> ClusterSignatures(self.threshold, self.cap, same_bytes)
 
 
 class ClusterSignatures(beam.PTransform):
-    """Input: (packed signature, Member). Output: Cluster, one element each. `cap`: the distinct signatures of a band
-    bucket compared all pairs at once (`clusters.verified_edges`)."""
+    """Input: (packed signature, Member). Output: Cluster, one element each. `cap`: the distinct signatures of a
+    band bucket compared all pairs at once (`clusters.verified_edges`); `edges`: more (Member, Member) links."""
 
-    def __init__(self, threshold: int, cap: int = cl.MAX_BUCKET):
+    def __init__(self, threshold: int, cap: int = cl.MAX_BUCKET, edges=None):
         super().__init__()
-        self.banding, self.cap = Banding(threshold), cap
+        self.banding, self.cap, self.edges = Banding(threshold), cap, edges
 
     def expand(self, signed):
         banding, cap = self.banding, self.cap
@@ -71,22 +83,22 @@ class ClusterSignatures(beam.PTransform):
                 | "BandKeys" >> beam.FlatMap(band_keys, banding)
                 | "GroupBand" >> beam.GroupByKey()
                 | "Verify" >> beam.FlatMap(verify_bucket, banding.threshold, cap))
-        return ((same.edges, near)
+        more = () if self.edges is None else (self.edges,)
+        return ((same.edges, near, *more)
                 | "AllEdges" >> beam.Flatten()
                 | "Components" >> beam.CombineGlobally(ComponentsFn()).without_defaults()
                 | "Clusters" >> beam.FlatMap(lambda found: found))
 
 
 def run_members(encoded: EncodedRun) -> Iterable[Signed]:
-    """(packed signature, Member) of every record of a run that has a signature."""
+    """(packed signature or None, Member) of every record of a run."""
     if encoded.file is None:
         return
     for position, entry in enumerate(encoded.file.entries()):
         meta = entry.meta
         sig = getattr(meta, "phash", None)
-        if sig is None:
-            continue
-        yield packed(sig), Member(meta.source_id, encoded.split, tuple(meta.labels), (encoded.run, position), meta.sha256)
+        yield (None if sig is None else packed(sig),
+               Member(meta.source_id, encoded.split, tuple(meta.labels), (encoded.run, position), meta.sha256))
 
 
 def collapse(grouped) -> Iterable:
@@ -144,3 +156,79 @@ class ComponentsFn(beam.CombineFn):
     def extract_output(self, acc) -> list[Cluster]:
         forest, members = acc
         return cl.clusters_of(forest, members)
+
+
+class ActOnClusters(beam.PTransform):
+    """Input: Cluster. What `mode` (report, group or drop) and `dedup` do with them (`cluster_actions`). Outputs:
+    `findings` (dicts for quality.jsonl), `dropped` ((split, run, position) of records left out of their run:
+    rejected or moved), `rejected` (a dict per record rejected), `cross_split` ("splitA|splitB" per
+    byte-identical copy rejected across splits, as --dedup counts them) and `moved` ((target split, Member))."""
+
+    def __init__(self, mode: str, dedup: bool, labels, known_labels: tuple[str, ...] = ()):
+        super().__init__()
+        self.mode, self.dedup, self.labels, self.known_labels = mode, dedup, labels, tuple(known_labels)
+
+    def expand(self, found):
+        return found | "Act" >> beam.FlatMap(act, self.mode, self.dedup, self.known_labels,
+                                             beam.pvalue.AsList(self.labels)) \
+            .with_outputs("findings", "rejected", "cross_split", "moved", main="dropped")
+
+
+def act(cluster: Cluster, mode: str, dedup: bool, known_labels: tuple[str, ...], labels: list[str]) -> Iterable:
+    """A cluster's findings, then what its mode drops or moves (see ActOnClusters)."""
+    count("near_dup_clusters")
+    decision = actions.decide(cluster, mode, dedup)
+    for finding in actions.findings(cluster, decision, label_order(labels, known_labels)):
+        count(f"quality_{finding['kind']}")
+        yield beam.pvalue.TaggedOutput("findings", finding)
+    for m, twin, reject in decision.dropped:
+        yield (m.split, *m.where)
+        yield rejected(reject)
+        if reject["reason"] == "duplicate" and twin.split != m.split:
+            yield beam.pvalue.TaggedOutput("cross_split", "|".join(sorted((m.split, twin.split))))
+    for m, target in decision.moved:
+        count("near_dup_records_moved")
+        yield (m.split, *m.where)
+        yield beam.pvalue.TaggedOutput("moved", (target, m))
+
+
+class MoveRecords(beam.PTransform):
+    """Input: EncodedRun. Output: RunFile, the records `moved` ((target split, Member)) takes out of one run into
+    one split, copied byte for byte into a run of that split (in key order) under `folder`/moved. A run's moved
+    records are read where the run lies: a worker holds one run's moved records at a time."""
+
+    def __init__(self, moved, run, chunk_bytes: int):
+        super().__init__()
+        self.moved, self.run, self.chunk_bytes = moved, run, chunk_bytes
+
+    def expand(self, runs):
+        files = runs | "RunFiles" >> beam.FlatMap(lambda r: [((r.split, r.run), r.file)] if r.file else [])
+        wanted = self.moved | "BySourceRun" >> beam.MapTuple(
+            lambda target, m: ((m.split, m.where[0]), (m.where[1], target)))
+        return ({"file": files, "wanted": wanted}
+                | "WithRun" >> beam.CoGroupByKey()
+                | "Copy" >> beam.FlatMap(copy_moved, beam.pvalue.AsSingleton(self.run), self.chunk_bytes))
+
+
+def copy_moved(joined, run, chunk_bytes: int) -> Iterable:
+    """The moved records of one run, a run file per target split (none when nothing moves out of the run)."""
+    (split, number), found = joined
+    if not found["wanted"]:
+        return
+    (source,) = found["file"]
+    entries = source.entries()
+    by_target: dict[str, list[int]] = {}
+    for position, target in found["wanted"]:
+        by_target.setdefault(target, []).append(position)
+    for target, positions in sorted(by_target.items()):
+        writer = RunWriter(storage.join(run.temp_dir, "moved", split), target, number, chunk_bytes)
+        try:
+            for position in sorted(set(positions)):
+                start = entries[position - 1].end if position else 0
+                writer.add(source.read(start, entries[position].end), entries[position].meta)
+            written = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if written is not None:
+            yield written
