@@ -10,13 +10,15 @@ from conftest import REPO
 
 PACKAGES = ("beam_jobs", "shard_utils")
 # What each part of shard_utils may import from shard_utils (itself always): storage <- format <- the rest, and
-# the read side never imports the write side (media, sharding).
+# the read side never imports the write side (media, sharding); quality (pure functions on pixels and findings)
+# imports only errors, and the read side may use it.
 MAY_IMPORT = {
     "shard_utils.storage": {"shard_utils.extras", "shard_utils.errors"},
     "shard_utils.format": {"shard_utils.storage", "shard_utils.extras", "shard_utils.errors"},
     "shard_utils.inputs": {"shard_utils.storage", "shard_utils.format", "shard_utils.extras", "shard_utils.errors"},
     "shard_utils.read": {"shard_utils.storage", "shard_utils.format", "shard_utils.inputs", "shard_utils.extras",
-                         "shard_utils.errors"},
+                         "shard_utils.quality", "shard_utils.errors"},
+    "shard_utils.quality": {"shard_utils.errors"},
 }
 
 

@@ -1,0 +1,85 @@
+"""The findings of a build's quality checks: one JSON object a line in `quality.jsonl`.
+
+Every finding names its kind, the source ids it is about and the split of each (`sources` and `splits`, the
+same length, in the same order), plus what was measured. One image's flags name one source; a near-duplicate
+cluster or a label conflict names all its members. A finding whose sources lie in several splits is a leak.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+NEAR_DUPLICATE = "near_duplicate"  # images whose signatures are within NEAR_DISTANCE bits
+LABEL_CONFLICT = "label_conflict"  # near-duplicates with different labels
+SMALL = "small"
+ASPECT = "aspect"
+BLUR = "blur"
+OVEREXPOSED = "overexposed"
+UNDEREXPOSED = "underexposed"
+GRAYSCALE = "grayscale"
+CLUSTER_KINDS = (NEAR_DUPLICATE, LABEL_CONFLICT)
+IMAGE_KINDS = (SMALL, ASPECT, BLUR, OVEREXPOSED, UNDEREXPOSED, GRAYSCALE)
+KINDS = CLUSTER_KINDS + IMAGE_KINDS
+FILE = "quality.jsonl"
+
+
+class BadFinding(ValueError):
+    """A finding (or a line of quality.jsonl) that does not have the shape above."""
+
+
+def finding(kind: str, sources: list[str] | tuple[str, ...], splits: list[str] | tuple[str, ...],
+            **details: Any) -> dict:
+    """A finding, checked: `details` are JSON values (a flag's `value` and `threshold`, a cluster's `distance`)."""
+    made = {"kind": kind, "sources": list(sources), "splits": list(splits), **details}
+    check(made)
+    return made
+
+
+def check(made: Any) -> dict:
+    """The finding itself when it has the shape of one, else BadFinding saying what is wrong."""
+    if not isinstance(made, dict):
+        raise BadFinding(f"a finding is a JSON object, not {type(made).__name__}")
+    kind, sources, splits = made.get("kind"), made.get("sources"), made.get("splits")
+    if kind not in KINDS:
+        raise BadFinding(f"unknown finding kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
+        raise BadFinding(f"{kind} finding: `sources` must be a non-empty list of source ids")
+    if not isinstance(splits, list) or len(splits) != len(sources) or not all(isinstance(s, str) for s in splits):
+        raise BadFinding(f"{kind} finding: `splits` must name the split of each source")
+    if kind in IMAGE_KINDS and len(sources) != 1:
+        raise BadFinding(f"{kind} finding is about one image, not {len(sources)}")
+    if kind in CLUSTER_KINDS and len(sources) < 2:
+        raise BadFinding(f"{kind} finding is about two images or more")
+    return made
+
+
+def leaks(made: dict) -> bool:
+    """Whether the finding's sources lie in more than one split (a near-duplicate across train and test)."""
+    return len(set(made["splits"])) > 1
+
+
+def order(made: dict) -> tuple:
+    """The order of findings in quality.jsonl: by kind (as KINDS lists them), then by sources."""
+    return (KINDS.index(made["kind"]), made["sources"])
+
+
+def to_line(made: dict) -> str:
+    """One line of quality.jsonl (without its newline)."""
+    return json.dumps(made, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_line(line: str) -> dict:
+    """The finding of one line of quality.jsonl; BadFinding when it is not one."""
+    try:
+        parsed = json.loads(line)
+    except ValueError as exc:
+        raise BadFinding(f"not JSON: {exc}") from None
+    return check(parsed)
+
+
+def counts(findings) -> dict[str, int]:
+    """Findings per kind, every kind named (0 when none): the manifest's `quality.counts`."""
+    out = dict.fromkeys(KINDS, 0)
+    for made in findings:
+        out[made["kind"]] += 1
+    return out

@@ -1,0 +1,78 @@
+"""The quality checks' pure parts: the perceptual signature, the flags and the findings' format."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from shard_utils.quality import findings
+from shard_utils.quality.signature import NEAR_DISTANCE, from_hex, hamming, signature, to_hex
+
+
+def scene(seed: int, size: tuple[int, int] = (160, 120)) -> Image.Image:
+    """A small photo-like picture: a gradient and a few shapes in colours drawn from the seed."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    image = Image.fromarray((np.linspace(0, 1, h)[:, None, None] * rng.integers(0, 256, 3)
+                             * np.ones((1, w, 1))).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(image)
+    for _ in range(6):
+        x, y = rng.uniform(0, w), rng.uniform(0, h)
+        box = [x, y, x + rng.uniform(10, w / 2), y + rng.uniform(10, h / 2)]
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+    return image
+
+
+def reencoded(image: Image.Image, quality: int, scale: float = 1.0) -> np.ndarray:
+    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BICUBIC)
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return np.asarray(Image.open(out).convert("RGB"))
+
+
+def test_a_picture_reencoded_and_resized_keeps_its_signature_within_the_near_distance():
+    for seed in range(5):
+        original = signature(np.asarray(scene(seed)))
+        for quality, scale in ((40, 1.0), (90, 0.5), (70, 1.7)):
+            assert hamming(original, signature(reencoded(scene(seed), quality, scale))) <= NEAR_DISTANCE // 2
+
+
+def test_different_pictures_are_far_apart():
+    signatures = [signature(np.asarray(scene(seed))) for seed in range(12)]
+    distances = [hamming(a, b) for i, a in enumerate(signatures) for b in signatures[i + 1:]]
+    assert min(distances) > NEAR_DISTANCE
+    assert 24 <= float(np.mean(distances)) <= 40  # about half the 64 bits
+
+
+def test_the_signature_reads_grey_rgb_and_rgba_pixels_alike():
+    rgb = np.asarray(scene(3))
+    grey = np.asarray(scene(3).convert("L"))
+    rgba = np.concatenate([rgb, np.full(rgb.shape[:2] + (1,), 7, np.uint8)], axis=2)
+    assert signature(rgba) == signature(rgb)
+    assert hamming(signature(grey), signature(rgb)) <= 2  # Pillow's "L" rounds where we keep fractions
+    with pytest.raises(ValueError, match="HxW"):
+        signature(np.zeros((4, 4, 2), np.uint8))
+
+
+def test_hamming_and_hex():
+    assert hamming(0, 2**64 - 1) == 64 and hamming(0b1011, 0b0001) == 2
+    assert to_hex(0xAB) == "00000000000000ab" and from_hex(to_hex(2**64 - 1)) == 2**64 - 1
+    with pytest.raises(ValueError):
+        from_hex("abc")
+
+
+def test_a_finding_round_trips_through_its_line_and_bad_ones_are_named():
+    made = findings.finding(findings.NEAR_DUPLICATE, ["a.jpg", "b.jpg"], ["train", "test"], distance=3)
+    assert findings.from_line(findings.to_line(made)) == made and findings.leaks(made)
+    assert not findings.leaks(findings.finding(findings.BLUR, ["a.jpg"], ["train"], value=1.5, threshold=20))
+    for line, message in (('{"kind": "odd", "sources": ["a"], "splits": ["t"]}', "unknown finding kind"),
+                          ('{"kind": "blur", "sources": ["a", "b"], "splits": ["t", "t"]}', "one image"),
+                          ('{"kind": "near_duplicate", "sources": ["a"], "splits": ["t"]}', "two images"),
+                          ('{"kind": "small", "sources": ["a"], "splits": []}', "split of each"),
+                          ("[1]", "JSON object"), ("{", "not JSON")):
+        with pytest.raises(findings.BadFinding, match=message):
+            findings.from_line(line)
+    assert findings.counts([made, made])[findings.NEAR_DUPLICATE] == 2
+    assert set(findings.counts([])) == set(findings.KINDS)
