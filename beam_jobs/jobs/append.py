@@ -45,7 +45,7 @@ from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
-from beam_jobs.pipeline.near_dups import packed
+from beam_jobs.pipeline.near_dups import packed, signature_of
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
 
@@ -110,7 +110,7 @@ def _index_ids(uri: str, split: str, rows: int):
         for row in index.read_index(f, max_rows=rows):
             yield row.source_id, "record"
             yield beam.pvalue.TaggedOutput("members", dataset_member(row.source_id, split, row.labels, row.sha256,
-                                                                     getattr(row, "phash", None)))
+                                                                     signature_of(getattr(row, "phash", None))))
 
 
 def dataset_member(source_id: str, split: str, labels, sha256: str, signature: int | None):

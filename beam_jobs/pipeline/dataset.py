@@ -10,7 +10,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from shard_utils.format.manifest import Manifest
-from shard_utils.quality.clusters import NEAR_DISTANCE
+from shard_utils.quality.signature import NEAR_DISTANCE
 from shard_utils.sharding.carry import latest_generations
 from shard_utils.sharding.naming import ShardNaming
 

@@ -24,6 +24,7 @@ from shard_utils.format.labels import label_order
 from shard_utils.quality import cluster_actions as actions
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind
+from shard_utils.quality.signature import from_hex
 from shard_utils.sharding.encode_run import EncodedRun
 from shard_utils.sharding.runs import RunWriter
 
@@ -40,6 +41,13 @@ def packed(signature: int) -> bytes:
 
 def unpacked(signature: bytes) -> int:
     return int.from_bytes(signature, "big")
+
+
+def signature_of(value) -> int | None:
+    """A record's signature as an int, whether stored as one or as the index's 16 hex digits (None: unsigned)."""
+    if value is None or value == "":
+        return None
+    return from_hex(value) if isinstance(value, str) else int(value)
 
 
 class FindNearDuplicates(beam.PTransform):
@@ -96,7 +104,7 @@ def run_members(encoded: EncodedRun) -> Iterable[Signed]:
         return
     for position, entry in enumerate(encoded.file.entries()):
         meta = entry.meta
-        sig = getattr(meta, "phash", None)
+        sig = signature_of(getattr(meta, "phash", None))
         yield (None if sig is None else packed(sig),
                Member(meta.source_id, encoded.split, tuple(meta.labels), (encoded.run, position), meta.sha256))
 

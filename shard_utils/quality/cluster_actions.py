@@ -10,14 +10,15 @@
 - drop: every new member but the kept one is rejected (`duplicate` when its bytes are the kept member's,
   else `near_duplicate`), naming the kept member.
 
-Every cluster is also listed as findings: `near_duplicate` (every member, where it ends up), `label_conflict`
-(members with different labels), `leakage` (members left in more than one split).
+Every cluster is also listed as findings: `near_duplicate` (every member, where it ends up) and `label_conflict`
+(members with different labels); one whose members not rejected lie in several splits leaks (`findings.leaks`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
+from shard_utils.quality import findings as found
 from shard_utils.quality.clusters import Cluster, Member
 
 __all__ = ["MODES", "Decision", "decide", "findings"]
@@ -53,21 +54,21 @@ def decide(cluster: Cluster, mode: str, dedup: bool = False) -> Decision:
         if not m.is_new or m is kept:
             continue
         if dedup and twin is not m:
-            dropped.append((m, twin, _rejection(m, twin, cluster.id, same_bytes=True)))
+            dropped.append((m, twin, _rejection(m, twin, same_bytes=True)))
         elif mode == "drop":
             same = bool(m.sha256) and m.sha256 == kept.sha256
-            dropped.append((m, kept, _rejection(m, kept, cluster.id, same_bytes=same)))
+            dropped.append((m, kept, _rejection(m, kept, same_bytes=same)))
     gone = {id(m) for m, _, _ in dropped}
     moved = tuple((m, kept.split) for m in order if mode == "group" and m.is_new and id(m) not in gone
                   and m.split != kept.split)
     return Decision(tuple(dropped), moved)
 
 
-def _rejection(m: Member, named: Member, cluster_id: str, same_bytes: bool) -> dict:
+def _rejection(m: Member, named: Member, same_bytes: bool) -> dict:
     how = "kept" if named.is_new else "already in the dataset"
     what = "same bytes as" if same_bytes else "a near-duplicate of"
     return {"source": m.source_id, "reason": "duplicate" if same_bytes else "near_duplicate",
-            "message": f"{what} {named.source_id} ({how}, in split {named.split}; cluster {cluster_id})"}
+            "message": f"{what} {named.source_id} ({how}, in split {named.split})"}
 
 
 def _name(label, names: Sequence[str]):
@@ -75,20 +76,20 @@ def _name(label, names: Sequence[str]):
 
 
 def findings(cluster: Cluster, decision: Decision, label_names: Sequence[str] = ()) -> list[dict]:
-    """The cluster's findings, one dict each: kind, cluster id, kept member, members (source, split where it ends
-    up, labels; `rejected` for those dropped); a label conflict adds the label sets, leakage the splits."""
-    members = []
-    for m in cluster.members:
-        where = decision.split_of(m)
-        members.append({"source": m.source_id, "split": where or m.split,
-                        "labels": [_name(i, label_names) for i in m.labels],
-                        **({"in_dataset": True} if not m.is_new else {}), **({"rejected": True} if where is None else {})})
-    base = {"cluster": cluster.id, "kept": cluster.kept.source_id, "members": members}
-    out = [{"kind": "near_duplicate", **base}]
+    """The cluster's findings (`findings.finding`): a near_duplicate naming every member and the split where it
+    ends up (a rejected one: where it was, listed in `rejected`), and a label_conflict when their labels differ.
+    Details: the cluster's id, its kept member, each member's labels, the members moved, rejected, and (an
+    append) already in the dataset."""
+    members = cluster.members
+    splits = [decision.split_of(m) or m.split for m in members]
+    details = {"cluster": cluster.id, "kept": cluster.kept.source_id,
+               "labels": [[_name(i, label_names) for i in m.labels] for m in members]}
+    for name, chosen in (("moved", [m for m, _ in decision.moved]), ("rejected", [m for m, _, _ in decision.dropped]),
+                         ("in_dataset", [m for m in members if not m.is_new])):
+        if chosen:
+            details[name] = sorted(m.source_id for m in chosen)
+    sources = [m.source_id for m in members]
+    out = [found.finding(found.NEAR_DUPLICATE, sources, splits, **details)]
     if len(cluster.labels) > 1:
-        out.append({"kind": "label_conflict", **base,
-                    "labels": [[_name(i, label_names) for i in labels] for labels in cluster.labels]})
-    splits = sorted({m["split"] for m in members if not m.get("rejected")})
-    if len(splits) > 1:
-        out.append({"kind": "leakage", **base, "splits": splits})
+        out.append(found.finding(found.LABEL_CONFLICT, sources, splits, **details))
     return out

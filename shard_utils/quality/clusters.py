@@ -42,7 +42,6 @@ TARGET_RECALL = 0.95
 MAX_BUCKET = 4096  # distinct signatures of one band bucket compared all pairs at once; more: in blocks
 PERMUTATION_SEED = 20261126  # fixed: band keys (and so which far pairs are found) never change between builds
 MAX_PERMUTATIONS = 64
-NEAR_DISTANCE = 10  # the signature's near-duplicate threshold (bits)
 
 
 def clean_band_probability(distance: int) -> float:
