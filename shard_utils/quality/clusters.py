@@ -100,11 +100,12 @@ class Banding:
     def recall(self, distance: int) -> float:
         return band_recall(distance, self.permutations)
 
-    def band_values(self, signatures: np.ndarray) -> np.ndarray:
-        """n x bands uint16 band values of n signatures (uint64): column b is band b's 16 bits."""
+    def band_values(self, signatures: np.ndarray, bands: slice = slice(None)) -> np.ndarray:
+        """n x bands uint16 band values of n signatures (uint64): column b is band b's 16 bits (`bands`: only
+        those bands' columns)."""
         sigs = np.asarray(signatures, dtype=np.uint64).reshape(-1)
-        positions = _bit_orders(self.permutations).reshape(self.bands, BAND_BITS)
-        out = np.zeros((len(sigs), self.bands), dtype=np.uint32)
+        positions = _bit_orders(self.permutations).reshape(self.bands, BAND_BITS)[bands]
+        out = np.zeros((len(sigs), len(positions)), dtype=np.uint32)
         for i in range(BAND_BITS):
             bit = (sigs[:, None] >> positions[None, :, i].astype(np.uint64)) & np.uint64(1)
             out |= bit.astype(np.uint32) << np.uint32(i)
@@ -114,11 +115,6 @@ class Banding:
         """The band keys of one signature: band number << 16 | band value (one int each)."""
         values = self.band_values(np.array([signature], dtype=np.uint64))[0]
         return [(band << BAND_BITS) | int(v) for band, v in enumerate(values)]
-
-
-def hamming_many(signature: int, others: np.ndarray) -> np.ndarray:
-    """Hamming distances from one signature to many (uint64)."""
-    return np.bitwise_count(np.asarray(others, dtype=np.uint64) ^ np.uint64(signature))
 
 
 @dataclass(frozen=True)
@@ -133,19 +129,32 @@ class BucketOutcome:
 def verified_edges(members: Iterable[tuple[int, str]], threshold: int, cap: int = MAX_BUCKET) -> BucketOutcome:
     """The near pairs among a band bucket's (signature, source id) members, as few edges as keep them joined.
 
-    Members are sorted (the outcome does not depend on their order) and compared in blocks of `cap`."""
-    ordered = sorted(set(members))
+    The outcome does not depend on their order: a hot bucket (over `cap`) is sorted, then cut into blocks of
+    `cap`; the edges are a forest of sorted ids."""
+    items = list(members)
+    if len(items) > cap:
+        items = sorted(set(items))
     forest = UnionFind()
     blocks = 0
-    for start in range(0, len(ordered), cap):
-        block = ordered[start:start + cap]
+    for start in range(0, len(items), cap):
+        block = items[start:start + cap]
         blocks += 1
-        sigs = np.array([s for s, _ in block], dtype=np.uint64)
-        for i in range(len(block) - 1):
-            near = np.nonzero(hamming_many(int(sigs[i]), sigs[i + 1:]) <= threshold)[0]
-            for j in near:
-                forest.union(block[i][1], block[i + 1 + int(j)][1])
-    return BucketOutcome(tuple(forest.edges()), blocks)
+        sigs = np.fromiter((s for s, _ in block), dtype=np.uint64, count=len(block))
+        for i, j in _near_pairs(sigs, threshold):
+            forest.union(block[i][1], block[j][1])
+    return BucketOutcome(tuple(forest.edges()) if forest.parent else (), blocks)
+
+
+def _near_pairs(sigs: np.ndarray, threshold: int, rows: int = 256) -> Iterator[tuple[int, int]]:
+    """(i, j), i < j, of the signatures at most `threshold` bits apart: `rows` of them against all at a time."""
+    for start in range(0, len(sigs), rows):
+        part = sigs[start:start + rows]
+        near = np.bitwise_count(part[:, None] ^ sigs[None, :]) <= threshold
+        ii, jj = np.nonzero(near)
+        ii += start
+        upper = ii < jj
+        if upper.any():
+            yield from zip(ii[upper].tolist(), jj[upper].tolist())
 
 
 class UnionFind:
