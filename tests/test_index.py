@@ -1,4 +1,5 @@
 """The Avro record index: schema, rows from records, streaming write and read, framing checks."""
+import dataclasses
 import io
 
 import fastavro
@@ -59,10 +60,22 @@ def test_rows_round_trip_and_checksums_match_the_bytes():
 
 
 def test_rows_are_plain_avro_records():
-    data, _ = written([row(1), row(2)], index.index_schema())
+    signed = IndexRow("img/2.jpg", 0, 200, 100, 2, (2,), "ab" * 32, 16, 24, phash="0123456789abcdef")
+    data, _ = written([row(1), signed], index.index_schema())
     plain = list(fastavro.reader(io.BytesIO(data)))
     assert plain[1] == {"source_id": "img/2.jpg", "shard": 0, "offset": 200, "length": 100, "label": 2,
-                        "labels": [2], "sha256": "ab" * 32, "height": 16, "width": 24}
+                        "labels": [2], "sha256": "ab" * 32, "height": 16, "width": 24, "phash": "0123456789abcdef"}
+    assert plain[0]["phash"] == ""
+
+
+def test_an_index_written_before_the_signature_field_still_reads():
+    schema = index.index_schema()
+    schema = {**schema, "fields": [f for f in schema["fields"] if f["name"] != "phash"]}
+    rows = [row(i) for i in range(3)]
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(schema), [{k: v for k, v in r.to_avro().items() if k != "phash"}
+                                                          for r in rows])
+    assert list(index.read_index(io.BytesIO(buf.getvalue()))) == rows  # phash "" where the file has none
 
 
 def test_pandas_reads_rows_as_they_are():
@@ -192,7 +205,8 @@ def test_the_writers_row_agrees_with_the_record(tmp_path, label_offset):
     m = manifest_mod.Manifest("t", "", "", {}, features, ["cat", "dog"], {}, {"count": 0}, {"count": 0}, 0,
                               label_offset=label_offset, multi_label=True)
     record = record_of(index.unframe(enc.framed), m)
-    assert row == index.row_from_record(2, 512, len(enc.framed), record, label_offset)
+    assert len(row.phash) == 16  # the signature is the index's alone: the record does not hold it
+    assert dataclasses.replace(row, phash="") == index.row_from_record(2, 512, len(enc.framed), record, label_offset)
     assert row.extra == {"bbox": [1.0, 2.5], "x_2nd_score": 7, "note": "3"}
     assert row.labels == (1, 0) and row.label == 1
 

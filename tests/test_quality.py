@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -65,7 +66,7 @@ def test_hamming_and_hex():
 
 def test_a_finding_round_trips_through_its_line_and_bad_ones_are_named():
     made = findings.finding(findings.NEAR_DUPLICATE, ["a.jpg", "b.jpg"], ["train", "test"], distance=3)
-    assert findings.from_line(findings.to_line(made)) == made and findings.leaks(made)
+    assert findings.from_line(json.dumps(made)) == made and findings.leaks(made)
     assert not findings.leaks(findings.finding(findings.BLUR, ["a.jpg"], ["train"], value=1.5, threshold=20))
     for line, message in (('{"kind": "odd", "sources": ["a"], "splits": ["t"]}', "unknown finding kind"),
                           ('{"kind": "blur", "sources": ["a", "b"], "splits": ["t", "t"]}', "one image"),
@@ -76,3 +77,30 @@ def test_a_finding_round_trips_through_its_line_and_bad_ones_are_named():
             findings.from_line(line)
     assert findings.counts([made, made])[findings.NEAR_DUPLICATE] == 2
     assert set(findings.counts([])) == set(findings.KINDS)
+
+
+def flagged(image: Image.Image) -> set[str]:
+    from shard_utils.quality.flags import inspect, view_of
+    return {kind for kind, _, _ in inspect(view_of(image), image.height, image.width).flags}
+
+
+def test_each_flag_is_raised_by_its_planted_image_and_no_other():
+    from PIL import ImageFilter
+
+    sharp = scene(1, (320, 240))
+    assert flagged(sharp) == set()
+    assert flagged(sharp.filter(ImageFilter.GaussianBlur(6))) == {"blur"}
+    assert flagged(sharp.resize((60, 45))) == {"small"}
+    assert flagged(sharp.resize((400, 100))) == {"aspect"}
+    assert flagged(sharp.convert("L").convert("RGB")) == {"grayscale"}
+    bright = np.asarray(sharp).astype(np.int16) + 250
+    assert "overexposed" in flagged(Image.fromarray(bright.clip(0, 255).astype(np.uint8)))
+    dark = np.asarray(sharp).astype(np.int16) - 250
+    assert "underexposed" in flagged(Image.fromarray(dark.clip(0, 255).astype(np.uint8)))
+
+
+def test_without_pixels_only_the_size_flags_are_known():
+    from shard_utils.quality.flags import inspect
+
+    seen = inspect(None, 30, 200)
+    assert seen.signature is None and {kind for kind, _, _ in seen.flags} == {"small", "aspect"}

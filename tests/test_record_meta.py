@@ -12,7 +12,7 @@ from shard_utils.media.encode import RecordMeta
 
 def test_record_meta_survives_pickle_copy_and_beams_coder_with_every_field():
     meta = RecordMeta(2**63 - 1, "cat/ünïcode 1.jpg", 30_001, (3, 7), "ab" * 32, 224, 160,
-                      (("age", (3,)), ("tags", ("a", "b"))))
+                      (("age", (3,)), ("tags", ("a", "b"))), "0123456789abcdef")
     assert all(getattr(meta, f.name) != f.default for f in dataclasses.fields(RecordMeta))  # nothing left default
     coder = coders.FastPrimitivesCoder()
     for back in (pickle.loads(pickle.dumps(meta)), copy.deepcopy(meta), coder.decode(coder.encode(meta))):

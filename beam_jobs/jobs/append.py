@@ -110,7 +110,7 @@ def _index_ids(uri: str, split: str, rows: int):
         for row in index.read_index(f, max_rows=rows):
             yield row.source_id, "record"
             yield beam.pvalue.TaggedOutput("members", dataset_member(row.source_id, split, row.labels, row.sha256,
-                                                                     signature_of(getattr(row, "phash", None))))
+                                                                     signature_of(row.phash)))
 
 
 def dataset_member(source_id: str, split: str, labels, sha256: str, signature: int | None):
@@ -203,7 +203,8 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     skipped = fresh["skipped_files"] | "SkippedOfGeneration" >> beam.Map(with_generation, g)
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": skipped, "tally": fresh["tally"], "labels": labels, "run": run,
-         "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"]} \
+         "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"],
+         "quality": sharded["quality"] | "QualityOfGeneration" >> beam.Map(with_generation, g)} \
         | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
 
 

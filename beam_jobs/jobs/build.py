@@ -39,7 +39,7 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     rejected = (listed["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()  # dicts
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": listed["skipped_files"], "tally": listed["tally"], "labels": listed["labels"], "run": run,
-         "cross_split": sharded["cross_split"]} | "Publish" >> Publish(config)
+         "cross_split": sharded["cross_split"], "quality": sharded["quality"]} | "Publish" >> Publish(config)
 
 
 def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:

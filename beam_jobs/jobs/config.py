@@ -97,6 +97,11 @@ class BuildConfig:
         return self.split_dirs or self.listing.split_column is not None
 
     @property
+    def quality_checks(self) -> bool:
+        """Whether the build inspects its images (signatures and flags) and publishes quality.jsonl: images only."""
+        return self.image.inspect and self.video is None
+
+    @property
     def formats(self) -> tuple[str, ...]:
         """The shard formats published: ("tfrecord",), ("array_record",) or both, TFRecord first."""
         return layout.formats_of(self.format)
@@ -132,6 +137,7 @@ class BuildConfig:
             "max_pixels": self.image.max_pixels,
             "background": list(self.image.background),
             "validate": self.image.validate,
+            "quality_checks": "on" if self.image.inspect else "off",
             "num_cores": self.num_cores,
             "num_hosts": self.num_hosts,
             "tpu": self.tpu,

@@ -64,6 +64,9 @@ def parser() -> OneLineParser:
     ap.add_argument("--validate", choices=VALIDATE_MODES, default="decode",
                     help="how JPEGs kept byte for byte are checked: decode (every byte decoded at 1/8 scale, default) "
                          "or structure (the marker structure only: faster, misses damage inside the data)")
+    ap.add_argument("--quality-checks", choices=("on", "off"), default="on",
+                    help="on (default): each image's perceptual signature (in the index) and flags (small, aspect, "
+                         "blur, exposure, grayscale) in quality.jsonl and the manifest; off: neither")
     ap.add_argument("--background", default="255,255,255", help="R,G,B behind transparent pixels (default white)")
     ap.add_argument("--max-rejected", default=DEFAULT_MAX_REJECTED,
                     help="fail the build (nothing published) when more files than this are rejected: a count "
@@ -412,7 +415,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     shard_format = check_format(args.format, args.shard_extension)
     background = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
-                         background=background, validate=args.validate)
+                         background=background, validate=args.validate, inspect=args.quality_checks == "on")
     video = video_options(args, image)
     embed = embed_spec(args)
     return BuildConfig(

@@ -29,7 +29,7 @@ __all__ = ["ShardMedia"]
 class ShardMedia(beam.PTransform):
     """Input: chunks of MediaItems. Outputs (a dict): shards (ShardResult), plans ({split: SplitShards}, once),
     failure (why no shard could be planned), rejected (dicts), cross_split (duplicates across splits), encoded
-    (records each run encoded), findings (near-duplicate findings for quality.jsonl).
+    (records each run encoded), quality (finding dicts: the images' flags and the near-duplicate clusters).
 
     `labels`: every label name (once each); `known_labels` (an append: the dataset's) keep their ids.
     `existing` (an append): (packed signature or None, Member) of the dataset's records, which new records'
@@ -67,4 +67,5 @@ class ShardMedia(beam.PTransform):
         return {"shards": shards, "plans": sharded["plans"], "encoded": encoded_records,
                 "failure": (planned["failure"], sharded["failure"], *carry_failures) | "AnyFailure" >> beam.Flatten(),
                 "rejected": (encoded.rejected, acted.rejected) | "EncodeRejects" >> beam.Flatten(),
-                "cross_split": cross_split, "findings": acted.findings}
+                "cross_split": cross_split,
+                "quality": (encoded.quality, acted.findings) | "AllFindings" >> beam.Flatten()}

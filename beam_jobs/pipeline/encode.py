@@ -30,7 +30,7 @@ THROTTLED_SECONDS = "cumulativeThrottlingSeconds"  # the name every Beam IO give
 
 class EncodeRuns(beam.PTransform):
     """Input: keyed chunks (PlanLayout's `keyed`). Main output: EncodedRun, one per run (its file is None when
-    every item was rejected); tagged `rejected`: dicts. `known_labels` (an append: the dataset's labels) keep
+    every item was rejected); tagged `rejected`: dicts; tagged `quality`: the images' flags (finding dicts). `known_labels` (an append: the dataset's labels) keep
     their ids; other labels follow in sorted order."""
 
     def __init__(self, config: BuildConfig, layouts, labels, run, known_labels: tuple[str, ...] = ()):
@@ -45,7 +45,7 @@ class EncodeRuns(beam.PTransform):
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),
-                                         beam.pvalue.AsSingleton(self.run)).with_outputs("rejected", main="runs"))
+                                         beam.pvalue.AsSingleton(self.run)).with_outputs("rejected", "quality", main="runs"))
 
 
 def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple[str, int], list[MediaItem]]]:
@@ -103,6 +103,8 @@ class _EncodeRunFn(PooledDoFn):
         for entry in (*extra, *encoded.rejected):
             progress.advance("encode")
             yield rejected(entry)
+        for found in encoded.quality:
+            yield beam.pvalue.TaggedOutput("quality", found)
         t = encoded.tally
         progress.advance("encode", t.records)
         count("images_passed_through", t.passed_through)

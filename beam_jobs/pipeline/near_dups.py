@@ -104,7 +104,7 @@ def run_members(encoded: EncodedRun) -> Iterable[Signed]:
         return
     for position, entry in enumerate(encoded.file.entries()):
         meta = entry.meta
-        sig = signature_of(getattr(meta, "phash", None))
+        sig = signature_of(meta.phash)
         yield (None if sig is None else packed(sig),
                Member(meta.source_id, encoded.split, tuple(meta.labels), (encoded.run, position), meta.sha256))
 

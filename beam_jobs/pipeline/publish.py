@@ -3,7 +3,7 @@
     Plan ─► Clear ─┬─► Move (per shard) ───────┬─► Commit
                    └─► MergeIndex (per split) ──┘
 
-The rejected and skipped files are written first, in sorted pieces in parallel (`WriteReport`); only their
+The rejected and skipped files and the quality findings are written first, in sorted pieces in parallel (`WriteReport`); only their
 counts and the pieces' names join the rest under Plan's one key. Plan checks the shards and the accounting
 and decides what to write; Clear makes room; shards move in and each split's index is written in parallel;
 Commit composes the reports from their pieces and writes the manifest once every move and index is done.
@@ -28,14 +28,15 @@ from shard_utils.errors import PlanError
 
 __all__ = ["Publish"]
 
-REPORTS = ("rejected", "skipped_files")  # inputs written as reports, in pieces
+REPORTS = ("rejected", "skipped_files", "quality")  # inputs written as reports, in pieces
 
 
 class Publish(beam.PTransform):
     """Input: a dict of PCollections: shards (ShardResult), plans ({split: SplitShards}, once), failure, rejected,
-    skipped_files, tally (Tally, summed here), labels, run (RunInfo), cross_split, and any others `planner`
-    takes as lists, by name. `planner` (default `publish.plan_publication`) decides the Publication; it gets
-    the reports (rejected, skipped_files) as `reports.Report`s. About `piece_lines` report lines per piece."""
+    skipped_files, tally (Tally, summed here), labels, run (RunInfo), cross_split, quality (finding dicts: flatten
+    more findings into it), and any others `planner` takes as lists, by name. `planner` (default
+    `publish.plan_publication`) decides the Publication; it gets the reports (rejected, skipped_files, quality) as
+    `reports.Report`s. About `piece_lines` report lines per piece."""
 
     def __init__(self, config: BuildConfig, planner: Callable[..., publish.Publication] | None = None,
                  piece_lines: int = PIECE_LINES):

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from shard_utils.format import croissant, index, schema
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, CARD_NAME, CROISSANT_NAME, INDEX_FILE,
-                                       LOCK_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE)
+                                       LOCK_NAME, QUALITY_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE)
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.read import card, tfds_meta
@@ -32,6 +32,7 @@ from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, M
                                          SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
                                          parse)
 from shard_utils.media.reads import prefetched
+from shard_utils.quality import findings
 from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
@@ -42,7 +43,7 @@ from shard_utils.errors import InternalError, PlanError
 OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds
 REPORTED_REASONS = 3  # reasons named in a failure's one line
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
-_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
+_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, QUALITY_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
                   TFDS_LABELS_BEFORE, CROISSANT_NAME, CARD_NAME)
 
 __all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
@@ -225,10 +226,13 @@ class Publication:
 def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, plans: Sequence[Mapping], failure: Sequence[str],
                      rejected: Report | Sequence[dict], skipped_files: Report | Sequence[dict], tally: Tally,
                      labels: Sequence[str], run: RunInfo, cross_split: Sequence[str] = (),
-                     known_labels: Sequence[str] = (), adjust: Callable[[Manifest], Manifest] | None = None) -> Publication:
+                     known_labels: Sequence[str] = (), adjust: Callable[[Manifest], Manifest] | None = None,
+                     quality: Report | Sequence[dict] | None = None) -> Publication:
     """What a build publishes; PlanError (its reports left in the run's temporary folder) when planning failed
     or more files were rejected than allowed. The reports come as their counts and pieces (`reports.Report`) or
-    as entries. `known_labels` keep their ids; `adjust` changes the manifest (a reshard carries the source's
+    as entries; `quality` (the findings of the quality checks; None: a job that ran none, e.g. a reshard) is
+    published when the build ran them. `known_labels`
+    keep their ids; `adjust` changes the manifest (a reshard carries the source's
     fields over). No side effect but the reports of a failure."""
     rejected, skipped_files = as_report(rejected), as_report(skipped_files)
     report = storage.join(run.temp_dir, "report")
@@ -262,7 +266,17 @@ def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, pla
     reports = [(REJECTED_NAME, rejected)]
     if len(skipped_files):
         reports.append((SKIPPED_NAME, skipped_files))
+    if quality is not None and config.quality_checks:
+        quality = as_report(quality)
+        manifest.quality = quality_section(quality.counts.by_reason, QUALITY_NAME)
+        reports.append((QUALITY_NAME, quality))
     return Publication(run, manifest, moves, indexes, tuple(reports))
+
+
+def quality_section(by_kind: Mapping[str, int], path: str) -> dict:
+    """The manifest's quality section: the findings' count, their count per kind (every kind named), the report."""
+    counts = {kind: int(by_kind.get(kind, 0)) for kind in findings.KINDS}
+    return {"count": sum(counts.values()), "by_kind": counts, "path": path}
 
 
 def shard_moves(results: Sequence[ShardResult], formats: Sequence[str]) -> tuple[Move, ...]:
@@ -532,7 +546,7 @@ def named_files(m: Manifest) -> set[str]:
     names = {s.path for split in m.splits.values() for s in split.shards}
     names |= {s.path for split in m.splits.values() for s in split.array_record_shards or ()}
     names |= {split.index.path for split in m.splits.values() if split.index is not None}
-    names |= {part["path"] for part in (m.rejected, m.skipped) if part.get("path")}
+    names |= {part["path"] for part in (m.rejected, m.skipped, m.quality or {}) if part.get("path")}
     return names
 
 
@@ -540,4 +554,4 @@ def is_dataset_file(name: str) -> bool:
     """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
     return bool(SHARD_FILE.match(name) or ARRAY_RECORD_FILE.match(name) or INDEX_FILE.match(name)
                 or REPORT_FILE.match(name)
-                or name in (REJECTED_NAME, SKIPPED_NAME))
+                or name in (REJECTED_NAME, SKIPPED_NAME, QUALITY_NAME))

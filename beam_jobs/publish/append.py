@@ -15,6 +15,7 @@ from typing import Sequence
 from shard_utils.format import generations, schema, layout
 from shard_utils.storage import lock as runlock
 from shard_utils import storage
+from shard_utils.format.layout import QUALITY_NAME
 from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation,
                                          Manifest, Shard, Split)
 from shard_utils.sharding.carry import Carried
@@ -22,7 +23,8 @@ from shard_utils.sharding.naming import ShardNaming
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, twin_entry, failure_message,
-                               is_dataset_file, named_files, remove_run_folder, shard_moves, write_reports)
+                               is_dataset_file, named_files, quality_section, remove_run_folder, shard_moves,
+                               write_reports)
 from beam_jobs.publish.reports import Report, as_report
 from shard_utils.errors import InternalError, PlanError
 
@@ -38,7 +40,8 @@ def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
 def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: list[dict], failure: list[str],
                 rejected: Report | Sequence[dict], skipped_files: Report | Sequence[dict], tally: Tally,
                 labels: list[str], run: RunInfo, cross_split: Sequence[str] = (), present: Sequence[int] = (),
-                encoded: Sequence[int] = (), old: Manifest) -> Publication | None:
+                encoded: Sequence[int] = (), old: Manifest,
+                quality: Report | Sequence[dict] | None = None) -> Publication | None:
     """The new generation's publication; None when nothing is new (the run then lets go of the output); or
     PlanError saying why nothing can be appended. Report entries carry their generation (`with_generation`)."""
     rejected, skipped_files = as_report(rejected), as_report(skipped_files)
@@ -71,7 +74,8 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
         raise PlanError(failure_message(
             f"{len(rejected)} of {tally.seen} new files were rejected, more than --max-rejected {config.max_rejected} "
             "allows; nothing was published", rejected, tally, report))
-    return grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present))
+    return grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present),
+                None if quality is None else as_report(quality))
 
 
 def _give_up(config: BuildConfig, run: RunInfo, old: Manifest) -> None:
@@ -90,7 +94,7 @@ def _give_up(config: BuildConfig, run: RunInfo, old: Manifest) -> None:
 
 def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[ShardResult], plans: dict,
          rejected: Report, skipped_files: Report, tally: Tally, labels: Sequence[str],
-         cross_split: Sequence[str], present: int) -> Publication:
+         cross_split: Sequence[str], present: int, quality: Report | None = None) -> Publication:
     """The publication of the manifest with the new generation added: its shards' moves, each grown split's
     index (the old one, then the new shards' rows) and the cumulative reports."""
     g = generations.next_generation(old)
@@ -138,10 +142,16 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     if len(skipped_files):
         skipped_part["path"] = layout.report_name(SKIPPED_NAME, g)
         reports[skipped_part["path"]] = _cumulative(old, old.skipped.get("path"), skipped_files, g)
+    quality_part = old.quality
+    if config.quality_checks and quality is not None:  # the old findings, then this generation's
+        before = old.quality or {}
+        quality_part = quality_section(_added(before.get("by_kind", {}), quality.counts.by_reason),
+                                       layout.report_name(QUALITY_NAME, g))
+        reports[quality_part["path"]] = _cumulative(old, before.get("path"), quality, g)
     new = dataclasses.replace(
         old, splits=splits, labels=names, features=_features(old, results, config), created=run.created,
         tool_version=config.tool_version, files_seen=old.files_seen + tally.seen, rejected=rejected_part,
-        skipped=skipped_part, duplicates=_duplicates(old, config, rejected, cross_split),
+        skipped=skipped_part, duplicates=_duplicates(old, config, rejected, cross_split), quality=quality_part,
         generations=generations.generations_of(old) + [generation],
         format_version=FORMAT_VERSION if tfrecord else ARRAY_RECORD_VERSION,
         location=config.output)

@@ -1,6 +1,6 @@
-"""The per-file reports (`rejected.jsonl`, `skipped.jsonl`) without holding their lines in one place.
+"""The per-file reports (`rejected.jsonl`, `skipped.jsonl`, `quality.jsonl`) without holding their lines in one place.
 
-A report's lines are sorted by source. The job counts them (bounded: by reason, an example per reason, and a
+A report's lines are sorted by source (a quality finding's first source). The job counts them (bounded: by reason, an example per reason, and a
 sample of sort keys), cuts the key space into ranges from the sample, writes each range as a sorted piece in
 parallel, and composes the pieces in range order into the report: the bytes of one sort, whatever the ranges.
 Only the counts and the pieces' names reach the one step that publishes. Each piece has a name fixed by its
@@ -31,6 +31,9 @@ def line_of(entry: Mapping) -> str:
 
 
 def sort_key(entry: Mapping) -> Key:
+    """(source, reason) of a rejected or skipped file; (first source, kind) of a quality finding."""
+    if "kind" in entry:
+        return entry["sources"][0], entry["kind"]
     return entry["source"], entry["reason"]
 
 
@@ -55,11 +58,12 @@ class ReportCounts:
 
     def add(self, entry: Mapping) -> "ReportCounts":
         key = sort_key(entry)
+        reason = key[1]
         self.count += 1
-        self.by_reason[entry["reason"]] += 1
-        first = self.examples.get(entry["reason"])
+        self.by_reason[reason] += 1
+        first = self.examples.get(reason)
         if first is None or _before(entry, key, first):
-            self.examples[entry["reason"]] = key, dict(entry)
+            self.examples[reason] = key, dict(entry)
         self.sample.append((_hashed(key), key))
         return self.trimmed() if len(self.sample) >= 2 * SAMPLE_KEYS else self
 
@@ -109,7 +113,7 @@ def piece_of(entry: Mapping, bounds: Sequence[Key]) -> int:
 
 def piece_bytes(entries: Iterable[Mapping]) -> bytes:
     """Entries as report lines, sorted by source (then reason, then the line)."""
-    lines = sorted((e["source"], e["reason"], line_of(e)) for e in entries)
+    lines = sorted((*sort_key(e), line_of(e)) for e in entries)
     return "".join(line + "\n" for _, _, line in lines).encode("utf-8")
 
 

@@ -17,6 +17,8 @@ Fields, one row per record:
     sha256     string        hex SHA-256 of the source file's bytes (image/key/sha256)
     height     int           stored image (or frame) height in pixels
     width      int           stored image (or frame) width in pixels
+    phash      string        the image's perceptual signature, 16 hex digits (shard_utils.quality.signature); ""
+                             when none was computed (videos, `--validate structure`, indexes written before it)
     extra      record        only when the dataset has extra columns: one field per column (see `field_name`),
                              nullable scalars (null when the row gave no value) or arrays for list columns
 """
@@ -102,6 +104,8 @@ def index_schema(extras: Sequence[ExtraSpec] = ()) -> dict[str, Any]:
         {"name": "sha256", "type": "string", "doc": "hex SHA-256 of the source file"},
         {"name": "height", "type": "int", "doc": "stored height in pixels"},
         {"name": "width", "type": "int", "doc": "stored width in pixels"},
+        {"name": "phash", "type": "string", "default": "",
+         "doc": "perceptual signature, 16 hex digits; empty when none was computed"},
     ]
     if extras:
         fields.append({"name": "extra", "doc": "the listing's extra columns (extra/<name> in records)",
@@ -124,11 +128,12 @@ class IndexRow:
     height: int
     width: int
     extra: Mapping[str, Any] | None = field(default=None)
+    phash: str = ""
 
     def to_avro(self) -> dict[str, Any]:
         row = {"source_id": self.source_id, "shard": self.shard, "offset": self.offset, "length": self.length,
                "label": self.label, "labels": list(self.labels), "sha256": self.sha256, "height": self.height,
-               "width": self.width}
+               "width": self.width, "phash": self.phash}
         if self.extra is not None:
             row["extra"] = dict(self.extra)
         return row
@@ -138,7 +143,7 @@ class IndexRow:
         extra = row.get("extra")
         return cls(row["source_id"], row["shard"], row["offset"], row["length"], row["label"],
                    tuple(row["labels"]), row["sha256"], row["height"], row["width"],
-                   dict(extra) if extra is not None else None)
+                   dict(extra) if extra is not None else None, row.get("phash") or "")
 
 
 def row_from_record(shard: int, offset: int, framed_length: int, record: ImageRecord,
@@ -160,14 +165,15 @@ def row_from_meta(shard: int, offset: int, meta: "RecordMeta", extras: Sequence[
     values = dict(meta.extras)
     pairs = [(spec, tuple(values.get(spec.name, ()))) for spec in extras]
     labels = tuple(meta.labels) if multi_label else tuple(meta.labels[:1])
-    return _row(shard, offset, meta.length, meta.source_id, labels, meta.sha256, meta.height, meta.width, pairs)
+    return _row(shard, offset, meta.length, meta.source_id, labels, meta.sha256, meta.height, meta.width, pairs,
+                meta.phash)
 
 
 _CASTS = {"int64": int, "float32": float, "string": str}
 
 
 def _row(shard: int, offset: int, length: int, source_id: str, labels: tuple[int, ...], sha256: str, height: int,
-         width: int, extras: Iterable[tuple[ExtraSpec, tuple]]) -> IndexRow:
+         width: int, extras: Iterable[tuple[ExtraSpec, tuple]], phash: str = "") -> IndexRow:
     if length < MIN_FRAMED or offset < 0:
         raise ValueError(f"record {source_id!r}: offset {offset} / framed length {length} is not a "
                          "framed record's place")
@@ -178,7 +184,7 @@ def _row(shard: int, offset: int, length: int, source_id: str, labels: tuple[int
         extra = extra if extra is not None else {}
         extra[field_name(spec.name)] = typed if spec.is_list else (typed[0] if typed else None)
     return IndexRow(source_id, shard, offset, length, labels[0] if labels else NO_LABEL, labels, sha256, height,
-                    width, extra)
+                    width, extra, phash)
 
 
 @dataclass(frozen=True)

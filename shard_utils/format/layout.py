@@ -14,6 +14,7 @@ from shard_utils.storage.lock import LOCK_NAME  # noqa: F401 - the output's lock
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.jsonl"
 SKIPPED_NAME = "skipped.jsonl"
+QUALITY_NAME = "quality.jsonl"  # the quality checks' findings (shard_utils.quality.findings)
 TEMP_ROOT = ".tpu-shards-tmp"  # runs' temporary folders, when no --temp_location is given
 CROISSANT_NAME = "croissant.json"  # the dataset's Croissant description, from the manifest
 CARD_NAME = "README.md"  # the dataset card, from the manifest
@@ -31,7 +32,7 @@ ARRAY_RECORD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<cou
 INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 INDEX_PATTERN = r"^[A-Za-z0-9_.-]+\.index\.avro$"
 GENERATION_TAG = "g{:03d}"
-REPORT_PATTERN = r"^(rejected|skipped)\.g\d{3,}\.jsonl$"  # cumulative reports of a generation
+REPORT_PATTERN = r"^(rejected|skipped|quality)\.g\d{3,}\.jsonl$"  # cumulative reports of a generation
 
 SHARD_FILE = re.compile(SHARD_PATTERN)
 ARRAY_RECORD_FILE = re.compile(ARRAY_RECORD_PATTERN)

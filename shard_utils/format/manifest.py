@@ -124,6 +124,7 @@ class Manifest:
     multi_label: bool = False
     embedding: dict[str, Any] | None = None  # key, dim, shape, model, model_sha256, preprocess, input_size
     duplicates: dict[str, Any] | None = None  # with --dedup: count, cross_split {"train|test": n}
+    quality: dict[str, Any] | None = None  # the quality checks: count, by_kind {kind: n}, path (quality.jsonl)
     generations: list[Generation] | None = None  # None: built once (every shard is generation 0)
     shard_format: str = "tfrecord"  # what `shards` are: tfrecord, or array_record (--format array_record)
     format_version: int = FORMAT_VERSION
@@ -225,7 +226,9 @@ class Manifest:
                     shard.pop("generation")
         order = ["format_version", "tool_version", "created", "input", "options", "media", "features", "labels",
                  "label_offset", "multi_label", "image_size", "embedding", "num_cores", "num_hosts", "files_seen",
-                 "shard_format", "splits", "rejected", "skipped", "duplicates", "generations"]
+                 "shard_format", "splits", "rejected", "skipped", "duplicates", "quality", "generations"]
+        if out["quality"] is None:  # a build without the quality checks (or before them)
+            order.remove("quality")
         if out["generations"] is None:
             order.remove("generations")
         else:
@@ -405,7 +408,8 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     for part, name in ((rejected, "rejected"), (skipped, "skipped")):
         if "path" in part:
             safe_relative_path(part["path"], f"{name} path")
-    _check_distinct_files(splits, rejected, skipped)
+    quality = _quality(obj.get("quality"))
+    _check_distinct_files(splits, rejected, skipped, quality or {})
     media = obj.get("media", "image")
     if media not in MEDIA:
         raise ManifestError(f"manifest: media must be one of {', '.join(MEDIA)}, got {media!r}")
@@ -442,7 +446,7 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
         num_hosts=_count(obj, "num_hosts", "manifest", 1) if "num_hosts" in obj else 1,
         media=media, label_offset=label_offset, multi_label=multi_label,
         embedding=dict(embedding) if embedding is not None else None,
-        duplicates=dict(duplicates) if duplicates is not None else None, generations=generations,
+        duplicates=dict(duplicates) if duplicates is not None else None, quality=quality, generations=generations,
         shard_format=shard_format, format_version=version, location=location)
 
 
@@ -460,8 +464,24 @@ def _image_size(value: Any) -> list[int] | None:
     return value
 
 
+def _quality(value: Any) -> dict[str, Any] | None:
+    """The manifest's quality section: null (no quality checks), or its count, counts by kind, and report path."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ManifestError("manifest: quality must be null or an object")
+    _count(value, "count", "quality")
+    by_kind = value.get("by_kind", {})
+    if not (isinstance(by_kind, Mapping) and all(isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
+                                                 and n >= 0 for k, n in by_kind.items())):
+        raise ManifestError("manifest: quality.by_kind must map each kind to a count")
+    if "path" in value:
+        safe_relative_path(value["path"], "quality path")
+    return dict(value)
+
+
 def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, Any],
-                          skipped: Mapping[str, Any]) -> None:
+                          skipped: Mapping[str, Any], quality: Mapping[str, Any]) -> None:
     """Every file the manifest names is named once: a shard listed twice, or in two splits, would be read as
     twice the records; an index or report sharing a name with another file would be overwritten by it."""
     owners: dict[str, str] = {MANIFEST_NAME: "the manifest itself", CROISSANT_NAME: "the Croissant description",
@@ -471,8 +491,8 @@ def _check_distinct_files(splits: Mapping[str, Split], rejected: Mapping[str, An
     named += [(twin.path, f"split {name!r} array_record shard {i}") for name, split in splits.items()
               for i, twin in enumerate(split.array_record_shards or ())]
     named += [(split.index.path, f"split {name!r} index") for name, split in splits.items() if split.index]
-    named += [(part["path"], f"the {what} report") for part, what in ((rejected, "rejected"), (skipped, "skipped"))
-              if "path" in part]
+    named += [(part["path"], f"the {what} report") for part, what in ((rejected, "rejected"), (skipped, "skipped"),
+                                                                       (quality, "quality")) if "path" in part]
     for path, where in named:
         if path in owners:
             raise ManifestError(f"manifest: {where} names {names.shown(path)}, as {owners[path]} does; every file "

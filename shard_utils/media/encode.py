@@ -17,6 +17,8 @@ from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_sourc
 from shard_utils.format.tfrecord import frame
 from shard_utils.media.video import VideoOptions, prepare_video
 from shard_utils.format.order import choose_split, sort_key
+from shard_utils.quality.flags import Inspection, flag_findings
+from shard_utils.quality.signature import to_hex
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class RecordMeta:
     height: int
     width: int
     extras: tuple[tuple[str, tuple], ...] = ()
+    phash: str = ""  # the perceptual signature (16 hex digits; shard_utils.quality), "" when none was computed
 
     @property
     def order(self) -> tuple[int, str]:
@@ -70,6 +73,7 @@ class Encoded:
     framed: bytes
     passed_through: bool = False
     trailer_bytes: int = 0
+    quality: tuple[dict, ...] = ()  # the image's flags, as findings for quality.jsonl
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class Prepared:
     record: schema.ImageRecord
     passed_through: bool = False
     trailer_bytes: int = 0
+    quality: tuple[dict, ...] = ()
 
 
 Reject = dict  # {"source": ..., "reason": ..., "message": ...}
@@ -94,7 +99,7 @@ def framed(prepared: Prepared, embedding: tuple[float, ...] | None = None, key: 
         record = replace(record, embedding=tuple(float(x) for x in embedding), embedding_key=key)
     data = frame(schema.encode_example(record))
     return Encoded(prepared.split, replace(prepared.meta, length=len(data)), data, prepared.passed_through,
-                   prepared.trailer_bytes)
+                   prepared.trailer_bytes, prepared.quality)
 
 
 def reject(item: MediaItem, reason: str, message: str) -> Reject:
@@ -138,11 +143,11 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
             clip = prepare_video(data, settings.video)
             media = dict(encoded=b"", frames=clip.frames, frame_rate=clip.frame_rate, height=clip.height,
                          width=clip.width, channels=3)
-            passed_through, trailer = False, 0
+            passed_through, trailer, inspection = False, 0, None
         else:
             image = prepare_image(data, settings.image)
             media = dict(encoded=image.encoded, height=image.height, width=image.width, channels=image.channels)
-            passed_through, trailer = image.passed_through, image.trailer_bytes
+            passed_through, trailer, inspection = image.passed_through, image.trailer_bytes, image.inspection
     except Rejected as exc:
         return reject(item, exc.reason, exc.message)
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not end a three-hour job
@@ -155,11 +160,20 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
         label_texts=item.labels or ("",), extras=_extras(item, settings.extras))
     split = item.split or choose_split(list(settings.splits), settings.seed, item.source_id)
     data = frame(schema.encode_example(record)) if settings.frame_now else b""
+    phash, quality = _quality(inspection, item.source_id, split)
     meta = RecordMeta(sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,
-                      record.height, record.width, item.extras)
+                      record.height, record.width, item.extras, phash)
     if settings.frame_now:  # as framed() would make it, without a Prepared record and a copy of its meta
-        return Encoded(split, meta, data, passed_through, trailer)
-    return Prepared(split, meta, record, passed_through, trailer)
+        return Encoded(split, meta, data, passed_through, trailer, quality)
+    return Prepared(split, meta, record, passed_through, trailer, quality)
+
+
+def _quality(inspection: Inspection | None, source: str, split: str) -> tuple[str, tuple[dict, ...]]:
+    """The index's signature field and the flag findings of an inspected image ("" and none when not inspected)."""
+    if inspection is None:
+        return "", ()
+    phash = to_hex(inspection.signature) if inspection.signature is not None else ""
+    return phash, tuple(flag_findings(inspection, source, split))
 
 
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:

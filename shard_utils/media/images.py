@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end  # noqa: F401 - also named here
+from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
 
 # Formats we accept, by what Pillow detects in the bytes (not the file name). HEIF needs pillow-heif.
 FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "AVIF"}
@@ -57,6 +58,7 @@ class ImageOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     background: tuple[int, int, int] = DEFAULT_BACKGROUND
     validate: str = "decode"  # how pass-through JPEGs are checked: full decode, or marker structure only
+    inspect: bool = True  # the quality checks: a signature and flags from the pixels decoded (shard_utils.quality)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class PreparedImage:
     channels: int
     passed_through: bool
     trailer_bytes: int = 0
+    inspection: Inspection | None = None  # with ImageOptions.inspect; its signature is None when nothing was decoded
 
 
 def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
@@ -84,14 +87,15 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
         image = _open(data, options.max_pixels)
         orientation = _orientation(image)
         if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
-            return _pass_through(data, image, options.validate)
+            return _pass_through(data, image, options.validate, options.inspect)
         if image.format in ("JPEG", "MPO"):
             _refuse_scan_bomb(data)
         return _reencode(image, orientation, options)
 
 
-def _pass_through(data: bytes, image: Image.Image, validate: str) -> PreparedImage:
-    """The source JPEG up to its end-of-image marker, checked; whatever follows the marker is dropped."""
+def _pass_through(data: bytes, image: Image.Image, validate: str, inspecting: bool) -> PreparedImage:
+    """The source JPEG up to its end-of-image marker, checked; whatever follows the marker is dropped. The quality
+    checks look at the pixels the check decoded; `structure` decodes none, and only the size flags are known."""
     try:
         end = jpeg_primary_end(data)
     except TooManyScans as exc:
@@ -99,10 +103,19 @@ def _pass_through(data: bytes, image: Image.Image, validate: str) -> PreparedIma
     except ValueError as exc:
         raise Rejected("corrupt", f"JPEG {exc}") from None
     encoded, (width, height) = data[:end], image.size
-    if validate == "decode":  # at 1/8 scale: all the entropy-coded data is still read
+    view = None
+    if validate == "decode":  # at 1/8 scale (or the quality view's): all the entropy-coded data is still read
         checked = image if end == len(data) else _open(encoded, max_pixels=width * height)
-        _load(checked, draft=(max(1, width // 8), max(1, height // 8)))
-    return PreparedImage(encoded, height, width, 1 if image.mode == "L" else 3, True, len(data) - end)
+        _load(checked, draft=_check_draft(width, height, inspecting))
+        view = view_of(checked) if inspecting else None
+    inspection = inspect(view, height, width) if inspecting else None
+    return PreparedImage(encoded, height, width, 1 if image.mode == "L" else 3, True, len(data) - end, inspection)
+
+
+def _check_draft(width: int, height: int, inspecting: bool) -> tuple[int, int]:
+    """The size a pass-through check decodes at least: 1/8 scale, or enough for the quality view."""
+    scale = min(1.0, VIEW_SIDE / max(width, height)) if inspecting else 0.0
+    return max(1, width // 8, math.ceil(width * scale)), max(1, height // 8, math.ceil(height * scale))
 
 
 def _refuse_scan_bomb(data: bytes) -> None:
@@ -128,6 +141,7 @@ def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions
     draft = None
     if target is not None and image.format in ("JPEG", "MPO"):
         draft = _draft_size(image.size, target, options.resize)
+    source_width, source_height = image.size  # the size flags are the source's, before any draft or resize
     content = _load(image, draft=draft)
     image = to_rgb(image, options.background)
     if target is not None:
@@ -136,7 +150,8 @@ def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions
         image = image.transpose(_ORIENT[orientation])
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=options.quality)
-    return PreparedImage(out.getvalue(), image.height, image.width, 3, False)
+    inspection = inspect(view_of(image), source_height, source_width) if options.inspect else None
+    return PreparedImage(out.getvalue(), image.height, image.width, 3, False, inspection=inspection)
 
 
 def _open(data: bytes, max_pixels: int) -> Image.Image:

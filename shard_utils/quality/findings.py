@@ -2,7 +2,7 @@
 
 Every finding names its kind, the source ids it is about and the split of each (`sources` and `splits`, the
 same length, in the same order), plus what was measured. One image's flags name one source; a near-duplicate
-cluster or a label conflict names all its members. A finding whose sources lie in several splits is a leak.
+cluster or a label conflict names all its members (the first sorts the file: put the one kept first). A finding whose sources lie in several splits is a leak.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ GRAYSCALE = "grayscale"
 CLUSTER_KINDS = (NEAR_DUPLICATE, LABEL_CONFLICT)
 IMAGE_KINDS = (SMALL, ASPECT, BLUR, OVEREXPOSED, UNDEREXPOSED, GRAYSCALE)
 KINDS = CLUSTER_KINDS + IMAGE_KINDS
-FILE = "quality.jsonl"
 
 
 class BadFinding(ValueError):
@@ -60,18 +59,9 @@ def leaks(made: dict) -> bool:
     return len({split for source, split in zip(made["sources"], made["splits"]) if source not in gone}) > 1
 
 
-def order(made: dict) -> tuple:
-    """The order of findings in quality.jsonl: by kind (as KINDS lists them), then by sources."""
-    return (KINDS.index(made["kind"]), made["sources"])
-
-
-def to_line(made: dict) -> str:
-    """One line of quality.jsonl (without its newline)."""
-    return json.dumps(made, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def from_line(line: str) -> dict:
-    """The finding of one line of quality.jsonl; BadFinding when it is not one."""
+    """The finding of one line of quality.jsonl; BadFinding when it is not one. (The build writes the lines with
+    the other reports, sorted by first source: `beam_jobs.publish.reports`.)"""
     try:
         parsed = json.loads(line)
     except ValueError as exc:

@@ -14,6 +14,7 @@ from shard_utils.format import array_record, croissant, schema
 from shard_utils.format.index import (NO_LABEL, IndexFormatError, IndexRow, check_header, check_place, field_name,
                                      read_index, unframe)
 from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
+from shard_utils.quality import findings
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.tfrecord import FramingError, iter_records
 
@@ -47,7 +48,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         for shard, twin in zip(split.shards, split.array_record_shards or ()):
             problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
         problems.extend(index_problems)
-    return _links_outside(m) + problems + check_reports(m) + check_croissant(m)
+    return _links_outside(m) + problems + check_reports(m) + check_quality(m) + check_croissant(m)
 
 
 CHEAP_CHECK_THREADS = 32  # files looked at once on gs:// (one metadata request each)
@@ -110,7 +111,7 @@ def _links_outside(m: Manifest) -> list[str]:
     named = [s.path for split in m.splits.values() for s in split.shards]
     named += [s.path for split in m.splits.values() for s in split.array_record_shards or ()]
     named += [split.index.path for split in m.splits.values() if split.index]
-    named += [part["path"] for part in (m.rejected, m.skipped) if part.get("path")]
+    named += [part["path"] for part in (m.rejected, m.skipped, m.quality or {}) if part.get("path")]
     problems = []
     for rel in named:
         target = os.path.realpath(os.path.join(root, rel))
@@ -142,6 +143,43 @@ def check_reports(m: Manifest) -> list[str]:
         if what == "rejected" and len(entries) != part.get("count", 0):
             problems.append(f"{part['path']}: {len(entries)} rejected files listed, the manifest says "
                             f"{part.get('count', 0)}")
+    return problems
+
+
+def _read_named(m: Manifest, rel: str) -> tuple[bytes | None, list[str]]:
+    """The bytes of a file the manifest names, or None and the one problem saying why they cannot be read."""
+    path = storage.join(m.location, rel)
+    try:
+        return storage.read_bytes(path), []
+    except storage.NotFoundError:
+        return None, [f"{rel}: missing"]
+    except storage.StorageError as exc:
+        return None, [f"{rel}: cannot read: {storage.problem(exc, path)}"]
+
+
+def check_quality(m: Manifest) -> list[str]:
+    """Problems with quality.jsonl: each line a finding, and as many of each kind as the manifest counts."""
+    part = m.quality or {}
+    if not part.get("path"):
+        return []
+    data, unread = _read_named(m, part["path"])
+    if data is None:
+        return unread
+    listed: list[dict] = []
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            listed.append(findings.from_line(line))
+        except findings.BadFinding as exc:
+            return [f"{part['path']} line {number} is not a finding: {exc}"]
+    problems = []
+    if len(listed) != part.get("count", 0):
+        problems.append(f"{part['path']}: {len(listed)} findings listed, the manifest says {part.get('count', 0)}")
+    counted = {kind: n for kind, n in findings.counts(listed).items() if n}
+    stated = {kind: n for kind, n in part.get("by_kind", {}).items() if n}
+    if counted != stated:
+        problems.append(f"{part['path']}: findings by kind {counted} differ from the manifest's {stated}")
     return problems
 
 
@@ -376,12 +414,9 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
     if entry is None:
         return []
     path = storage.join(m.location, entry.path)
-    try:
-        data = storage.read_bytes(path)
-    except storage.NotFoundError:
-        return [f"{entry.path}: missing"]
-    except storage.StorageError as exc:
-        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
+    data, unread = _read_named(m, entry.path)
+    if data is None:
+        return unread
     digest = storage.Digest()
     digest.update(data)
     problems = digest_problems(digest, entry)

@@ -101,7 +101,7 @@ def meta_from_row(row: IndexRow, length: int, seed: int, extras: Sequence[schema
         value = values.get(field_name(spec.name))
         pairs.append((spec.name, tuple(value) if isinstance(value, list) else (() if value is None else (value,))))
     return RecordMeta(sort_key(seed, row.source_id), row.source_id, length, tuple(row.labels), row.sha256,
-                      row.height, row.width, tuple(pairs))
+                      row.height, row.width, tuple(pairs), row.phash)
 
 
 def meta_from_record(data: bytes, length: int, seed: int, label_offset: int, extras: Sequence[schema.ExtraSpec],

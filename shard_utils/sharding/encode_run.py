@@ -47,6 +47,7 @@ class EncodedRun:
     file: RunFile | None
     rejected: tuple[dict, ...]
     tally: EncodeTally
+    quality: tuple[dict, ...] = ()  # the findings of its images' flags (shard_utils.quality.findings)
 
 
 def item_order(item: MediaItem, seed: int) -> tuple[int, str]:
@@ -63,6 +64,7 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
     items = sorted(task.items, key=lambda item: item_order(item, settings.seed))
     writer = RunWriter(folder, task.split, task.run, chunk_bytes)
     rejected: list[dict] = []
+    quality: list[dict] = []
     records = passed = trailers = trailer_bytes = 0
     waited = Waited()
     try:
@@ -74,6 +76,7 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
                 raise InternalError(f"run {task.run} of split {task.split!r} got a record of split "
                                          f"{outcome.split!r} ({outcome.meta.source_id})")
             writer.add(outcome.framed, outcome.meta)
+            quality.extend(outcome.quality)
             records += 1
             passed += outcome.passed_through
             trailers += bool(outcome.trailer_bytes)
@@ -83,7 +86,8 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
         writer.abort()
         raise
     return EncodedRun(task.split, task.run, written, tuple(rejected),
-                      EncodeTally(records, passed, trailers, trailer_bytes, waited.seconds, waited.retries))
+                      EncodeTally(records, passed, trailers, trailer_bytes, waited.seconds, waited.retries),
+                      tuple(quality))
 
 
 def _outcomes(items: Sequence[MediaItem], settings: EncodeSettings, embed: Embed | None,

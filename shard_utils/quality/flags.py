@@ -1,0 +1,115 @@
+"""Flags on one image: very small, extreme aspect ratio, blurred, over- or under-exposed, grey in a colour set.
+
+Pixel flags are measured on the image's *view*: the decoded picture scaled to fit VIEW_SIDE pixels (smaller ones
+as they are), so a measure means the same for any source size. Size flags use the source's own dimensions.
+Each flag is (kind, measured value, threshold); the thresholds are THRESHOLDS' (docs/quality.md states them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from shard_utils.quality import findings
+from shard_utils.quality.signature import grey, signature
+
+VIEW_SIDE = 128  # the longer side of the view the pixel flags and the signature are measured on
+
+Flag = tuple[str, float, float]  # (kind, value, threshold)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where each flag starts."""
+
+    min_side: int = 64  # small: the shorter side below this many pixels
+    max_aspect: float = 3.0  # aspect: longer side over shorter side above this
+    min_sharpness: float = 30.0  # blur: variance of the Laplacian of the view's grey levels below this
+    clipped_share: float = 0.5  # over/under-exposed: more than this share of the view's pixels clipped
+    bright: int = 250  # a pixel at or above this grey level is clipped white
+    dark: int = 5  # a pixel at or below this grey level is clipped black
+    max_colour: float = 2.0  # grayscale: mean spread between a pixel's R, G and B below this
+
+
+THRESHOLDS = Thresholds()
+
+
+def view_of(image: Image.Image) -> np.ndarray:
+    """The decoded picture as uint8 RGB, scaled (by area) to fit VIEW_SIDE; smaller pictures as they are."""
+    image = image if image.mode == "RGB" else image.convert("RGB")
+    longest = max(image.size)
+    if longest > VIEW_SIDE:
+        scale = VIEW_SIDE / longest
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image = image.resize(size, Image.Resampling.BOX, reducing_gap=2.0)
+    return np.asarray(image)
+
+
+def sharpness(view: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian of the grey levels (0 for a picture under 3x3): low is blurred."""
+    g = grey(view)
+    if g.shape[0] < 3 or g.shape[1] < 3:
+        return 0.0
+    lap = g[:-2, 1:-1] + g[2:, 1:-1] + g[1:-1, :-2] + g[1:-1, 2:] - 4 * g[1:-1, 1:-1]
+    return float(lap.var())
+
+
+def colourfulness(view: np.ndarray) -> float:
+    """Mean spread between the largest and smallest of a pixel's R, G and B (0 for a grey picture)."""
+    if view.ndim == 2 or view.shape[2] < 3:
+        return 0.0
+    rgb = view[:, :, :3]
+    return float((rgb.max(axis=2).astype(np.int16) - rgb.min(axis=2)).mean())
+
+
+def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag]:
+    """`small` and `aspect`, from the source's dimensions alone (no pixels needed)."""
+    out: list[Flag] = []
+    short, long = min(height, width), max(height, width)
+    if short < t.min_side:
+        out.append((findings.SMALL, float(short), float(t.min_side)))
+    if short and long / short > t.max_aspect:
+        out.append((findings.ASPECT, round(long / short, 3), t.max_aspect))
+    return out
+
+
+def pixel_flags(view: np.ndarray, t: Thresholds = THRESHOLDS) -> list[Flag]:
+    """`blur`, `overexposed`, `underexposed` and `grayscale`, measured on the view."""
+    out: list[Flag] = []
+    sharp = sharpness(view)
+    if sharp < t.min_sharpness:
+        out.append((findings.BLUR, round(sharp, 3), t.min_sharpness))
+    g = grey(view)
+    bright, dark = float((g >= t.bright).mean()), float((g <= t.dark).mean())
+    if bright > t.clipped_share:
+        out.append((findings.OVEREXPOSED, round(bright, 3), t.clipped_share))
+    if dark > t.clipped_share:
+        out.append((findings.UNDEREXPOSED, round(dark, 3), t.clipped_share))
+    colour = colourfulness(view)
+    if colour < t.max_colour:
+        out.append((findings.GRAYSCALE, round(colour, 3), t.max_colour))
+    return out
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What the quality checks learn of one decoded image: its signature (None when no pixels were decoded) and
+    its flags."""
+
+    signature: int | None
+    flags: tuple[Flag, ...]
+
+
+def inspect(view: np.ndarray | None, height: int, width: int, t: Thresholds = THRESHOLDS) -> Inspection:
+    """The signature and every flag of an image: `view` from view_of (None: no pixels, only the size flags),
+    `height` and `width` the source's."""
+    if view is None:
+        return Inspection(None, tuple(size_flags(height, width, t)))
+    return Inspection(signature(view), tuple(size_flags(height, width, t) + pixel_flags(view, t)))
+
+
+def flag_findings(inspection: Inspection, source: str, split: str) -> list[dict]:
+    """An image's flags as findings for quality.jsonl."""
+    return [findings.finding(kind, [source], [split], value=value, threshold=threshold)
+            for kind, value, threshold in inspection.flags]

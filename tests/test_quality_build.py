@@ -1,0 +1,80 @@
+"""The quality checks in a real build: signatures in the index, flags in quality.jsonl and the manifest, verify."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from PIL import ImageFilter
+from test_quality import scene
+
+import beam_jobs
+from shard_utils.format.index import read_index
+from shard_utils.quality.signature import NEAR_DISTANCE, from_hex, hamming
+from shard_utils.read.verify import verify
+
+pytestmark = pytest.mark.slow  # each builds a dataset (about 5 s)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("quality")
+    images = base / "images"
+    for label in ("a", "b"):
+        (images / label).mkdir(parents=True)
+    for i in range(6):
+        scene(i, (240, 180)).save(images / ("a" if i % 2 else "b") / f"{i}.jpg", quality=90)
+    scene(0, (240, 180)).resize((80, 60)).save(images / "b" / "0-small-copy.png")  # small, and a near-duplicate
+    scene(1, (240, 180)).filter(ImageFilter.GaussianBlur(6)).save(images / "a" / "blurred.jpg", quality=90)
+    scene(3, (400, 100)).save(images / "a" / "banner.jpg", quality=90)
+    scene(5, (240, 180)).convert("L").save(images / "a" / "grey.jpg", quality=90)
+    beam_jobs.build(images, base / "out", splits="train=0.5,test=0.5", num_cores=1, workers=1)
+    return base
+
+
+def test_flags_are_listed_in_quality_jsonl_and_counted_in_the_manifest(built):
+    lines = [json.loads(line) for line in (built / "out" / "quality.jsonl").read_text().splitlines()]
+    assert sorted((f["kind"], f["sources"][0]) for f in lines) == [
+        ("aspect", "a/banner.jpg"), ("blur", "a/blurred.jpg"), ("grayscale", "a/grey.jpg"),
+        ("small", "b/0-small-copy.png")]
+    assert [f["sources"][0] for f in lines] == sorted(f["sources"][0] for f in lines)  # sorted like the reports
+    manifest = json.loads((built / "out" / "manifest.json").read_text())
+    assert manifest["quality"]["count"] == 4 and manifest["quality"]["path"] == "quality.jsonl"
+    assert {k: n for k, n in manifest["quality"]["by_kind"].items() if n} == {"aspect": 1, "blur": 1, "grayscale": 1,
+                                                                             "small": 1}
+    assert manifest["options"]["quality_checks"] == "on"
+
+
+def test_every_row_of_the_index_holds_its_signature(built):
+    rows = {r.source_id: r.phash for split in ("train", "test")
+            for r in read_index(open(built / "out" / f"{split}.index.avro", "rb"))}
+    assert len(rows) == 10 and all(len(p) == 16 for p in rows.values())
+    assert hamming(from_hex(rows["b/0.jpg"]), from_hex(rows["b/0-small-copy.png"])) <= NEAR_DISTANCE
+    assert hamming(from_hex(rows["b/0.jpg"]), from_hex(rows["b/2.jpg"])) > NEAR_DISTANCE
+
+
+def test_verify_catches_a_tampered_quality_jsonl(built, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(built / "out", out)
+    assert verify(str(out)) == []
+    report = out / "quality.jsonl"
+    lines = report.read_text().splitlines()
+    report.write_text("\n".join(lines[1:]) + "\n")
+    assert any("3 findings listed, the manifest says 4" in p for p in verify(str(out)))
+    report.write_text("\n".join(lines[:-1] + ['{"kind": "blur", "sources": ["x.jpg"]}']) + "\n")
+    assert any("line 4 is not a finding" in p for p in verify(str(out)))
+    report.unlink()
+    assert "quality.jsonl: missing" in verify(str(out))
+
+
+def test_structure_mode_decodes_nothing_and_off_checks_nothing(built, tmp_path):
+    beam_jobs.build(built / "images", tmp_path / "s", validate="structure", num_cores=1, workers=1)
+    rows = [r for r in read_index(open(tmp_path / "s" / "train.index.avro", "rb"))]
+    passed = [r for r in rows if r.source_id.endswith(".jpg")]  # kept byte for byte: no pixels decoded
+    assert passed and all(r.phash == "" for r in passed)
+    kinds = {json.loads(line)["kind"] for line in (tmp_path / "s" / "quality.jsonl").read_text().splitlines()}
+    assert kinds == {"aspect", "small"}  # the size flags only (the PNG is decoded: it is re-encoded)
+    beam_jobs.build(built / "images", tmp_path / "off", quality_checks="off", num_cores=1, workers=1)
+    assert not (tmp_path / "off" / "quality.jsonl").exists()
+    assert "quality" not in json.loads((tmp_path / "off" / "manifest.json").read_text())
+    assert {r.phash for r in read_index(open(tmp_path / "off" / "train.index.avro", "rb"))} == {""}
