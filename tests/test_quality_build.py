@@ -10,6 +10,7 @@ from test_quality import scene
 
 import beam_jobs
 from shard_utils.format.index import read_index
+from shard_utils.quality.findings import IMAGE_KINDS, NEAR_DUPLICATE
 from shard_utils.quality.signature import NEAR_DISTANCE, from_hex, hamming
 from shard_utils.read.verify import verify
 
@@ -34,14 +35,18 @@ def built(tmp_path_factory):
 
 def test_flags_are_listed_in_quality_jsonl_and_counted_in_the_manifest(built):
     lines = [json.loads(line) for line in (built / "out" / "quality.jsonl").read_text().splitlines()]
-    assert sorted((f["kind"], f["sources"][0]) for f in lines) == [
+    assert sorted((f["kind"], f["sources"][0]) for f in lines if f["kind"] in IMAGE_KINDS) == [
         ("aspect", "a/banner.jpg"), ("blur", "a/blurred.jpg"), ("grayscale", "a/grey.jpg"),
         ("small", "b/0-small-copy.png")]
+    # each changed copy is also a near-duplicate of its scene (--near-dups report, the default)
+    assert sorted(f["sources"] for f in lines if f["kind"] == NEAR_DUPLICATE) == [
+        ["a/1.jpg", "a/blurred.jpg"], ["a/3.jpg", "a/banner.jpg"], ["a/5.jpg", "a/grey.jpg"],
+        ["b/0-small-copy.png", "b/0.jpg"]]
     assert [f["sources"][0] for f in lines] == sorted(f["sources"][0] for f in lines)  # sorted like the reports
     manifest = json.loads((built / "out" / "manifest.json").read_text())
-    assert manifest["quality"]["count"] == 4 and manifest["quality"]["path"] == "quality.jsonl"
+    assert manifest["quality"]["count"] == 8 and manifest["quality"]["path"] == "quality.jsonl"
     assert {k: n for k, n in manifest["quality"]["by_kind"].items() if n} == {"aspect": 1, "blur": 1, "grayscale": 1,
-                                                                             "small": 1}
+                                                                             "small": 1, "near_duplicate": 4}
     assert manifest["options"]["quality_checks"] == "on"
 
 
@@ -60,9 +65,10 @@ def test_verify_catches_a_tampered_quality_jsonl(built, tmp_path):
     report = out / "quality.jsonl"
     lines = report.read_text().splitlines()
     report.write_text("\n".join(lines[1:]) + "\n")
-    assert any("3 findings listed, the manifest says 4" in p for p in verify(str(out)))
+    n = len(lines)
+    assert any(f"{n - 1} findings listed, the manifest says {n}" in p for p in verify(str(out)))
     report.write_text("\n".join(lines[:-1] + ['{"kind": "blur", "sources": ["x.jpg"]}']) + "\n")
-    assert any("line 4 is not a finding" in p for p in verify(str(out)))
+    assert any(f"line {n} is not a finding" in p for p in verify(str(out)))
     report.unlink()
     assert "quality.jsonl: missing" in verify(str(out))
 
