@@ -183,7 +183,10 @@ class ActOnClusters(beam.PTransform):
 
 
 def act(cluster: Cluster, mode: str, dedup: bool, known_labels: tuple[str, ...], labels: list[str]) -> Iterable:
-    """A cluster's findings, then what its mode drops or moves (see ActOnClusters)."""
+    """A cluster's findings, then what its mode drops or moves (see ActOnClusters). A cluster of the dataset's
+    records only (an append) was reported when they were built: nothing."""
+    if not any(m.is_new for m in cluster.members):
+        return
     count("near_dup_clusters")
     decision = actions.decide(cluster, mode, dedup)
     for finding in actions.findings(cluster, decision, label_order(labels, known_labels)):

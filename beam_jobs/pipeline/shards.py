@@ -97,7 +97,7 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
         try:
             if not any(s.count for s in summaries):
                 raise PlanError("no input file could be used (0 records)")
-            for split, layout in sorted(found.items()):
+            for split, layout in sorted(with_moved_only(found, summaries, config).items()):
                 files = {s.run: s.file for s in summaries if s.split == split and s.run != MOVED}
                 split_drops = {run: frozenset(drops[(split, run)]) for run in range(layout.num_runs)
                                if drops.get((split, run))}
@@ -134,6 +134,22 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
         progress.total("write", sum(p.num_records for p in plans.values()))
         yield beam.pvalue.TaggedOutput("plans", plans)
         yield from tasks
+
+
+def with_moved_only(layouts: dict[str, SplitLayout], summaries: list[RunSummary], config: BuildConfig) -> dict:
+    """The layouts, and one without runs of its own for each split that only records moved in from another have
+    (an append: a near-duplicate of a record of a split no new file is listed in)."""
+    out = dict(layouts)
+    for s in summaries:
+        if s.run == MOVED and s.file is not None and s.split not in out:
+            moved = [m.file for m in summaries if m.run == MOVED and m.split == s.split and m.file is not None]
+            records, size = sum(f.count for f in moved), sum(f.num_bytes for f in moved)
+            unit = config.num_cores * config.num_hosts
+            count = unit if records < unit else plan.num_shards(
+                records, size, num_cores=config.num_cores, num_hosts=config.num_hosts,
+                target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards, split=s.split)
+            out[s.split] = SplitLayout(s.split, 0, size, count, 0, boundaries=())
+    return out
 
 
 def with_moved(layout: SplitLayout, files: dict, counts: list[RunCount], summaries: list[RunSummary]):
