@@ -8,17 +8,23 @@ of (original, copy) pairs found; precision is the share of the pairs found among
 that are true. Side by side: tpu-shards' signature at NEAR_DISTANCE, imagehash's pHash at its README's cutoff
 (distance < 5) and at the same threshold as ours.
 
-Then the cost: the CPU of the same small build (`beam_jobs.build`, one process) with the quality checks (signature
-and flags per image) and without.
+Then the cost, on the same photos saved as JPEG (kept byte for byte: the cheapest path, where the checks weigh most)
+and as PNG (decoded and re-encoded): the CPU of the encode step per image (`encode_item`) and of whole builds
+(`tpu-shards build` in a child process, one worker) with `--quality-checks on` and `off`, interleaved, best of
+`--repeats`.
 
-    python benchmarks/bench_near_dups.py                      # 300 originals, 2 x 2 builds of 600 images
-    python benchmarks/bench_near_dups.py --originals 20 --build-images 0   # a smoke run
+    python benchmarks/bench_near_dups.py                      # 300 originals; builds of 400 images
+    python benchmarks/bench_near_dups.py --originals 20 --build-images 0   # a smoke run (no builds)
 """
 from __future__ import annotations
 
 import argparse
 import io
+import os
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,6 +33,10 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shard_utils.inputs import MediaItem  # noqa: E402
+from shard_utils.media.encode import EncodeSettings, encode_item  # noqa: E402
+from shard_utils.media.images import ImageOptions  # noqa: E402
+from shard_utils.quality.flags import view_of  # noqa: E402
 from shard_utils.quality.signature import NEAR_DISTANCE, signature  # noqa: E402
 
 IMAGEHASH_CUTOFF = 4  # imagehash's README: `hash0 - hash1 < cutoff` with cutoff = 5
@@ -75,9 +85,9 @@ def recompressed(image: Image.Image, rng: np.random.Generator) -> Image.Image:
     return jpeg(image, int(rng.integers(30, 96)))
 
 
-def cropped(image: Image.Image, rng: np.random.Generator) -> Image.Image:
-    """Up to 10 % of the width and of the height cut, shared at random between the two sides."""
-    cut_w, cut_h = rng.uniform(0, 0.1) * image.width, rng.uniform(0, 0.1) * image.height
+def cropped(image: Image.Image, rng: np.random.Generator, low: float = 0.0, high: float = 0.1) -> Image.Image:
+    """low..high of the width and of the height cut, shared at random between the two sides."""
+    cut_w, cut_h = rng.uniform(low, high) * image.width, rng.uniform(low, high) * image.height
     left, top = rng.uniform(0, 1) * cut_w, rng.uniform(0, 1) * cut_h
     return jpeg(image.crop((round(left), round(top), round(image.width - cut_w + left),
                             round(image.height - cut_h + top))))
@@ -97,11 +107,14 @@ def mirrored(image: Image.Image, rng: np.random.Generator) -> Image.Image:
 
 TRANSFORMS: dict[str, Callable[[Image.Image, np.random.Generator], Image.Image]] = {
     "resize 50-200 %": resized, "JPEG quality 30-95": recompressed, "crop up to 10 %": cropped,
+    "crop up to 5 %": lambda image, rng: cropped(image, rng, 0.0, 0.05),
+    "crop 5-10 %": lambda image, rng: cropped(image, rng, 0.05, 0.1),
     "brightness/colour": shifted, "mirror (not a target)": mirrored}
 
 
 def ours(image: Image.Image) -> int:
-    return signature(np.asarray(image))
+    """The signature as a build computes it: of the image's view."""
+    return signature(np.asarray(view_of(image)))
 
 
 def imagehash_phash(image: Image.Image) -> int:
@@ -147,23 +160,98 @@ def quality_table(count: int) -> list[str]:
 
 
 def speed(count: int = 50) -> list[str]:
-    images = [np.asarray(photo(i)) for i in range(count)]
+    """CPU per decoded image of each signature alone (ours from the view, as a build computes it)."""
+    images = [photo(i) for i in range(count)]
     rows = []
-    for name, fn in (("tpu-shards", lambda a: signature(a)), ("imagehash pHash", lambda a: imagehash_phash(
-            Image.fromarray(a)))):
+    for name, fn in (("tpu-shards signature (view + DCT)", ours), ("imagehash pHash", imagehash_phash)):
         start = time.process_time()
-        for a in images:
-            fn(a)
+        for image in images:
+            fn(image)
         rows.append(f"{name}: {(time.process_time() - start) / count * 1e3:.2f} ms CPU per ~480x360 image")
     return rows
 
 
+def write_inputs(folder: Path, count: int, fmt: str) -> tuple[Path, Path]:
+    """The first `count` photos in `fmt` (JPEG at quality 90, or PNG) in two label folders, and a folder of the
+    first fifth of them (hard links)."""
+    ext = "jpg" if fmt == "JPEG" else "png"
+    root, fifth = folder / ext, folder / f"{ext}-fifth"
+    for i in range(count):
+        path = root / f"label{i % 2}" / f"{i:05d}.{ext}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        photo(i).save(path, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+        if i < count // 5:
+            (fifth / path.parent.name).mkdir(parents=True, exist_ok=True)
+            os.link(path, fifth / path.parent.name / path.name)
+    return root, fifth
+
+
+def encode_cpu(root: Path, inspect: bool) -> float:
+    """CPU seconds of the encode step (read, decode/check, inspect, encode, frame) over every image of root."""
+    settings = EncodeSettings(image=ImageOptions(inspect=inspect), label_ids={"label0": 0, "label1": 1})
+    items = [MediaItem(str(p.relative_to(root)), str(p), p.stat().st_size, (p.parent.name,))
+             for p in sorted(root.rglob("*.*"))]
+    start = time.process_time()
+    for item in items:
+        encode_item(item, settings)
+    return time.process_time() - start
+
+
+def build_cpu(root: Path, out: Path, checks: str) -> float:
+    """CPU seconds (user + system, the child and its own children) of one build of root."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "beam_jobs.cli", "build", "--input", str(root), "--output", str(out),
+                    "--overwrite", "--workers", "1", "--num-cores", "1", "--quality-checks", checks],
+                   check=True, capture_output=True, cwd=Path(__file__).resolve().parents[1],
+                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def best_of(repeats: int, measure: Callable[[str], float]) -> dict[str, float]:
+    """The least of `repeats` measurements with the checks off and on, interleaved (a slower moment of the
+    machine hits both alike)."""
+    best = {"off": float("inf"), "on": float("inf")}
+    for _ in range(repeats):
+        for checks in best:
+            best[checks] = min(best[checks], measure(checks))
+    return best
+
+
+def cost_table(count: int, repeats: int) -> list[str]:
+    """CPU with the checks off and on: the encode step over `count` images, whole builds of `count` images, and
+    per image of a build (the CPU of `count` images less that of a fifth of them: Beam's start-up left out)."""
+    rows = ["| input | measured | checks off | checks on | on / off |", "|---|---|---|---|---|"]
+    for fmt in ("JPEG", "PNG"):
+        with tempfile.TemporaryDirectory() as temp:
+            root, fifth = write_inputs(Path(temp), count, fmt)
+            out = Path(temp) / "out"
+            rows.append(row(f"{count} {fmt}", "encode step (CPU s)",
+                            best_of(repeats, lambda checks: encode_cpu(root, checks == "on"))))
+            whole = best_of(repeats, lambda checks: build_cpu(root, out, checks))
+            small = best_of(repeats, lambda checks: build_cpu(fifth, out, checks))
+            rows.append(row(f"{count} {fmt}", "whole build (CPU s)", whole))
+            per_image = {k: (whole[k] - small[k]) / (count - count // 5) * 1e3 for k in whole}
+            rows.append(row(f"{count} {fmt}", "build, per image (CPU ms)", per_image))
+    return rows
+
+
+def row(what: str, measured: str, best: dict[str, float]) -> str:
+    return f"| {what} | {measured} | {best['off']:.2f} | {best['on']:.2f} | {best['on'] / best['off']:.3f}x |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--originals", type=int, default=300)
+    parser.add_argument("--originals", type=int, default=300, help="photos the copies are made of")
+    parser.add_argument("--build-images", type=int, default=400, help="images per cost measurement (0: none)")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each, the best kept")
     args = parser.parse_args(argv)
+    if args.originals < 2 or args.build_images < 0 or args.repeats < 1:
+        parser.error("--originals must be at least 2, --build-images at least 0, --repeats at least 1")
     print("\n".join(quality_table(args.originals)))
     print("\n".join(speed()))
+    if args.build_images:
+        print("\n".join(cost_table(args.build_images, args.repeats)))
     return 0
 
 

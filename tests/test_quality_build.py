@@ -84,3 +84,55 @@ def test_structure_mode_decodes_nothing_and_off_checks_nothing(built, tmp_path):
     assert not (tmp_path / "off" / "quality.jsonl").exists()
     assert "quality" not in json.loads((tmp_path / "off" / "manifest.json").read_text())
     assert {r.phash for r in read_index(open(tmp_path / "off" / "train.index.avro", "rb"))} == {""}
+
+
+@pytest.fixture(scope="module")
+def reported(built, tmp_path_factory):
+    """The built dataset with near-duplicate findings added to quality.jsonl (as the clustering writes them: one
+    leaking across splits, one within a split), and its report."""
+    from shard_utils.quality import findings
+    from shard_utils.read.report import write_report
+
+    out = tmp_path_factory.mktemp("reported") / "out"
+    shutil.copytree(built / "out", out)
+    splits = {r.source_id: split for split in ("train", "test")
+              for r in read_index(open(out / f"{split}.index.avro", "rb"))}
+    train, test = sorted(s for s in splits if splits[s] == "train"), sorted(s for s in splits if splits[s] == "test")
+    within = findings.finding(findings.NEAR_DUPLICATE, train[:2], ["train"] * 2, distance=2)
+    leak = findings.finding(findings.NEAR_DUPLICATE, [train[2], test[0]], ["train", "test"], distance=1)
+    with open(out / "quality.jsonl", "a") as f:
+        f.writelines(json.dumps(x) + "\n" for x in (within, leak))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["quality"]["count"] += 2
+    manifest["quality"]["by_kind"]["near_duplicate"] = 2
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert verify(str(out)) == []
+    page = write_report(str(out), str(out.parent / "report"))
+    return out, page, leak, within
+
+
+def test_the_report_shows_leaks_first_then_clusters_and_flags(reported):
+    from PIL import Image
+
+    out, page, leak, within = reported
+    text = open(page).read()
+    assert "1 of the 2 shown span several splits" in text
+    table = text[text.index("<h3>Near-duplicates"):]
+    assert table.index(leak["sources"][1]) < table.index(within["sources"][1])  # the leak's row first
+    assert "a/blurred.jpg" in text[text.index("<h3>Flagged images"):]
+    sheet = Image.open(out.parent / "report" / "near-duplicates.png")
+    assert sheet.width >= 720 and sheet.height > 2 * 128  # two rows of tiles
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (Debian: apt-get install chromium)")
+def test_the_quality_section_in_a_headless_browser(reported, tmp_path):
+    import subprocess
+
+    _, page, leak, _ = reported
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*args, "--dump-dom", f"file://{page}"], capture_output=True, text=True, timeout=120).stdout
+    assert '<img src="near-duplicates.png"' in dom and "<h2>Quality</h2>" in dom
+    assert dom.index(leak["sources"][0]) < dom.index("<h3>Flagged images")

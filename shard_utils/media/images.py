@@ -113,8 +113,9 @@ def _pass_through(data: bytes, image: Image.Image, validate: str, inspecting: bo
 
 
 def _check_draft(width: int, height: int, inspecting: bool) -> tuple[int, int]:
-    """The size a pass-through check decodes at least: 1/8 scale, or enough for the quality view."""
-    scale = min(1.0, VIEW_SIDE / max(width, height)) if inspecting else 0.0
+    """The size a pass-through check decodes at least: 1/8 scale, or enough for the quality view (at least half
+    VIEW_SIDE on the longer side, as the view of any larger picture is)."""
+    scale = min(1.0, VIEW_SIDE / 2 / max(width, height)) if inspecting else 0.0
     return max(1, width // 8, math.ceil(width * scale)), max(1, height // 8, math.ceil(height * scale))
 
 

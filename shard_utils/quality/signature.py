@@ -14,7 +14,6 @@ SIDE = 32  # the grey thumbnail the DCT is taken of
 BITS_SIDE = 8  # the lowest 8x8 frequencies make the 64 bits
 NEAR_DISTANCE = 10  # at most this many differing bits: a near-duplicate (docs/quality.md measures it)
 HEX_DIGITS = 16
-_LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2, as Pillow's "L"
 
 
 @functools.cache
@@ -26,30 +25,32 @@ def _dct_matrix(n: int) -> np.ndarray:
     return m.astype(np.float32)
 
 
-def grey(pixels: np.ndarray) -> np.ndarray:
-    """Luma (float32, 0-255) of uint8 pixels: HxW grey, HxWx3 RGB or HxWx4 RGBA (alpha ignored)."""
+def grey(pixels: np.ndarray) -> Image.Image:
+    """The luma (Pillow's "L": ITU-R 601-2) of uint8 pixels: HxW grey, HxWx3 RGB or HxWx4 RGBA (alpha ignored)."""
+    if pixels.dtype != np.uint8:
+        raise ValueError(f"pixels must be uint8, not {pixels.dtype}")
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
     if pixels.ndim == 2:
-        return pixels.astype(np.float32)
-    if pixels.ndim != 3 or pixels.shape[2] not in (1, 3, 4):
+        return Image.fromarray(pixels, "L")
+    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4):
         raise ValueError(f"pixels must be HxW or HxWx1/3/4, not {pixels.shape}")
-    if pixels.shape[2] == 1:
-        return pixels[:, :, 0].astype(np.float32)
-    return pixels[:, :, :3].astype(np.float32) @ _LUMA
+    return Image.fromarray(np.ascontiguousarray(pixels[:, :, :3]), "RGB").convert("L")
 
 
-def thumbnail(pixels: np.ndarray, side: int = SIDE) -> np.ndarray:
-    """The grey picture averaged down (or stretched up) to side x side, float32."""
-    image = Image.fromarray(np.clip(grey(pixels), 0, 255).astype(np.uint8), "L")
-    return np.asarray(image.resize((side, side), Image.Resampling.BOX), dtype=np.float32)
+def signature_of_grey(image: Image.Image) -> int:
+    """The signature of a grey ("L") picture: averaged down to 32x32, bit set where one of the 8x8 lowest
+    frequencies of its DCT is above their median (pHash's bits)."""
+    m = _dct_matrix(SIDE)
+    thumb = np.asarray(image.resize((SIDE, SIDE), Image.Resampling.BOX), dtype=np.float32)
+    low = (m @ thumb @ m.T)[:BITS_SIDE, :BITS_SIDE].ravel()
+    middle = np.partition(low, (31, 32))[31:33].mean()  # the median of the 64 (np.median is slow on so few)
+    return int.from_bytes(np.packbits(low > middle).tobytes(), "big")
 
 
 def signature(pixels: np.ndarray) -> int:
-    """The 64-bit DCT signature: bit set where a low frequency (DC left out) is above their median."""
-    m = _dct_matrix(SIDE)
-    low = (m @ thumbnail(pixels) @ m.T)[:BITS_SIDE, :BITS_SIDE].ravel()
-    ac = low[1:]
-    bits = np.concatenate([[0.0], ac]) > np.median(ac)  # the DC bit is always 0: brightness is not structure
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+    """The 64-bit DCT signature of decoded uint8 pixels (grey, RGB or RGBA)."""
+    return signature_of_grey(grey(pixels))
 
 
 def hamming(a: int, b: int) -> int:

@@ -13,6 +13,8 @@ from shard_utils.extras import require
 from shard_utils.format import topology
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.read.report.charts import class_chart, plain_text, rejected_chart, shard_chart, size_chart
+from shard_utils.quality import findings
+from shard_utils.read.report.quality import QualityFindings, cluster_sample, read_findings
 from shard_utils.read.report.rejects import RejectedRows, first_rejected, reason_counts
 from shard_utils.read.report.sample import MAX_CLASSES, MAX_RECORDS, PER_CLASS, SplitSample, sample_split
 from shard_utils.read.report.sheets import render_sheet
@@ -72,7 +74,7 @@ td.num,th.num{text-align:right}
 
 
 def render_page(m: Manifest, samples: Sequence[SplitSample], charts: dict[str, str], sheets: list[str],
-                rejected: RejectedRows) -> str:
+                rejected: RejectedRows, quality: QualityFindings | None = None, quality_sheet: str | None = None) -> str:
     """index.html: every value escaped; images referenced by the file names given (beside the page)."""
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -105,10 +107,41 @@ def render_page(m: Manifest, samples: Sequence[SplitSample], charts: dict[str, s
         parts.append(_table(rejected.rows, ["source", "reason", "message"]))
     elif not rejected.problem:
         parts.append("<p>No file was rejected.</p>")
+    parts += _quality_part(m, quality or QualityFindings(), quality_sheet)
     parts.append("<h2>Build options</h2>")
     parts.append(_table(sorted((k, json.dumps(v, ensure_ascii=False)) for k, v in m.options.items())))
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _quality_part(m: Manifest, quality: QualityFindings, sheet: str | None) -> list[str]:
+    """The quality section: counts by kind, the clusters (leaks across splits first) drawn and listed, the flags."""
+    parts = ["<h2>Quality</h2>"]
+    if m.quality is None:
+        return parts + ["<p class=\"muted\">This build ran no quality checks (--quality-checks off, a video "
+                        "dataset, or a build before them).</p>"]
+    counts = reason_counts({"by_reason": m.quality.get("by_kind", {})})
+    parts.append(_table(sorted(counts.items()), ["finding", "count"]) if counts
+                 else "<p>No finding: no near-duplicate, no flagged image.</p>")
+    if quality.problem:
+        parts.append(f'<p class="problem">{_e(quality.problem)}</p>')
+    if quality.bad_lines:
+        parts.append(f'<p class="problem">{quality.bad_lines} lines of {_e(m.quality.get("path", ""))} are not '
+                     "findings; run `tpu-shards verify`</p>")
+    if quality.clusters:
+        leaks = sum(findings.leaks(c) for c in quality.clusters)
+        parts.append(f"<h3>Near-duplicates and label conflicts</h3><p>{leaks} of the {len(quality.clusters)} "
+                     "shown span several splits (listed first: they inflate evaluation).</p>")
+        parts.append(_img(sheet, "near-duplicate clusters, one per row"))
+        parts.append(_table([(i, c["kind"], ", ".join(sorted(set(c["splits"]))), ", ".join(c["sources"]),
+                              c.get("distance", "")) for i, c in enumerate(quality.clusters, start=1)],
+                            ["#", "kind", "splits", "sources", "distance"]))
+    if quality.flags:
+        more = f" (first {len(quality.flags)})" if len(quality.flags) < quality.total else ""
+        parts.append(f"<h3>Flagged images{_e(more)}</h3>")
+        parts.append(_table([(f["kind"], f["sources"][0], f["splits"][0], f.get("value", ""), f.get("threshold", ""))
+                             for f in quality.flags], ["flag", "source", "split", "value", "threshold"]))
+    return parts
 
 
 def _img(name: str | None, alt: str) -> str:
@@ -143,7 +176,15 @@ def write_report(dataset: str | Manifest, out_dir: str, *, seed: int = 0, per_cl
     for i, sample in enumerate(samples):  # numbered, never named after a split: names are data
         sheets.append(f"contact-{i:02d}.png")
         render_sheet(sample)[0].save(os.path.join(out_dir, sheets[-1]), optimize=True)
-    page = render_page(m, samples, charts, sheets, first_rejected(m))
+    quality = read_findings(m)
+    quality_sheet = None
+    if quality.clusters:
+        quality_sheet = "near-duplicates.png"
+        render_sheet(cluster_sample(m, quality.clusters), title="near-duplicates and label conflicts",
+                     subtitle="one cluster per row, leaks across splits first; under each image its split and "
+                              "source id", counted="images")[0].save(os.path.join(out_dir, quality_sheet),
+                                                                     optimize=True)
+    page = render_page(m, samples, charts, sheets, first_rejected(m), quality, quality_sheet)
     path = os.path.join(out_dir, "index.html")
     storage.write_bytes(path, page.encode("utf-8"))
     return path

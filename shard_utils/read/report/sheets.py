@@ -101,9 +101,11 @@ class Placed:
     box: tuple[int, int, int, int]
 
 
-def render_sheet(sample: SplitSample, tile: int = TILE) -> tuple[Image.Image, list[Placed]]:
+def render_sheet(sample: SplitSample, tile: int = TILE, title: str | None = None, subtitle: str | None = None,
+                 counted: str = "in split") -> tuple[Image.Image, list[Placed]]:
     """The contact sheet of a split: one row per shown class, its sampled records left to right, each with
-    its label text and source id under it. Returns the image and where each record's image went."""
+    its label text and source id under it. Returns the image and where each record's image went. `title`,
+    `subtitle` and `counted` (what a row's count is of) word a sheet of other groups (near-duplicates)."""
     per_row = max([len(v) for v in sample.groups.values()] + [1])
     cell_w, cell_h = tile + 2 * PAD, tile + PAD * 2 + CAPTION_LINES * LINE_H + PAD
     rows = max(len(sample.groups), 1)
@@ -113,13 +115,13 @@ def render_sheet(sample: SplitSample, tile: int = TILE) -> tuple[Image.Image, li
     draw = ImageDraw.Draw(sheet)
     title_font, font, small = _font(17), _font(12), _font(11)
     shown = sum(len(v) for v in sample.groups.values())
-    draw.text((MARGIN, MARGIN), _fit_text(draw, f"split {sample.split}", title_font, width - 2 * MARGIN),
+    draw.text((MARGIN, MARGIN), _fit_text(draw, title or f"split {sample.split}", title_font, width - 2 * MARGIN),
               fill=INK, font=title_font)
     draw.text((MARGIN, MARGIN + 22), _fit_text(
-        draw, f"{shown} tiles of {sample.num_records} records, {len(sample.groups)} of {len(sample.class_counts)} "
-              f"classes shown, "
-              f"sampled by seed {sample.seed} from {sample.scanned} records read "
-              f"({sample.shards_read} of {sample.shards_total} shards)", small, width - 2 * MARGIN),
+        draw, subtitle or f"{shown} tiles of {sample.num_records} records, {len(sample.groups)} of "
+                          f"{len(sample.class_counts)} classes shown, "
+                          f"sampled by seed {sample.seed} from {sample.scanned} records read "
+                          f"({sample.shards_read} of {sample.shards_total} shards)", small, width - 2 * MARGIN),
               fill=MUTED, font=small)
     placed: list[Placed] = []
     top = MARGIN + TITLE_H
@@ -129,7 +131,7 @@ def render_sheet(sample: SplitSample, tile: int = TILE) -> tuple[Image.Image, li
         for i, line in enumerate(lines):
             draw.text((MARGIN, top + PAD + i * LINE_H), line, fill=INK, font=font)
         draw.text((MARGIN, top + PAD + len(lines) * LINE_H + 2),
-                  f"{sample.class_counts.get(name, 0)} in split", fill=MUTED, font=small)
+                  f"{sample.class_counts.get(name, 0)} {counted}", fill=MUTED, font=small)
         for col, item in enumerate(tiles):
             placed.append(_draw_tile(sheet, draw, item, MARGIN + HEADER_W + col * cell_w + PAD, top + PAD, tile,
                                      small))
