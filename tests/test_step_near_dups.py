@@ -4,7 +4,6 @@ with them: findings, rejections naming the kept member, records moved byte for b
 from __future__ import annotations
 
 import hashlib
-import io
 import random
 
 import apache_beam as beam
