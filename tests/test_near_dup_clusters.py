@@ -149,3 +149,26 @@ def test_grouped_clusters_keep_the_splits_near_their_fractions():
     for name, fraction in fractions:
         share = sum(s == name for s in final.values()) / len(final)
         assert abs(share - fraction) < 0.01, (name, share)
+
+
+def test_dedup_rejects_byte_copies_and_group_moves_the_rest_into_the_kept_split():
+    from shard_utils.quality.cluster_actions import decide
+    from shard_utils.quality.clusters import Cluster
+
+    kept = Member("a.jpg", "train", (0,), (0, 0), "s1")
+    copy = Member("b.jpg", "validation", (0,), (1, 0), "s1")  # same bytes as a.jpg
+    near = Member("c.jpg", "test", (1,), (2, 0), "s2")
+    twin = Member("d.jpg", "test", (1,), (2, 1), "s2")  # same bytes as c.jpg, not as the kept one
+    cluster = Cluster((kept, copy, near, twin))
+    grouped = decide(cluster, "group", dedup=True)
+    assert [(m.source_id, named.source_id, r["reason"]) for m, named, r in grouped.dropped] == [
+        ("b.jpg", "a.jpg", "duplicate"), ("d.jpg", "c.jpg", "duplicate")]
+    assert [(m.source_id, target) for m, target in grouped.moved] == [("c.jpg", "train")]
+    dropped = decide(cluster, "drop")
+    assert [(m.source_id, r["reason"]) for m, _, r in dropped.dropped] == [
+        ("b.jpg", "duplicate"), ("c.jpg", "near_duplicate"), ("d.jpg", "near_duplicate")]
+    assert all("of a.jpg (kept, in split train)" in r["message"] or "as a.jpg" in r["message"]
+               for _, _, r in dropped.dropped)
+    assert decide(cluster, "report") == decide(cluster, "report", dedup=False) and not decide(cluster, "report").moved
+    with pytest.raises(ValueError, match="--near-dups 'merge'"):
+        decide(cluster, "merge")

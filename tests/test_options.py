@@ -55,6 +55,9 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--target-shard-mb", "0"], "--target-shard-mb"),
     (["--num-cores", "0"], "--num-cores"),
     (["--hash-bucket-bits", "30"], "--hash-bucket-bits"),
+    (["--near-dups", "merge"], "argument --near-dups: invalid choice: 'merge'"),
+    (["--near-dups", "group", "--quality-checks", "off"], "--near-dups group needs every image's signature"),
+    (["--near-dups", "drop", "--validate", "structure"], "--near-dups drop needs every image's signature"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)

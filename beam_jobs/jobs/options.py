@@ -412,6 +412,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError("--run-part-mb must be more than 0 and at most 4096")
     if not 0 < args.max_file_mb <= 65536:
         raise UsageError("--max-file-mb must be more than 0 and at most 65536")
+    if args.near_dups != "report" and (args.quality_checks == "off" or args.validate == "structure"):
+        raise UsageError(f"--near-dups {args.near_dups} needs every image's signature, which --quality-checks off and "
+                         "--validate structure leave out; give --quality-checks on --validate decode, or --near-dups "
+                         "report")
     shard_format = check_format(args.format, args.shard_extension)
     background = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
