@@ -13,8 +13,9 @@ and as PNG (decoded and re-encoded): the CPU of the encode step per image (`enco
 (`tpu-shards build` in a child process, one worker) with `--quality-checks on` and `off`, interleaved, best of
 `--repeats`.
 
-    python benchmarks/bench_near_dups.py                      # 300 originals; builds of 400 images
-    python benchmarks/bench_near_dups.py --originals 20 --build-images 0   # a smoke run (no builds)
+    python benchmarks/bench_near_dups.py --build-images 0                       # the recall/precision table
+    python benchmarks/bench_near_dups.py --originals 0 --build-images 500 --repeats 2   # the cost
+    python benchmarks/bench_near_dups.py --originals 4 --build-images 10 --repeats 1    # a smoke run
 """
 from __future__ import annotations
 
@@ -243,13 +244,16 @@ def row(what: str, measured: str, best: dict[str, float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--originals", type=int, default=300, help="photos the copies are made of")
-    parser.add_argument("--build-images", type=int, default=400, help="images per cost measurement (0: none)")
+    parser.add_argument("--build-images", type=int, default=500, help="images per cost measurement (0: none)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each, the best kept")
     args = parser.parse_args(argv)
-    if args.originals < 2 or args.build_images < 0 or args.repeats < 1:
-        parser.error("--originals must be at least 2, --build-images at least 0, --repeats at least 1")
-    print("\n".join(quality_table(args.originals)))
-    print("\n".join(speed()))
+    if args.originals < 0 or args.originals == 1 or args.build_images < 0 \
+            or args.repeats < 1:
+        parser.error("--originals must be 0 (no recall table) or at least 2, --build-images at least 0, --repeats "
+                     "at least 1")
+    if args.originals:
+        print("\n".join(quality_table(args.originals)))
+        print("\n".join(speed()))
     if args.build_images:
         print("\n".join(cost_table(args.build_images, args.repeats)))
     return 0

@@ -48,6 +48,7 @@ def test_flags_are_listed_in_quality_jsonl_and_counted_in_the_manifest(built):
     assert {k: n for k, n in manifest["quality"]["by_kind"].items() if n} == {"aspect": 1, "blur": 1, "grayscale": 1,
                                                                              "small": 1, "near_duplicate": 4}
     assert manifest["options"]["quality_checks"] == "on"
+    assert "## Quality\n\n4 findings" in (built / "out" / "README.md").read_text()  # the dataset card says so
 
 
 def test_every_row_of_the_index_holds_its_signature(built):
@@ -136,3 +137,18 @@ def test_the_quality_section_in_a_headless_browser(reported, tmp_path):
     dom = subprocess.run([*args, "--dump-dom", f"file://{page}"], capture_output=True, text=True, timeout=120).stdout
     assert '<img src="near-duplicates.png"' in dom and "<h2>Quality</h2>" in dom
     assert dom.index(leak["sources"][0]) < dom.index("<h3>Flagged images")
+
+
+def test_an_append_adds_its_findings_after_the_datasets(built, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(built / "out", out)
+    images = tmp_path / "images"
+    shutil.copytree(built / "images", images)
+    scene(9, (50, 40)).save(images / "a" / "tiny.png")
+    beam_jobs.build(images, out, append=True, workers=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["quality"]["path"] == "quality.g001.jsonl" and manifest["quality"]["by_kind"]["small"] == 2
+    lines = [json.loads(line) for line in (out / "quality.g001.jsonl").read_text().splitlines()]
+    assert lines[-1] == {"kind": "small", "sources": ["a/tiny.png"], "splits": [lines[-1]["splits"][0]],
+                         "value": 40.0, "threshold": 64.0, "generation": 1}
+    assert len(lines) == 5 and not (out / "quality.jsonl").exists() and verify(str(out)) == []

@@ -27,7 +27,7 @@ def card(m: Manifest) -> str:
     name = croissant.dataset_name(m)
     parts = [_front_matter(m, given, name), f"# {_line(name)}\n", _line(given.get("description") or
                                                                         croissant.summary(m)) + "\n",
-             _contents(m), _labels(m), _built(m), _loading(m), _rejected(m)]
+             _contents(m), _labels(m), _built(m), _loading(m), _rejected(m)] + _quality(m)
     if given.get("citation"):
         parts.append(f"## Citation\n\n```\n{given['citation'].replace('```', '')}\n```\n")
     return "\n".join(parts)
@@ -140,6 +140,16 @@ def _loading(m: Manifest) -> str:
             f"{MANIFEST_NAME} is the dataset's contract (every file's size and checksums); {CROISSANT_NAME} "
             "describes it in Croissant 1.0.\n"]
     return "\n".join(out)
+
+
+def _quality(m: Manifest) -> list[str]:
+    """The quality checks' counts by kind (none for a build without them)."""
+    if m.quality is None:
+        return []
+    rows = [f"- {_cell(kind)}: {n}" for kind, n in m.quality.get("by_kind", {}).items() if n]
+    listed = f", each listed in {m.quality['path']}" if m.quality.get("path") and rows else ""
+    return [f"## Quality\n\n{m.quality.get('count', 0)} findings (near-duplicates, label conflicts, flagged "
+            f"images){listed}.\n" + ("\n" + "\n".join(rows) + "\n" if rows else "")]
 
 
 def _rejected(m: Manifest) -> str:
