@@ -48,7 +48,7 @@ def test_flags_are_listed_in_quality_jsonl_and_counted_in_the_manifest(built):
     assert {k: n for k, n in manifest["quality"]["by_kind"].items() if n} == {"aspect": 1, "blur": 1, "grayscale": 1,
                                                                              "small": 1, "near_duplicate": 4}
     assert manifest["options"]["quality_checks"] == "on"
-    assert "## Quality\n\n4 findings" in (built / "out" / "README.md").read_text()  # the dataset card says so
+    assert "## Quality\n\n8 findings" in (built / "out" / "README.md").read_text()  # the dataset card says so
 
 
 def test_every_row_of_the_index_holds_its_signature(built):
@@ -105,7 +105,7 @@ def reported(built, tmp_path_factory):
         f.writelines(json.dumps(x) + "\n" for x in (within, leak))
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["quality"]["count"] += 2
-    manifest["quality"]["by_kind"]["near_duplicate"] = 2
+    manifest["quality"]["by_kind"]["near_duplicate"] += 2  # the build's own clusters, and these
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert verify(str(out)) == []
     page = write_report(str(out), str(out.parent / "report"))
@@ -116,8 +116,12 @@ def test_the_report_shows_leaks_first_then_clusters_and_flags(reported):
     from PIL import Image
 
     out, page, leak, within = reported
+    from shard_utils.quality import findings
+
     text = open(page).read()
-    assert "1 of the 2 shown span several splits" in text
+    shown = [f for f in map(json.loads, (out / "quality.jsonl").read_text().splitlines())
+             if f["kind"] in findings.CLUSTER_KINDS]  # the build's own clusters, and the two added
+    assert f"{sum(map(findings.leaks, shown))} of the {len(shown)} shown span several splits" in text
     table = text[text.index("<h3>Near-duplicates"):]
     assert table.index(leak["sources"][1]) < table.index(within["sources"][1])  # the leak's row first
     assert "a/blurred.jpg" in text[text.index("<h3>Flagged images"):]
@@ -151,4 +155,4 @@ def test_an_append_adds_its_findings_after_the_datasets(built, tmp_path):
     lines = [json.loads(line) for line in (out / "quality.g001.jsonl").read_text().splitlines()]
     assert lines[-1] == {"kind": "small", "sources": ["a/tiny.png"], "splits": [lines[-1]["splits"][0]],
                          "value": 40.0, "threshold": 64.0, "generation": 1}
-    assert len(lines) == 5 and not (out / "quality.jsonl").exists() and verify(str(out)) == []
+    assert len(lines) == len((built / "out" / "quality.jsonl").read_text().splitlines()) + 1 and not (out / "quality.jsonl").exists() and verify(str(out)) == []
