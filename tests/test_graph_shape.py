@@ -53,7 +53,7 @@ def test_a_template_launch_adds_only_the_steps_that_stand_in_for_a_driver(tmp_pa
     assert {step for step in driven - launched if step.count("/") == 1} == {"StartRun/Decided"}
 
 
-@pytest.mark.parametrize("readme_name", ["StartRun", "ListMedia", "PlanLayout", "EncodeRuns", "FindDuplicates",
+@pytest.mark.parametrize("readme_name", ["StartRun", "ListMedia", "PlanLayout", "EncodeRuns", "FindNearDuplicates",
                                          "PlanShards", "WriteShards", "Publish"])
 def test_the_steps_the_guide_names_are_in_the_graph(tmp_path, readme_name):
     """The guide's step names (docs/dataflow.md) are the graph's own."""

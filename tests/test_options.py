@@ -59,6 +59,9 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--workers", "10000"], "--workers 10000 is more than this machine can run: at most"),
     (["--worker-memory-mb", "100"], "--worker-memory-mb 100 must be in 1024..1048576"),
     (["--max-pixels", "300000000"], "--max-pixels 300000000 is more than any image fits in --worker-memory-mb 1024"),
+    (["--near-dups", "merge"], "argument --near-dups: invalid choice: 'merge'"),
+    (["--near-dups", "group", "--quality-checks", "off"], "--near-dups group needs every image's signature"),
+    (["--near-dups", "drop", "--validate", "structure"], "--near-dups drop needs every image's signature"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)

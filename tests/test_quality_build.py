@@ -10,6 +10,7 @@ from test_quality import scene
 
 import beam_jobs
 from shard_utils.format.index import read_index
+from shard_utils.quality.findings import IMAGE_KINDS, NEAR_DUPLICATE
 from shard_utils.quality.signature import NEAR_DISTANCE, from_hex, hamming
 from shard_utils.read.verify import verify
 
@@ -34,16 +35,20 @@ def built(tmp_path_factory):
 
 def test_flags_are_listed_in_quality_jsonl_and_counted_in_the_manifest(built):
     lines = [json.loads(line) for line in (built / "out" / "quality.jsonl").read_text().splitlines()]
-    assert sorted((f["kind"], f["sources"][0]) for f in lines) == [
+    assert sorted((f["kind"], f["sources"][0]) for f in lines if f["kind"] in IMAGE_KINDS) == [
         ("aspect", "a/banner.jpg"), ("blur", "a/blurred.jpg"), ("grayscale", "a/grey.jpg"),
         ("small", "b/0-small-copy.png")]
+    # each changed copy is also a near-duplicate of its scene (--near-dups report, the default)
+    assert sorted(f["sources"] for f in lines if f["kind"] == NEAR_DUPLICATE) == [
+        ["a/1.jpg", "a/blurred.jpg"], ["a/3.jpg", "a/banner.jpg"], ["a/5.jpg", "a/grey.jpg"],
+        ["b/0-small-copy.png", "b/0.jpg"]]
     assert [f["sources"][0] for f in lines] == sorted(f["sources"][0] for f in lines)  # sorted like the reports
     manifest = json.loads((built / "out" / "manifest.json").read_text())
-    assert manifest["quality"]["count"] == 4 and manifest["quality"]["path"] == "quality.jsonl"
+    assert manifest["quality"]["count"] == 8 and manifest["quality"]["path"] == "quality.jsonl"
     assert {k: n for k, n in manifest["quality"]["by_kind"].items() if n} == {"aspect": 1, "blur": 1, "grayscale": 1,
-                                                                             "small": 1}
+                                                                             "small": 1, "near_duplicate": 4}
     assert manifest["options"]["quality_checks"] == "on"
-    assert "## Quality\n\n4 findings" in (built / "out" / "README.md").read_text()  # the dataset card says so
+    assert "## Quality\n\n8 findings" in (built / "out" / "README.md").read_text()  # the dataset card says so
 
 
 def test_every_row_of_the_index_holds_its_signature(built):
@@ -61,9 +66,10 @@ def test_verify_catches_a_tampered_quality_jsonl(built, tmp_path):
     report = out / "quality.jsonl"
     lines = report.read_text().splitlines()
     report.write_text("\n".join(lines[1:]) + "\n")
-    assert any("3 findings listed, the manifest says 4" in p for p in verify(str(out)))
+    n = len(lines)
+    assert any(f"{n - 1} findings listed, the manifest says {n}" in p for p in verify(str(out)))
     report.write_text("\n".join(lines[:-1] + ['{"kind": "blur", "sources": ["x.jpg"]}']) + "\n")
-    assert any("line 4 is not a finding" in p for p in verify(str(out)))
+    assert any(f"line {n} is not a finding" in p for p in verify(str(out)))
     report.unlink()
     assert "quality.jsonl: missing" in verify(str(out))
 
@@ -99,7 +105,7 @@ def reported(built, tmp_path_factory):
         f.writelines(json.dumps(x) + "\n" for x in (within, leak))
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["quality"]["count"] += 2
-    manifest["quality"]["by_kind"]["near_duplicate"] = 2
+    manifest["quality"]["by_kind"]["near_duplicate"] += 2  # the build's own clusters, and these
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert verify(str(out)) == []
     page = write_report(str(out), str(out.parent / "report"))
@@ -110,8 +116,12 @@ def test_the_report_shows_leaks_first_then_clusters_and_flags(reported):
     from PIL import Image
 
     out, page, leak, within = reported
+    from shard_utils.quality import findings
+
     text = open(page).read()
-    assert "1 of the 2 shown span several splits" in text
+    shown = [f for f in map(json.loads, (out / "quality.jsonl").read_text().splitlines())
+             if f["kind"] in findings.CLUSTER_KINDS]  # the build's own clusters, and the two added
+    assert f"{sum(map(findings.leaks, shown))} of the {len(shown)} shown span several splits" in text
     table = text[text.index("<h3>Near-duplicates"):]
     assert table.index(leak["sources"][1]) < table.index(within["sources"][1])  # the leak's row first
     assert "a/blurred.jpg" in text[text.index("<h3>Flagged images"):]
@@ -145,4 +155,4 @@ def test_an_append_adds_its_findings_after_the_datasets(built, tmp_path):
     lines = [json.loads(line) for line in (out / "quality.g001.jsonl").read_text().splitlines()]
     assert lines[-1] == {"kind": "small", "sources": ["a/tiny.png"], "splits": [lines[-1]["splits"][0]],
                          "value": 40.0, "threshold": 64.0, "generation": 1}
-    assert len(lines) == 5 and not (out / "quality.jsonl").exists() and verify(str(out)) == []
+    assert len(lines) == len((built / "out" / "quality.jsonl").read_text().splitlines()) + 1 and not (out / "quality.jsonl").exists() and verify(str(out)) == []

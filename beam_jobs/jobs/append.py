@@ -4,11 +4,13 @@
 
 The graph is the build's, with one step more before encoding and a different finish:
 
-    list ──► keep new ──► encode ──► (dedup against the dataset) ──► plan ──► write ──► publish a generation
+    list ──► keep new ──► encode ──► near-duplicates with the dataset's ──► plan ──► write ──► publish a generation
              (anti-join on source id with the dataset's index and reports)
 
-A file is new when no record, rejection or listed skip of the dataset has its source id; with --dedup a
-new file whose bytes equal a record's (SHA-256, from the index) is rejected `duplicate`. A dataset of
+A file is new when no record, rejection or listed skip of the dataset has its source id. New records join
+the near-duplicate clusters of the dataset's (signatures and SHA-256s from the index): with --dedup a new
+file whose bytes equal a record's is rejected `duplicate`; with --near-dups group a near-duplicate of a
+record goes to that record's split, with drop it is rejected `near_duplicate`. A dataset of
 ArrayRecord shards only has no index: its records' own fields name them (each shard read once). Existing shards
 are never rewritten: see `append_publish` for how the new generation is published and
 `shard_utils.format.generations` for its names.
@@ -30,6 +32,7 @@ from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
 from shard_utils.format.topology import cores_x_hosts
+from shard_utils.quality.clusters import Member
 
 from beam_jobs.jobs import inherit, options
 from beam_jobs import progress, publish
@@ -42,6 +45,7 @@ from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
+from beam_jobs.pipeline.near_dups import packed, signature_of
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
 
@@ -58,19 +62,18 @@ class AppendConfig(BuildConfig):
 
 class ReadDataset(beam.PTransform):
     """The source ids the dataset already accounts for: ("id", kind) for its records (from each split's index),
-    rejected files and listed skipped files; with `hashes`, also tagged `hashes`: (sha256, (id, split)) of
-    every record."""
+    rejected files and listed skipped files; tagged `members`: (packed signature or None, Member) of every
+    record, for the near-duplicate clusters (`near_dups.FindNearDuplicates`)."""
 
-    def __init__(self, dataset: manifest.Manifest, hashes: bool):
+    def __init__(self, dataset: manifest.Manifest):
         super().__init__()
         self.parts = dataset_parts(dataset)
-        self.hashes = hashes
 
     def expand(self, pbegin):
         return (pbegin
                 | "Parts" >> beam.Create(self.parts)
                 | "Spread" >> beam.Reshuffle()
-                | "Read" >> beam.FlatMap(read_part, self.hashes).with_outputs("hashes", main="ids"))
+                | "Read" >> beam.FlatMap(read_part).with_outputs("members", main="ids"))
 
 
 def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str, int]]:
@@ -87,14 +90,14 @@ def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str, int]]:
     return parts
 
 
-def read_part(part: tuple[str, str, str, int], hashes: bool):
+def read_part(part: tuple[str, str, str, int]):
     """The source ids one file of the dataset names; a damaged file is a ManifestError naming it."""
     kind, uri, split, rows = part
     try:
         if kind == "record":
-            yield from _index_ids(uri, split, rows, hashes)
+            yield from _index_ids(uri, split, rows)
         elif kind == "array_record":
-            yield from _record_ids(uri, split, hashes)
+            yield from _record_ids(uri, split)
         else:
             yield from ((entry["source"], kind) for entry in _report(uri))
     except (index.IndexFormatError, storage.StorageError, array_record.ArrayRecordError, ValueError) as exc:
@@ -102,23 +105,28 @@ def read_part(part: tuple[str, str, str, int], hashes: bool):
                                      "tpu-shards verify lists every problem") from None
 
 
-def _index_ids(uri: str, split: str, rows: int, hashes: bool):
+def _index_ids(uri: str, split: str, rows: int):
     with storage.open_read(uri) as f:
         for row in index.read_index(f, max_rows=rows):
             yield row.source_id, "record"
-            if hashes:
-                yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, split)))
+            yield beam.pvalue.TaggedOutput("members", dataset_member(row.source_id, split, row.labels, row.sha256,
+                                                                     signature_of(row.phash)))
 
 
-def _record_ids(uri: str, split: str, hashes: bool):
-    """The source ids (and SHA-256s) an ArrayRecord shard's records carry."""
+def dataset_member(source_id: str, split: str, labels, sha256: str, signature: int | None):
+    """(packed signature or None, Member) of a record already in the dataset."""
+    return (None if signature is None else packed(signature),
+            Member(source_id, split, tuple(labels), None, sha256))
+
+
+def _record_ids(uri: str, split: str):
+    """The source ids (and SHA-256s: the records carry no signature) an ArrayRecord shard's records carry."""
     for data in array_record.read_records(uri):
         fields = schema.decode_lists(data)
         source_id = b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
         yield source_id, "record"
-        if hashes:
-            sha = b"".join(fields.get(schema.SHA256, [])).decode("utf-8", "replace")
-            yield beam.pvalue.TaggedOutput("hashes", (sha, (source_id, split)))
+        sha = b"".join(fields.get(schema.SHA256, [])).decode("utf-8", "replace")
+        yield beam.pvalue.TaggedOutput("members", dataset_member(source_id, split, (), sha, None))
 
 
 def _report(uri: str) -> list[dict]:
@@ -182,13 +190,13 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     run = p | "StartRun" >> StartRun(config)
     lister = ListListedMedia(config) if config.uses_listing else ListMedia(config)
     listed = p | "ListMedia" >> lister
-    dataset = p | "ReadDataset" >> ReadDataset(old, hashes=config.dedup)
+    dataset = p | "ReadDataset" >> ReadDataset(old)
     fresh = {"ids": dataset.ids, "media": listed["media"], "rejected": listed["rejected"],
              "skipped_files": listed["skipped_files"]} | "KeepNew" >> KeepNew()
     labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
     sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
         config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
-        existing_hashes=dataset.hashes if config.dedup else None, grows=old)
+        existing=dataset.members, grows=old)
     g = next_generation(old)
     rejected = ((fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
                 | "RejectedOfGeneration" >> beam.Map(with_generation, g))

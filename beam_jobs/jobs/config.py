@@ -77,6 +77,7 @@ class BuildConfig:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # larger source files are rejected `too_large`, never read whole
     overwrite: bool = False
     dedup: bool = False
+    near_dups: str = "report"  # --near-dups: report, group or drop (beam_jobs.pipeline.near_dups)
     follow_symlinks: bool = False
     listing: ListingOptions = ListingOptions()
     described: tuple[tuple[str, str], ...] = ()  # --name, --license, ...: the manifest's options["metadata"]
@@ -148,6 +149,7 @@ class BuildConfig:
             "format": self.format,
             "max_rejected": str(self.max_rejected),
             "dedup": self.dedup,
+            "near_dups": self.near_dups,
             "follow_symlinks": self.follow_symlinks,
             "listings": list(self.listing.listings),
             "extra_columns": [f"{e.name}:{e.dtype}{'[]' if e.is_list else ''}" for e in self.listing.extras],

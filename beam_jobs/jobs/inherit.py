@@ -28,7 +28,7 @@ RECORDED: dict[str, Callable[[Any], Any]] = {
     "splits": _splits, "stratify": bool, "image_size": _joined, "resize": _same, "jpeg_quality": _same,
     "max_pixels": _same, "background": _joined, "validate": _same, "target_shard_mb": _same,
     "seed": _same, "label_offset": _same, "shard_extension": _same, "format": _same, "max_rejected": _same,
-    "dedup": bool, "follow_symlinks": bool, "label_from_name": _same, "quality_checks": _same,
+    "dedup": bool, "near_dups": _same, "follow_symlinks": bool, "label_from_name": _same, "quality_checks": _same,
     # The listing's shape: taken only when the append reads a listing too.
     "path_column": _same, "path_template": _same, "label_column": _same, "label_separator": _same,
     "split_column": _same, "extra_separator": _same, "extra_columns": _joined,
@@ -38,7 +38,8 @@ LISTING_SHAPE = ("path_column", "path_template", "label_column", "label_separato
 TOPOLOGY = ("tpu", "num_cores", "num_hosts")  # compared as cores x hosts (check_appendable)
 # Options that steer one run, not the records' shape or place: taken when not given, free to differ when given.
 # (--num-shards is not taken at all: a generation's shard count follows its own records.)
-PER_RUN = ("target_shard_mb", "dedup", "max_pixels", "validate", "max_rejected", "follow_symlinks", "quality_checks")
+PER_RUN = ("target_shard_mb", "dedup", "near_dups", "max_pixels", "validate", "max_rejected", "follow_symlinks",
+           "quality_checks")
 # Options the label sources exclude each other by: given one, the other is not taken.
 EXCLUSIVE = {"label_column": "label_from_name", "label_from_name": "label_column"}
 

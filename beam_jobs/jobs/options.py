@@ -20,6 +20,7 @@ from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, largest_image, mib
 from shard_utils.media.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
+from shard_utils.quality.cluster_actions import MODES as NEAR_DUP_MODES
 from shard_utils.sharding import plan
 from shard_utils.sharding.runs import CHUNK_BYTES
 
@@ -91,6 +92,11 @@ def parser() -> OneLineParser:
                     help="keep files with identical bytes once (the smallest source id); the others are rejected "
                          "'duplicate', and duplicates across splits are counted in the manifest (off by default: it "
                          "shuffles every record's hash, and identical files may be meant, e.g. under two labels)")
+    ap.add_argument("--near-dups", choices=NEAR_DUP_MODES, default="report",
+                    help="near-duplicates (the same picture resized, re-compressed or slightly cropped, found by a "
+                         "perceptual signature): report lists their clusters in quality.jsonl (default); group also "
+                         "keeps each cluster inside one split (its kept member's); drop keeps one record per cluster "
+                         "(the smallest source id) and rejects the others 'near_duplicate'")
     ap.add_argument("--follow-symlinks", action="store_true",
                     help="follow symbolic links to files wherever they point (default: links are rejected); links "
                          "that dangle, loop or point at folders are still rejected")
@@ -455,6 +461,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError("--run-part-mb must be more than 0 and at most 4096")
     if not 0 < args.max_file_mb <= 65536:
         raise UsageError("--max-file-mb must be more than 0 and at most 65536")
+    if args.near_dups != "report" and (args.quality_checks == "off" or args.validate == "structure"):
+        raise UsageError(f"--near-dups {args.near_dups} needs every image's signature, which --quality-checks off and "
+                         "--validate structure leave out; give --quality-checks on --validate decode, or --near-dups "
+                         "report")
     shard_format = check_format(args.format, args.shard_extension)
     background = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
@@ -471,5 +481,5 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension, format=shard_format,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         run_part_bytes=int(args.run_part_mb * 2**20), max_file_bytes=int(args.max_file_mb * 2**20),
-        overwrite=args.overwrite, dedup=args.dedup, follow_symlinks=args.follow_symlinks, listing=listing,
+        overwrite=args.overwrite, dedup=args.dedup, near_dups=args.near_dups, follow_symlinks=args.follow_symlinks, listing=listing,
         local=local, described=described(args))

@@ -27,6 +27,8 @@ from shard_utils.errors import InternalError, PlanError
 
 __all__ = ["PlanShards", "RunSummary", "plan_shards"]
 
+MOVED = -1  # the run number of a RunSummary of records moved in from another split (numbered after the split's own)
+
 
 @dataclass(frozen=True)
 class RunSummary:
@@ -45,12 +47,14 @@ class PlanShards(beam.PTransform):
     """Input: EncodedRun. Outputs: ShardTask (main), `plans` ({split: SplitShards}, once) and `failure` (why the
     encoded records cannot be sharded as asked). `dropped`: (split, run, position) of records left out.
     An append gives `latest` (each split's LatestGeneration) and `carried` (CarriedRun of the splits whose new
-    records join their latest generation); a split with no usable new record then keeps its shards."""
+    records join their latest generation); a split with no usable new record then keeps its shards.
+    `moved` (--near-dups group): RunFiles of records moved into their split from another, runs after its own."""
 
-    def __init__(self, config: BuildConfig, layouts, naming: ShardNaming, dropped=None, carried=None, latest=None):
+    def __init__(self, config: BuildConfig, layouts, naming: ShardNaming, dropped=None, carried=None, latest=None,
+                 moved=None):
         super().__init__()
         self.config, self.layouts, self.naming, self.dropped = config, layouts, naming, dropped
-        self.carried, self.latest = carried, latest
+        self.carried, self.latest, self.moved = carried, latest, moved
 
     def expand(self, runs):
         p = runs.pipeline
@@ -58,6 +62,9 @@ class PlanShards(beam.PTransform):
         carried = self.carried if self.carried is not None else p | "NothingCarried" >> beam.Create([])
         config, naming, latest = self.config, self.naming, self.latest
         summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
+        if self.moved is not None:
+            moved = self.moved | "SummarizeMoved" >> beam.Map(lambda f: RunSummary(f.split, MOVED, f))
+            summaries = (summaries, moved) | "WithMoved" >> beam.Flatten()
         planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped, "carried": carried}
                    | "RunsLayoutsDrops" >> Joined()
                    | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"], found["dropped"],
@@ -69,7 +76,7 @@ class PlanShards(beam.PTransform):
 def usable_counts(summaries: list[RunSummary], dropped: list) -> dict[str, int]:
     """Records per split that can go into shards: encoded, less those dropped as duplicates."""
     out: dict[str, int] = defaultdict(int)
-    for s in summaries:
+    for s in summaries:  # moved runs too: their records count in the split they moved to
         out[s.split] += s.count
     for split, _, _ in dropped:
         out[split] -= 1
@@ -90,17 +97,19 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
         try:
             if not any(s.count for s in summaries):
                 raise PlanError("no input file could be used (0 records)")
-            for split, layout in sorted(found.items()):
-                files = {s.run: s.file for s in summaries if s.split == split}
+            for split, layout in sorted(with_moved_only(found, summaries, config).items()):
+                files = {s.run: s.file for s in summaries if s.split == split and s.run != MOVED}
                 split_drops = {run: frozenset(drops[(split, run)]) for run in range(layout.num_runs)
                                if drops.get((split, run))}
                 counts = [RunCount(run, (files[run].count if files.get(run) else 0) - len(split_drops.get(run, ())),
                                    min(split_drops[run]) if run in split_drops else None)
                           for run in range(layout.num_runs)]
+                layout, files, counts = with_moved(layout, files, counts, summaries)
                 if not sum(c.records for c in counts):
                     if split_drops and latest is None:
                         raise PlanError(f"split {split!r}: every record in it is a duplicate of one kept in another "
-                                        "split (--dedup); remove the copies or build without --dedup")
+                                        "split, or moved there with its near-duplicates (--dedup, --near-dups); "
+                                        "remove the copies or build with --near-dups report")
                     if latest is not None:
                         continue  # an append: the split keeps its shards
                 if latest is not None and split not in latest:
@@ -125,6 +134,34 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
         progress.total("write", sum(p.num_records for p in plans.values()))
         yield beam.pvalue.TaggedOutput("plans", plans)
         yield from tasks
+
+
+def with_moved_only(layouts: dict[str, SplitLayout], summaries: list[RunSummary], config: BuildConfig) -> dict:
+    """The layouts, and one without runs of its own for each split that only records moved in from another have
+    (an append: a near-duplicate of a record of a split no new file is listed in)."""
+    out = dict(layouts)
+    for s in summaries:
+        if s.run == MOVED and s.file is not None and s.split not in out:
+            moved = [m.file for m in summaries if m.run == MOVED and m.split == s.split and m.file is not None]
+            records, size = sum(f.count for f in moved), sum(f.num_bytes for f in moved)
+            unit = config.num_cores * config.num_hosts
+            count = unit if records < unit else plan.num_shards(
+                records, size, num_cores=config.num_cores, num_hosts=config.num_hosts,
+                target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards, split=s.split)
+            out[s.split] = SplitLayout(s.split, 0, size, count, 0, boundaries=())
+    return out
+
+
+def with_moved(layout: SplitLayout, files: dict, counts: list[RunCount], summaries: list[RunSummary]):
+    """The split's runs with the runs of records moved into it after its own, in a fixed order."""
+    moved = sorted((s.file for s in summaries if s.split == layout.split and s.run == MOVED and s.file is not None),
+                   key=lambda f: f.meta_path)
+    if not moved:
+        return layout, files, counts
+    first = layout.num_runs
+    files = {**files, **{first + i: f for i, f in enumerate(moved)}}
+    counts = counts + [RunCount(first + i, f.count) for i, f in enumerate(moved)]
+    return replace(layout, num_runs=first + len(moved)), files, counts
 
 
 def with_carried(layout: SplitLayout, head: LatestGeneration, runs: Sequence[CarriedRun], files: dict,

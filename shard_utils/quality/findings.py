@@ -53,8 +53,10 @@ def check(made: Any) -> dict:
 
 
 def leaks(made: dict) -> bool:
-    """Whether the finding's sources lie in more than one split (a near-duplicate across train and test)."""
-    return len(set(made["splits"])) > 1
+    """Whether the finding's sources lie in more than one split (a near-duplicate across train and test); its
+    sources `rejected` (--near-dups drop, --dedup) are in none."""
+    gone = set(made.get("rejected", ()))
+    return len({split for source, split in zip(made["sources"], made["splits"]) if source not in gone}) > 1
 
 
 def from_line(line: str) -> dict:

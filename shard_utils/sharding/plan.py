@@ -185,7 +185,7 @@ def plan_splits(totals: Mapping[str, SplitTotals], *, expected_splits: Sequence[
     found = {name: t for name, t in totals.items() if t.num_records}
     if not found:
         raise PlanError("no input file could be used (0 records)")
-    emptied = sorted(name for name, t in totals.items() if not t.num_records)  # its records all dropped (--dedup)
+    emptied = sorted(name for name, t in totals.items() if not t.num_records)  # its records all dropped or moved
     if emptied:
         raise PlanError(f"split {emptied[0]!r}: every record in it is a duplicate of one kept in another split "
                         "(--dedup); remove the copies or build without --dedup")
