@@ -4,6 +4,7 @@ that `verify` must not call intact. Tools run in subprocesses with a time limit 
 attack is on memory), so a hang or a crash fails the test instead of the run."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import shutil
@@ -126,12 +127,16 @@ def test_reshard_of_a_split_named_to_escape_writes_nothing_outside(valid, tmp_pa
     ("image_pixels_huge", "image_size 20000x20000 is more than 268435456 pixels"),
     ("records_beyond_bytes", "20000000 records cannot fit in"),
     ("feature_shape_huge", "holds up to 10000000000 values per record"),
+    ("options_nested", "manifest: 'options': nests objects and lists more than 32 deep; refused"),
+    ("options_shard_mb_list", "manifest: options.target_shard_mb must be number or null, got list; refused"),
 ])
 def test_sizes_in_a_manifest_are_bounded_before_any_reader_allocates(valid, tmp_path, corruption, says):
+    """One check on load, so the loader, the Grain source, verify, reshard and append refuse the same line."""
     ds = hostile(valid, tmp_path, corruption)
     with pytest.raises(ManifestError) as err:
         load(str(ds))
     assert says in str(err.value)
+    assert verify(str(ds)) == [str(err.value)]
 
 
 @pytest.mark.parametrize("corruption, says", [
@@ -398,3 +403,92 @@ def test_check_files_takes_true_false_or_framing(valid):
 
     with pytest.raises(ValueError, match="check_files='deep': give True, False or 'framing'"):
         make_dataset(str(valid), "train", 1, check_files="deep")
+
+
+# ------------------------------------------------------------------- manifests whose values are hostile
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append", "random_access"])
+@pytest.mark.parametrize("corruption", ["options_nested", "options_shard_mb_list"])
+def test_tools_refuse_a_hostile_options_value_in_one_line_never_exit_3(valid, new_images, tmp_path, tool, corruption):
+    ds = hostile(valid, tmp_path, corruption)
+    before = names_and_manifest(ds)
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
+    if tool == "verify":
+        assert proc.returncode == 1 and error_lines(proc)[-1].startswith("tpu-shards: manifest: "), proc.stderr
+    else:
+        assert_one_line_error(proc, "manifest: ", "; refused")
+    assert names_and_manifest(ds) == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+def test_depth_and_numbers_are_checked_without_recursion():
+    from shard_utils.format.json_values import depth_problem, option_problem
+
+    deep: list = []
+    for _ in range(100_000):  # far past Python's recursion limit
+        deep = [deep]
+    assert depth_problem({"x": deep}) == "'x': nests objects and lists more than 32 deep"
+    assert depth_problem({"a": [1.5, float("nan")]}) == "'a': holds nan, not a finite number"
+    assert depth_problem({"n": 2**64}) == "'n': holds an integer beyond 64 bits"
+    assert depth_problem({"fine": [[{"k": 1}]]}) is None
+    assert option_problem({"seed": True}) == "options.seed must be int or null, got bool"
+    assert option_problem({"splits": {"train": "0.5"}}) == ("options.splits must be split fractions or string, "
+                                                           "got dict")
+    assert option_problem({"splits": "from folders", "metadata": {"name": "x"}, "unknown": [1, {"a": 2}]}) is None
+
+
+# ------------------------------------------------------------------------- records over indexes
+
+
+def test_plain_verify_finds_index_rows_whose_ids_and_labels_are_not_their_records(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "index_rows_disagree")
+    assert load(str(ds)).splits["train"].index is not None  # the index's checksums match the manifest
+    problems = verify(str(ds))
+    assert len(problems) == 4 and problems[0] == (
+        "train.index.avro: row 0: train-00000-of-00002.tfrecord record 0: its index row gives source id "
+        "'x/cat/img0000.jpg', the record 'cat/img0000.jpg'"), problems
+
+
+def test_plain_verify_finds_a_row_10_mb_past_its_shard(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "index_row_past_end")
+    problems = verify(str(ds))
+    assert any("fall outside the shard's" in p and "train-00000-of-00002.tfrecord" in p for p in problems), problems
+
+
+def test_a_row_that_is_not_its_record_stops_a_copy(valid, tmp_path):
+    """What reshard and an append's carry copy from: the record wins, a disagreeing row is a DamagedShard."""
+    from shard_utils import storage
+    from shard_utils.format.index import read_index
+    from shard_utils.sharding.copy_records import DamagedShard, shard_records
+
+    ds = hostile(valid, tmp_path, "index_rows_disagree")
+    m = load(str(ds))
+    with open(ds / m.splits["train"].index.path, "rb") as f:
+        rows = tuple(r for r in read_index(f) if r.shard == 0)
+    shard = m.splits["train"].shards[0]
+    with pytest.raises(DamagedShard, match=r"^train-00000-of-00002.tfrecord: record 0: its index row gives source "
+                                           r"id 'x/cat/img0000.jpg', the record 'cat/img0000.jpg'$"):
+        list(shard_records(storage.join(m.location, shard.path), shard, rows, seed=0))
+    same_ids = tuple(dataclasses.replace(r, source_id=r.source_id[2:]) for r in rows)  # labels still shifted
+    with pytest.raises(DamagedShard, match=r"record 0: its index row gives labels \[1\], the record \[0\]$"):
+        list(shard_records(storage.join(m.location, shard.path), shard, same_ids, seed=0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["reshard", "append"])
+@pytest.mark.parametrize("corruption, says", [
+    ("index_rows_disagree", "train-00000-of-00002.tfrecord: record 0: its index row gives source id "
+                            "'x/cat/img0000.jpg', the record 'cat/img0000.jpg'"),
+    ("index_row_past_end", "train-00000-of-00002.tfrecord"),
+])
+def test_reshard_and_append_refuse_an_index_that_is_not_its_records(valid, new_images, tmp_path, tool, corruption,
+                                                                    says):
+    ds = hostile(valid, tmp_path, corruption)
+    before = names_and_manifest(ds)
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
+    line = assert_one_line_error(proc, "damaged")
+    assert says.replace(": record 0", " record 0") in line or says in line, line
+    if corruption == "index_row_past_end":
+        assert ("fall outside the shard's" if tool == "append" else "its index row says 10001331..") in line, line
+    assert names_and_manifest(ds) == before and not (tmp_path / "resharded" / "manifest.json").exists()

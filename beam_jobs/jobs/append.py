@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
+from dataclasses import dataclass
 from typing import Collection
 
 import apache_beam as beam
@@ -29,6 +30,7 @@ from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
+from shard_utils.format.tfrecord import FramingError
 from shard_utils.format.topology import cores_x_hosts
 
 from beam_jobs.jobs import inherit, options
@@ -73,41 +75,82 @@ class ReadDataset(beam.PTransform):
                 | "Read" >> beam.FlatMap(read_part, self.hashes).with_outputs("hashes", main="ids"))
 
 
-def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str, int]]:
-    """(kind, uri, split, rows) of every file that names the dataset's source ids; rows: an index's row count."""
+@dataclass(frozen=True)
+class DatasetPart:
+    """One file that names source ids of the dataset: an index (with its split's shards, to check rows against),
+    an ArrayRecord shard, or a report."""
+
+    kind: str  # record (an index), array_record, rejected or skipped
+    uri: str
+    split: str = ""
+    rows: int = 0  # an index's row count, as the manifest says
+    shards: tuple[tuple[str, int], ...] = ()  # an index's split: (uri, num_bytes) of each shard
+    label_offset: int = 0
+
+
+def dataset_parts(m: manifest.Manifest) -> list[DatasetPart]:
+    """Every file that names the dataset's source ids."""
     if m.shard_format == layout.ARRAY_RECORD:
-        parts = [("array_record", storage.join(m.location, shard.path), name, shard.num_records)
+        parts = [DatasetPart("array_record", storage.join(m.location, shard.path), name)
                  for name, s in m.splits.items() for shard in s.shards]
     else:
-        parts = [("record", storage.join(m.location, s.index.path), name, s.index.num_rows)
+        parts = [DatasetPart("record", storage.join(m.location, s.index.path), name, s.index.num_rows,
+                             tuple((storage.join(m.location, shard.path), shard.num_bytes) for shard in s.shards),
+                             m.label_offset)
                  for name, s in m.splits.items()]
     for kind, part in (("rejected", m.rejected), ("skipped", m.skipped)):
         if part.get("path") and part.get("count"):
-            parts.append((kind, storage.join(m.location, part["path"]), "", 0))
+            parts.append(DatasetPart(kind, storage.join(m.location, part["path"])))
     return parts
 
 
-def read_part(part: tuple[str, str, str, int], hashes: bool):
+def read_part(part: DatasetPart, hashes: bool):
     """The source ids one file of the dataset names; a damaged file is a ManifestError naming it."""
-    kind, uri, split, rows = part
+    uri = part.uri
     try:
-        if kind == "record":
-            yield from _index_ids(uri, split, rows, hashes)
-        elif kind == "array_record":
-            yield from _record_ids(uri, split, hashes)
+        if part.kind == "record":
+            yield from _index_ids(part, hashes)
+        elif part.kind == "array_record":
+            yield from _record_ids(uri, part.split, hashes)
         else:
-            yield from ((entry["source"], kind) for entry in _report(uri))
+            yield from ((entry["source"], part.kind) for entry in _report(uri))
     except (index.IndexFormatError, storage.StorageError, array_record.ArrayRecordError, ValueError) as exc:
         raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
                                      "tpu-shards verify lists every problem") from None
 
 
-def _index_ids(uri: str, split: str, rows: int, hashes: bool):
-    with storage.open_read(uri) as f:
-        for row in index.read_index(f, max_rows=rows):
+ROWS_CHECKED_PER_SPLIT = 64  # index rows whose records an append reads to check them (the first of spread shards)
+
+
+def _index_ids(part: DatasetPart, hashes: bool):
+    """The source ids (and SHA-256s) an index gives, each row checked to lie inside its shard, and the first row
+    of up to ROWS_CHECKED_PER_SPLIT shards spread over the split checked against its record (one ranged read
+    each): an index whose ids or labels are not its records' is refused, not trusted."""
+    step = max(1, -(-len(part.shards) // ROWS_CHECKED_PER_SPLIT))
+    with storage.open_read(part.uri) as f:
+        for i, row in enumerate(index.read_index(f, max_rows=part.rows)):
+            if not 0 <= row.shard < len(part.shards):
+                raise ValueError(f"row {i}: shard {row.shard} is not one of the split's {len(part.shards)} shards")
+            shard_uri, shard_bytes = part.shards[row.shard]
+            bad = index.check_place(row.offset, row.length, shard_bytes)
+            if bad:
+                raise ValueError(f"row {i}: {bad} ({storage.basename(shard_uri)})")
+            if row.offset == 0 and (row.shard % step == 0 or row.shard == len(part.shards) - 1):
+                _check_row(row, shard_uri, part.label_offset)
             yield row.source_id, "record"
             if hashes:
-                yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, split)))
+                yield beam.pvalue.TaggedOutput("hashes", (row.sha256, (row.source_id, part.split)))
+
+
+def _check_row(row: index.IndexRow, shard_uri: str, label_offset: int) -> None:
+    """ValueError naming the shard when a row's record is not where it says or not the record it describes."""
+    try:
+        record = index.unframe(storage.read_range(shard_uri, row.offset, row.length))
+    except FramingError as exc:
+        raise ValueError(f"{storage.basename(shard_uri)} record 0: no record where its index row says: {exc}") from None
+    disagrees = index.identity_problem(row, record, label_offset)
+    if disagrees:
+        raise ValueError(f"{storage.basename(shard_uri)} record 0: {disagrees}")
 
 
 def _record_ids(uri: str, split: str, hashes: bool):

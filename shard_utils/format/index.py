@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence, cast
 
 from shard_utils import storage
-from shard_utils.format import avro_blocks
+from shard_utils.format import avro_blocks, names
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
-from shard_utils.format.schema import ExtraSpec, ImageRecord, label_ids_of
+from shard_utils.format.schema import LABEL, SOURCE_ID, ExtraSpec, ImageRecord, decode_lists, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
 
 if TYPE_CHECKING:
@@ -429,6 +429,23 @@ def check_place(offset: int, length: int, shard_bytes: int, max_record_bytes: in
         return f"length {length} exceeds the {max_record_bytes}-byte limit of one record"
     if offset < 0 or offset + length > shard_bytes:
         return f"bytes {offset}..{offset + length} fall outside the shard's {shard_bytes} bytes"
+    return None
+
+
+def identity_problem(row: IndexRow, record: bytes, label_offset: int = 0) -> str | None:
+    """How a row's source id and labels differ from its record's own fields, or None. Those are what tools take
+    from the index instead of the record (append's source ids, reshard's labels), so a row must never win over
+    its record."""
+    try:
+        fields = decode_lists(record)
+    except ValueError as exc:
+        return str(exc)
+    source_id = b"".join(fields.get(SOURCE_ID, [])).decode("utf-8", "replace")
+    if row.source_id != source_id:
+        return f"its index row gives source id {names.shown(row.source_id)}, the record {names.shown(source_id)}"
+    labels = label_ids_of(fields.get(LABEL, []), label_offset)
+    if row.labels != labels or row.label != (labels[0] if labels else NO_LABEL):
+        return f"its index row gives labels {list(row.labels)}, the record {list(labels)}"
     return None
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from shard_utils import storage
-from shard_utils.format import names, schema, splits as split_expressions
+from shard_utils.format import json_values, names, schema, splits as split_expressions
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
@@ -376,6 +376,9 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     """Validate a parsed manifest and build the Manifest; raises ManifestError naming the first problem."""
     if not isinstance(obj, Mapping):
         raise ManifestError("manifest must be a JSON object")
+    problem = json_values.depth_problem(obj) or json_values.option_problem(_get(obj, "options", dict, "manifest"))
+    if problem:
+        raise ManifestError(f"manifest: {problem}; refused")
     version = _get(obj, "format_version", int, "manifest")
     if version not in READABLE_VERSIONS:
         raise ManifestError(f"manifest format_version {version} is not supported; this tpu-shards reads "

@@ -12,7 +12,7 @@ from typing import Iterator
 from shard_utils import storage
 from shard_utils.format import array_record, croissant, schema
 from shard_utils.format.index import (NO_LABEL, IndexFormatError, IndexRow, check_header, check_place, field_name,
-                                     read_index, unframe)
+                                     identity_problem, read_index, unframe)
 from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.tfrecord import FramingError, iter_records
@@ -455,6 +455,10 @@ class _IndexRows:
         if self.deep:
             for p in self._compare(row, record):
                 self.problem(f"{where}: {p}")
+        else:
+            disagrees = identity_problem(row, record, self.m.label_offset)
+            if disagrees:
+                self.problem(f"{where}: {shard.path} record {self.counts[row.shard] - 1}: {disagrees}")
 
     def _load(self, shard: int) -> None:
         self.data = None
