@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, write_images
-from hostile import build_valid, hostile_copy
+from hostile import build_valid, edit_manifest, first_shard, hostile_copy, index_of
 
 from shard_utils.format.manifest import ManifestError, load
 from shard_utils.read.verify import verify
@@ -492,3 +492,94 @@ def test_reshard_and_append_refuse_an_index_that_is_not_its_records(valid, new_i
     if corruption == "index_row_past_end":
         assert ("fall outside the shard's" if tool == "append" else "its index row says 10001331..") in line, line
     assert names_and_manifest(ds) == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+# ------------------------------------------------------------------- reads bounded by the manifest
+
+
+@pytest.mark.slow
+def test_verify_says_a_6_gb_shard_and_a_2_gb_index_differ_in_size_without_reading_them(valid, tmp_path):
+    """Sparse files (nothing on disk) of 6 GB in place of a shard and 2 GB in place of an index, verify under an
+    address-space limit below either: their sizes come from stat, each one line, and nothing is read."""
+    ds = hostile(valid, tmp_path, "shard_sparse_6g")
+    hostile_copy(ds, tmp_path / "both", "index_sparse_2g", tmp_path / "outside")
+    m = load(str(valid))
+    shard, index = m.splits["train"].shards[0], m.splits["train"].index
+    proc = run_limited(tool_command("verify", tmp_path / "both", tmp_path), memory=PY_LIMIT)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert error_lines(proc) == [
+        f"tpu-shards: {shard.path}: size {6 << 30} bytes, manifest says {shard.num_bytes}",
+        f"tpu-shards: {index.path}: size {2 << 30} bytes, manifest says {index.num_bytes}"], proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append"])
+def test_a_rejected_report_of_one_3_gb_line_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool):
+    ds = hostile(valid, tmp_path, "rejected_garbage")
+    (ds / "rejected.jsonl").write_bytes(b"")
+    os.truncate(ds / "rejected.jsonl", 3 << 30)  # no line break in 3 GB
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), memory=PY_LIMIT)
+    says = "rejected.jsonl line 1 is longer than 1048576 bytes; not a report entry"
+    if tool == "verify":
+        assert proc.returncode == 1 and error_lines(proc) == [f"tpu-shards: {says}"], proc.stderr[-3000:]
+    else:
+        assert_one_line_error(proc, says)
+
+
+@pytest.mark.slow
+def test_a_shard_larger_than_verify_holds_is_streamed_with_its_index_rows(valid, tmp_path):
+    """A shard over IN_MEMORY_SHARD_BYTES (its manifest entry and index made to match) is checked whole, records and
+    index rows, without its bytes in memory at once; a row that is not its record is still found."""
+    import tracemalloc
+
+    from index_helpers import redescribed, rewrite_index
+
+    from shard_utils import storage
+    from shard_utils.format import schema, tfrecord
+    from shard_utils.format.index import IndexRow
+    from shard_utils.read.verify import IN_MEMORY_SHARD_BYTES
+
+    ds = tmp_path / "ds"
+    shutil.copytree(valid, ds)
+    rel = first_shard(ds)
+    end = (ds / rel).stat().st_size
+    pads = []
+    with open(ds / rel, "ab") as f:
+        while end + sum(pads) <= IN_MEMORY_SHARD_BYTES:
+            record = schema.encode_example(schema.ImageRecord(bytes(16 << 20), 1, 1, 3, 0, "cat", f"pad/{len(pads)}",
+                                                              "0" * 64))
+            pads.append(f.write(tfrecord.frame(record)))
+
+    def grown(rows: list, source_ids=lambda i: f"pad/{i}") -> list:
+        added = [IndexRow(source_ids(i), 0, end + sum(pads[:i]), n, 0, (0,), "0" * 64, 1, 1) for i, n in enumerate(pads)]
+        return [*[r for r in rows if r.shard == 0], *added, *[r for r in rows if r.shard != 0]]
+
+    def change(obj: dict) -> None:
+        digest = storage.Digest()
+        with open(ds / rel, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+        split = obj["splits"]["train"]
+        split["shards"][0].update(num_bytes=digest.size, crc32c=digest.crc32c, sha256=digest.sha256,
+                                  num_records=split["shards"][0]["num_records"] + len(pads))
+        split["num_bytes"] = sum(s["num_bytes"] for s in split["shards"])
+        split["num_records"] = split["index"]["num_rows"] = sum(s["num_records"] for s in split["shards"])
+        obj["files_seen"] += len(pads)
+
+    rewrite_index(ds, "train", grown)
+    edit_manifest(ds, change)
+    redescribed(ds)
+    tracemalloc.start()
+    assert verify(str(ds)) == []
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 3 * pads[0] + (16 << 20), peak  # a record or two at a time, never the shard's 270 MB
+
+    with open(ds / index_of(ds), "rb") as f:
+        kept = [r for r in __import__("shard_utils.format.index", fromlist=["x"]).read_index(f)
+                if not r.source_id.startswith("pad/")]
+    rewrite_index(ds, "train", lambda rows: grown(kept, lambda i: "evil" if i == 1 else f"pad/{i}"))
+    redescribed(ds)
+    first = load(str(ds)).splits["train"].shards[0].num_records - len(pads)
+    assert verify(str(ds)) == [f"train.index.avro: row {first + 1}: {rel} record {first + 1}: its index row gives "
+                               "source id 'evil', the record 'pad/1'"]

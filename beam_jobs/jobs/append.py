@@ -113,7 +113,7 @@ def read_part(part: DatasetPart, hashes: bool):
         elif part.kind == "array_record":
             yield from _record_ids(uri, part.split, hashes)
         else:
-            yield from ((entry["source"], part.kind) for entry in _report(uri))
+            yield from ((entry["source"], part.kind) for entry in manifest.read_report(uri, uri))
     except (index.IndexFormatError, storage.StorageError, array_record.ArrayRecordError, ValueError) as exc:
         raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
                                      "tpu-shards verify lists every problem") from None
@@ -162,14 +162,6 @@ def _record_ids(uri: str, split: str, hashes: bool):
         if hashes:
             sha = b"".join(fields.get(schema.SHA256, [])).decode("utf-8", "replace")
             yield beam.pvalue.TaggedOutput("hashes", (sha, (source_id, split)))
-
-
-def _report(uri: str) -> list[dict]:
-    try:
-        data = storage.read_bytes(uri)
-    except storage.NotFoundError:  # a skipped list may be absent; the rejected one is checked when publishing
-        return []
-    return manifest.report_entries(data, uri)
 
 
 class KeepNew(beam.PTransform):

@@ -200,26 +200,19 @@ def carried(_, source: Manifest):
     yield publish.Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
                         extensions=Counter(skipped.get("by_extension", {})))
     for tag, part in (("rejected", source.rejected), ("skipped_files", skipped)):
+        listed = 0
         try:
-            lines = _report_lines(source, part.get("path"))
+            for line in (manifest.read_report(storage.join(source.location, part["path"]), part["path"])
+                         if part.get("path") else ()):
+                listed += 1
+                yield beam.pvalue.TaggedOutput(tag, line)
         except (manifest.ManifestError, storage.StorageError) as exc:
             yield beam.pvalue.TaggedOutput("damaged", str(exc))
             return
-        if tag == "rejected" and len(lines) != part.get("count", 0):
-            yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {len(lines)} rejected files listed, the "
+        if tag == "rejected" and listed != part.get("count", 0):
+            yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {listed} rejected files listed, the "
                                                       f"manifest says {part.get('count', 0)}")
-        for line in lines:
-            yield beam.pvalue.TaggedOutput(tag, line)
 
-
-def _report_lines(source: Manifest, path: str | None) -> list[dict]:
-    if not path:
-        return []
-    try:
-        data = storage.read_bytes(storage.join(source.location, path))
-    except storage.NotFoundError:
-        return []
-    return manifest.report_entries(data, path)
 
 
 # ---------------------------------------------------------------------------------------------- finish

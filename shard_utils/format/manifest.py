@@ -5,11 +5,12 @@ Nothing in a manifest is ever evaluated, unpickled or imported: it is plain JSON
 """
 from __future__ import annotations
 
+import io
 import json
 import posixpath
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
 from shard_utils import storage
 from shard_utils.format import json_values, names, schema, splits as split_expressions
@@ -606,11 +607,18 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
     return from_dict(obj, location)
 
 
-def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
-    """The entries of a dataset's rejected or skipped report: one JSON object per line, each with a string
-    `source` and `reason`; ManifestError naming the first line that is not one."""
-    entries = []
-    for number, line in enumerate(data.splitlines(), start=1):
+MAX_REPORT_LINE = 1 << 20  # bytes of one line of a rejected or skipped report (an entry takes a few hundred)
+
+
+def iter_report_entries(stream: IO[bytes], path: str) -> Iterator[dict[str, Any]]:
+    """The entries of a dataset's rejected or skipped report, read one line at a time (a line holds at most
+    MAX_REPORT_LINE bytes): one JSON object per line, each with a string `source` and `reason`; ManifestError naming
+    the first line that is not one."""
+    number = 0
+    while line := stream.readline(MAX_REPORT_LINE + 1):
+        number += 1
+        if len(line) > MAX_REPORT_LINE:
+            raise ManifestError(f"{path} line {number} is longer than {MAX_REPORT_LINE} bytes; not a report entry")
         if not line.strip():
             continue
         try:
@@ -621,8 +629,22 @@ def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
                 and isinstance(entry.get("reason"), str)):
             raise ManifestError(f"{path} line {number} is not a report entry (a JSON object with a source and a "
                                 "reason)")
-        entries.append(entry)
-    return entries
+        yield entry
+
+
+def read_report(uri: str, path: str) -> Iterator[dict[str, Any]]:
+    """The entries of the report at `uri` (`path`: as messages name it), read one line at a time; none when the
+    file is absent (a skipped report may be)."""
+    try:
+        with storage.open_read(uri) as f:
+            yield from iter_report_entries(f, path)
+    except storage.NotFoundError:
+        return
+
+
+def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
+    """The entries of a report's bytes (see `iter_report_entries`)."""
+    return list(iter_report_entries(io.BytesIO(data), path))
 
 
 def manifest_path(dataset: str) -> tuple[str, str]:
