@@ -46,6 +46,7 @@ from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
+from shard_utils.text import printable, printable_lines
 
 class AppendConfig(BuildConfig):
     """A build's config for an append: a split that gets no new records is fine (it keeps its shards)."""
@@ -351,10 +352,10 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
     if after.created == old.created:
         dups = totals.get("rejected_duplicate", 0)
         also = f", {dups} more have the bytes of a record in it" if dups else ""
-        print(f"tpu-shards: nothing to append: no media file is new to {args.output} "
+        print(f"tpu-shards: nothing to append: no media file is new to {printable(args.output)} "
               f"({totals.get('already_in_dataset', 0)} already in it{also}); the dataset is unchanged")
         return after
-    print(append_summary(after, seconds))
+    print(printable_lines(append_summary(after, seconds)))
     return after
 
 

@@ -51,6 +51,7 @@ from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, keep_lease, new_run_id
 from shard_utils.errors import PlanError
 from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
+from shard_utils.text import printable_lines
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -383,8 +384,8 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
         if result is None:
             return None
         built = manifest.load(args.dst)
-        print(summary(built, time.monotonic() - started, runner).replace(" wrote ", " resharded " + source.location
-                                                                          + " into ", 1))
+        print(printable_lines(summary(built, time.monotonic() - started, runner).replace(
+            " wrote ", " resharded " + source.location + " into ", 1)))
         totals = counter_totals(result)
         if totals.get("records_copied"):
             print(f"  counters: shards_read {totals.get('shards_read', 0)}, records_copied {totals['records_copied']}")

@@ -432,21 +432,29 @@ def check_place(offset: int, length: int, shard_bytes: int, max_record_bytes: in
     return None
 
 
-def identity_problem(row: IndexRow, record: bytes, label_offset: int = 0) -> str | None:
-    """How a row's source id and labels differ from its record's own fields, or None. Those are what tools take
-    from the index instead of the record (append's source ids, reshard's labels), so a row must never win over
-    its record."""
-    try:
-        fields = decode_lists(record)
-    except ValueError as exc:
-        return str(exc)
-    source_id = b"".join(fields.get(SOURCE_ID, [])).decode("utf-8", "replace")
+def record_identity(record: bytes, label_offset: int = 0) -> tuple[str, tuple[int, ...]]:
+    """A serialized record's source id and 0-based label ids; ValueError when it is not a tf.train.Example."""
+    fields = decode_lists(record)
+    return (b"".join(fields.get(SOURCE_ID, [])).decode("utf-8", "replace"),
+            label_ids_of(fields.get(LABEL, []), label_offset))
+
+
+def row_disagreement(row: IndexRow, source_id: str, labels: tuple[int, ...]) -> str | None:
+    """How a row's source id and labels differ from its record's, or None. Those are what tools take from the
+    index instead of the record (append's source ids, reshard's labels), so a row must never win over its record."""
     if row.source_id != source_id:
         return f"its index row gives source id {names.shown(row.source_id)}, the record {names.shown(source_id)}"
-    labels = label_ids_of(fields.get(LABEL, []), label_offset)
     if row.labels != labels or row.label != (labels[0] if labels else NO_LABEL):
         return f"its index row gives labels {list(row.labels)}, the record {list(labels)}"
     return None
+
+
+def identity_problem(row: IndexRow, record: bytes, label_offset: int = 0) -> str | None:
+    """`row_disagreement` with the record's own fields, or why the record has none (not a tf.train.Example)."""
+    try:
+        return row_disagreement(row, *record_identity(record, label_offset))
+    except ValueError as exc:
+        return str(exc)
 
 
 def unframe(framed: bytes) -> bytes:
