@@ -469,7 +469,7 @@ class _IndexRows:
             self.data = self.reader(shard)
             if self.data is None:
                 self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
-                             "records: the shard cannot be read")
+                             "records: the shard is not read (its own line says why)")
         elif self.read_shards:
             data = _read_shard(self.m, self.split.shards[shard])
             if isinstance(data, list):
