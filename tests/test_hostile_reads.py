@@ -513,7 +513,7 @@ def test_verify_says_a_6_gb_shard_and_a_2_gb_index_differ_in_size_without_readin
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tool", ["verify", "reshard", "append"])
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append", "inspect"])
 def test_a_rejected_report_of_one_3_gb_line_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool):
     ds = hostile(valid, tmp_path, "rejected_garbage")
     (ds / "rejected.jsonl").write_bytes(b"")
@@ -522,6 +522,9 @@ def test_a_rejected_report_of_one_3_gb_line_is_refused_within_a_memory_limit(val
     says = "rejected.jsonl line 1 is longer than 1048576 bytes; not a report entry"
     if tool == "verify":
         assert proc.returncode == 1 and error_lines(proc) == [f"tpu-shards: {says}"], proc.stderr[-3000:]
+    elif tool == "inspect":  # the page lists the line for what it is
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "(longer than 1048576 bytes)" in (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
     else:
         assert_one_line_error(proc, says)
 

@@ -5,7 +5,6 @@ Nothing in a manifest is ever evaluated, unpickled or imported: it is plain JSON
 """
 from __future__ import annotations
 
-import io
 import json
 import posixpath
 import re
@@ -610,14 +609,22 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
 MAX_REPORT_LINE = 1 << 20  # bytes of one line of a rejected or skipped report (an entry takes a few hundred)
 
 
+def bounded_lines(stream: IO[bytes], limit: int = MAX_REPORT_LINE) -> Iterator[bytes | None]:
+    """A stream's lines, each read no further than `limit` bytes; a longer line is given as None and ends them (the
+    rest is not read: a report holding such a line is damaged, and the line may run to the end of the file)."""
+    while line := stream.readline(limit + 1):
+        if len(line) > limit:
+            yield None
+            return
+        yield line
+
+
 def iter_report_entries(stream: IO[bytes], path: str) -> Iterator[dict[str, Any]]:
     """The entries of a dataset's rejected or skipped report, read one line at a time (a line holds at most
     MAX_REPORT_LINE bytes): one JSON object per line, each with a string `source` and `reason`; ManifestError naming
     the first line that is not one."""
-    number = 0
-    while line := stream.readline(MAX_REPORT_LINE + 1):
-        number += 1
-        if len(line) > MAX_REPORT_LINE:
+    for number, line in enumerate(bounded_lines(stream), start=1):
+        if line is None:
             raise ManifestError(f"{path} line {number} is longer than {MAX_REPORT_LINE} bytes; not a report entry")
         if not line.strip():
             continue
@@ -640,11 +647,6 @@ def read_report(uri: str, path: str) -> Iterator[dict[str, Any]]:
             yield from iter_report_entries(f, path)
     except storage.NotFoundError:
         return
-
-
-def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
-    """The entries of a report's bytes (see `iter_report_entries`)."""
-    return list(iter_report_entries(io.BytesIO(data), path))
 
 
 def manifest_path(dataset: str) -> tuple[str, str]:
