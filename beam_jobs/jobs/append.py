@@ -144,10 +144,14 @@ def _index_ids(part: DatasetPart, hashes: bool):
 
 
 def _check_row(row: index.IndexRow, shard_uri: str, label_offset: int) -> None:
-    """ValueError naming the shard when a row's record is not where it says or not the record it describes."""
+    """ValueError naming the shard when a row's record is not where it says or not the record it describes (a
+    record whose data fails its checksum is the shard's damage, not the row's: the copy that reads it or `verify`
+    says so, as before)."""
     try:
         record = index.unframe(storage.read_range(shard_uri, row.offset, row.length))
     except FramingError as exc:
+        if str(exc) == index.DATA_CHECKSUM_MISMATCH:
+            return
         raise ValueError(f"{storage.basename(shard_uri)} record 0: no record where its index row says: {exc}") from None
     disagrees = index.identity_problem(row, record, label_offset)
     if disagrees:

@@ -457,6 +457,9 @@ def identity_problem(row: IndexRow, record: bytes, label_offset: int = 0) -> str
         return str(exc)
 
 
+DATA_CHECKSUM_MISMATCH = "data checksum mismatch"  # unframe's finding when the length holds and the data does not
+
+
 def unframe(framed: bytes) -> bytes:
     """The record inside one framed record, after checking its length, both CRCs and that nothing is left over."""
     if len(framed) < MIN_FRAMED:
@@ -469,5 +472,5 @@ def unframe(framed: bytes) -> bytes:
         raise FramingError(f"record holds {length} bytes but the index gives it {len(framed) - MIN_FRAMED}")
     data = framed[HEADER:HEADER + length]
     if masked_crc(data) != struct.unpack("<I", framed[HEADER + length:])[0]:
-        raise FramingError("data checksum mismatch")
+        raise FramingError(DATA_CHECKSUM_MISMATCH)
     return data
