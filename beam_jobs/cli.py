@@ -7,6 +7,7 @@ import sys
 from typing import Callable, NamedTuple, Sequence
 
 from beam_jobs.errors import OneLineParser, UsageError, exit_now, guarded
+from shard_utils.text import printable
 
 
 def verify_command(argv: Sequence[str] | None) -> None:
@@ -20,7 +21,7 @@ def verify_command(argv: Sequence[str] | None) -> None:
     args = ap.parse_args(argv)
     problems = verify(args.dataset, deep=args.deep)
     for line in problems:
-        print(f"tpu-shards: {line}", file=sys.stderr)
+        print(f"tpu-shards: {printable(line)}", file=sys.stderr)
     if problems:
         raise SystemExit(1)
     print(intact_line(args.dataset, args.deep))
@@ -62,7 +63,7 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     m = load(args.dataset)
     if args.croissant or args.write_croissant:
         return describe(m, args.croissant, args.write_croissant)
-    print(f"{m.location}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
+    print(f"{printable(m.location)}: {len(m.labels)} labels, image size {m.image_size or 'varies'}, "
           f"{cores_x_hosts(m.num_cores, m.num_hosts)}, {formats_text(m)}")
     for name, split in m.splits.items():
         unlabeled = "" if split.labeled else " (unlabeled)"
@@ -78,7 +79,7 @@ def inspect_command(argv: Sequence[str] | None) -> None:
     if args.max_records < 1:
         raise UsageError("--max-records must be at least 1")
     page = report.write_report(m, args.report, seed=args.seed, max_records=args.max_records)
-    print(f"tpu-shards: report written to {page}")
+    print(f"tpu-shards: report written to {printable(page)}")
 
 
 def describe(m, show: bool, write: bool) -> None:
@@ -118,7 +119,7 @@ def extract_command(argv: Sequence[str] | None) -> None:
         raise UsageError(str(exc)) from None
     renamed = f"; {done.renamed} renamed to stay safe and unique" if done.renamed else ""
     records = f"{done.count} record{'' if done.count == 1 else 's'}"
-    print(f"tpu-shards: extracted {records} to {done.folder}{renamed} (map: {done.map_path})")
+    print(printable(f"tpu-shards: extracted {records} to {done.folder}{renamed} (map: {done.map_path})"))
 
 
 def build_command(argv: Sequence[str] | None) -> None:

@@ -17,6 +17,7 @@ from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.reads import TransientReadError
 from shard_utils.storage import StorageError
 from shard_utils.errors import PlanError
+from shard_utils.text import printable
 
 
 class UsageError(ValueError):
@@ -90,11 +91,11 @@ def guarded(fn: Callable[[Sequence[str] | None], object], argv: Sequence[str] | 
     except Exception as exc:  # noqa: BLE001 - the CLI's job is to turn errors into one line
         message = user_message(exc)
         if message is not None:
-            print(f"tpu-shards: error: {message}", file=sys.stderr)
+            print(f"tpu-shards: error: {printable(message)}", file=sys.stderr)
             return 2 if isinstance(exc, USAGE) else 1
         if os.environ.get("TPU_SHARDS_DEBUG"):
             traceback.print_exc()
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = printable((str(exc).strip().splitlines() or [""])[0][:300])
         print(f"tpu-shards: internal error: {type(exc).__name__}: {first} (set TPU_SHARDS_DEBUG=1 for details)",
               file=sys.stderr)
         return 3

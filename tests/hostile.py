@@ -358,6 +358,63 @@ def _split_generation_name(folder: Path, outside: Path) -> None:
     rename_split(folder, "validation", "train-g001")
 
 
+def _options_nested(folder: Path, outside: Path) -> None:
+    deep: dict = {}
+    for _ in range(900):
+        deep = {"a": deep}
+    edit_manifest(folder, lambda obj: obj["options"].update(deep=deep))
+
+
+def _options_shard_mb_list(folder: Path, outside: Path) -> None:
+    edit_manifest(folder, lambda obj: obj["options"].update(target_shard_mb=[1]))
+
+
+def _index_rows_disagree(folder: Path, outside: Path) -> None:
+    """Every train row's label moved on by one and its source id prefixed; the index's size and checksums in the
+    manifest made to match, so only comparing rows with records can tell."""
+    import dataclasses
+
+    from index_helpers import rewrite_index
+
+    labels = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["labels"]
+
+    def shifted(rows: list) -> list:
+        moved = []
+        for row in rows:
+            ids = tuple((i + 1) % len(labels) for i in row.labels)
+            moved.append(dataclasses.replace(row, source_id="x/" + row.source_id, labels=ids, label=ids[0]))
+        return moved
+
+    rewrite_index(folder, "train", shifted)
+
+
+ROW_PAST_END = 10 * 10**6  # bytes past its shard's end an index row points at
+
+
+def _index_row_past_end(folder: Path, outside: Path) -> None:
+    import dataclasses
+
+    from index_helpers import rewrite_index
+
+    def past(rows: list) -> list:
+        last = max(i for i, row in enumerate(rows) if row.shard == 0)
+        rows[last] = dataclasses.replace(rows[last], offset=rows[last].offset + ROW_PAST_END)
+        return rows
+
+    rewrite_index(folder, "train", past)
+
+
+SPARSE_SHARD = 6 << 30
+SPARSE_INDEX = 2 << 30
+
+
+def _sparse(kind: str, size: int) -> Callable[[Path, Path], None]:
+    """The file grown to `size` bytes of holes (nothing written): the manifest still says its own size."""
+    def corrupt(folder: Path, outside: Path) -> None:
+        os.truncate(folder / {"shard": first_shard, "index": index_of}[kind](folder), size)
+    return corrupt
+
+
 CORRUPTIONS: dict[str, Callable[[Path, Path], None]] = {
     "split_absolute": _split_absolute,
     "split_climbing": _split_climbing,
@@ -387,4 +444,12 @@ CORRUPTIONS: dict[str, Callable[[Path, Path], None]] = {
     "shard_swapped": _shard_swapped,
     "labels_million": _labels_million,
     "split_generation_name": _split_generation_name,
+
+
+    "options_nested": _options_nested,
+    "options_shard_mb_list": _options_shard_mb_list,
+    "index_rows_disagree": _index_rows_disagree,
+    "index_row_past_end": _index_row_past_end,
+    "shard_sparse_6g": _sparse("shard", SPARSE_SHARD),
+    "index_sparse_2g": _sparse("index", SPARSE_INDEX),
 }

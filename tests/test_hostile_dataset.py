@@ -54,7 +54,7 @@ def hostile(tmp_path_factory):
         rejected=[rejected_line(IMG, "<b>reason</b>", SCRIPT), "this line is not json <i>x</i>",
                   rejected_line("../x.jpg", "corrupt", "bad\x00data")],
         rejected_by_reason={"<b>reason</b>": 1, "corrupt": 2},
-        options={"target_shard_mb": SCRIPT, "note": IMG}, input_text=SCRIPT)
+        options={"target_shard_mb": 128.0, "note": IMG, "script": SCRIPT}, input_text=SCRIPT)
     assert load(str(base / "ds")).splits.keys() == m.splits.keys()  # the manifest is valid
     return base
 

@@ -176,3 +176,42 @@ def test_a_job_path_that_is_not_utf8_is_a_one_line_error(argv, capsys, tmp_path,
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "%E9" in lines[0] and "(shown escaped) is not UTF-8" in lines[0], lines
+
+
+ESCAPES = {  # a name of each kind, holding a terminal control sequence
+    b"cat/\x1b[31mred.jpg": None,  # a record: colours a terminal that prints it raw
+    b"cat/\x1b[31mbroken\x07.jpg": b"not a JPEG",  # a rejection, its name in the reject-limit message
+    b"cat/x.\x1b]0;PWNED\x07": b"hello",  # skipped: its extension retitles the terminal from the summary
+    b"dog\x1b[32m/ok.jpg": None,  # a label
+    b"dog\x1b[32m/\xe2\x80\xaegnp.jpg": None,  # right-to-left override: a format character
+}
+RAW_CONTROL = [chr(c) for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f)] + ["\u202e", "\u2028"]
+
+
+def raw_controls(text: str) -> list[str]:
+    return [line for line in text.split("\n") if any(c in line for c in RAW_CONTROL)]
+
+
+@pytest.mark.slow
+def test_no_name_reaches_the_terminal_or_the_report_with_its_control_characters(tmp_path):
+    """Everything the tools print (stdout, stderr, the build summary, the reject-limit error, verify's findings,
+    inspect, the report page) shows the names escaped; the reports (.jsonl) keep them JSON-escaped."""
+    root = tmp_path / "in"
+    for i, (name, content) in enumerate(ESCAPES.items()):
+        write(root, name, content, seed=i)
+    for i in range(3):
+        write(root, f"cat/img{i}.jpg".encode(), seed=10 + i)
+    out = tmp_path / "out"
+    runs = [run_cli("build", "--input", root, "--output", tmp_path / "refused", "--num-cores", "1",
+                     "--max-rejected", "0"),
+            run_cli("build", "--input", root, "--output", out, "--num-cores", "1"),
+            run_cli("verify", out, "--deep"), run_cli("inspect", out, "--report", tmp_path / "report")]
+    assert [r.returncode for r in runs] == [1, 0, 0, 0], [r.stderr[-2000:] for r in runs]
+    assert "e.g. cat/\\x1b[31mbroken\\x07.jpg" in runs[0].stderr and "not media: .\\x1b]0;pwned\\x07 1" in runs[0].stderr
+    assert "not media: .\\x1b]0;pwned\\x07 1" in runs[1].stdout
+    for run in runs:
+        assert raw_controls(run.stdout + run.stderr) == [], run.args
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert raw_controls(page) == [] and "dog\\x1b[32m" in page
+    lines = (out / "rejected.jsonl").read_text(encoding="utf-8") + (out / "skipped.jsonl").read_text(encoding="utf-8")
+    assert raw_controls(lines) == [] and "\\u001b[31mbroken\\u0007.jpg" in lines  # JSON escapes: data kept whole

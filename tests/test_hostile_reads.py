@@ -4,6 +4,7 @@ that `verify` must not call intact. Tools run in subprocesses with a time limit 
 attack is on memory), so a hang or a crash fails the test instead of the run."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import shutil
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, write_images
-from hostile import build_valid, hostile_copy
+from hostile import build_valid, edit_manifest, first_shard, hostile_copy, index_of
 
 from shard_utils.format.manifest import ManifestError, load
 from shard_utils.read.verify import verify
@@ -126,12 +127,16 @@ def test_reshard_of_a_split_named_to_escape_writes_nothing_outside(valid, tmp_pa
     ("image_pixels_huge", "image_size 20000x20000 is more than 268435456 pixels"),
     ("records_beyond_bytes", "20000000 records cannot fit in"),
     ("feature_shape_huge", "holds up to 10000000000 values per record"),
+    ("options_nested", "manifest: 'options': nests objects and lists more than 32 deep; refused"),
+    ("options_shard_mb_list", "manifest: options.target_shard_mb must be number or null, got list; refused"),
 ])
 def test_sizes_in_a_manifest_are_bounded_before_any_reader_allocates(valid, tmp_path, corruption, says):
+    """One check on load, so the loader, the Grain source, verify, reshard and append refuse the same line."""
     ds = hostile(valid, tmp_path, corruption)
     with pytest.raises(ManifestError) as err:
         load(str(ds))
     assert says in str(err.value)
+    assert verify(str(ds)) == [str(err.value)]
 
 
 @pytest.mark.parametrize("corruption, says", [
@@ -422,3 +427,186 @@ def test_append_to_a_dataset_with_a_split_named_like_a_generation_is_one_line(va
     proc = run_limited(tool_command("append", ds, tmp_path, new_images), timeout=90)
     assert_one_line_error(proc, f"tpu-shards: error: cannot append to {ds}: split 'train-g001' is also the name of "
                                 "generation 1 of split 'train'", codes=(2,))
+
+
+# ------------------------------------------------------------------- manifests whose values are hostile
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append", "random_access"])
+@pytest.mark.parametrize("corruption", ["options_nested", "options_shard_mb_list"])
+def test_tools_refuse_a_hostile_options_value_in_one_line_never_exit_3(valid, new_images, tmp_path, tool, corruption):
+    ds = hostile(valid, tmp_path, corruption)
+    before = names_and_manifest(ds)
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
+    if tool == "verify":
+        assert proc.returncode == 1 and error_lines(proc)[-1].startswith("tpu-shards: manifest: "), proc.stderr
+    else:
+        assert_one_line_error(proc, "manifest: ", "; refused")
+    assert names_and_manifest(ds) == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+def test_depth_and_numbers_are_checked_without_recursion():
+    from shard_utils.format.json_values import depth_problem, option_problem
+
+    deep: list = []
+    for _ in range(100_000):  # far past Python's recursion limit
+        deep = [deep]
+    assert depth_problem({"x": deep}) == "'x': nests objects and lists more than 32 deep"
+    assert depth_problem({"a": [1.5, float("nan")]}) == "'a': holds nan, not a finite number"
+    assert depth_problem({"n": 2**64}) == "'n': holds an integer beyond 64 bits"
+    assert depth_problem({"fine": [[{"k": 1}]]}) is None
+    assert option_problem({"seed": True}) == "options.seed must be int or null, got bool"
+    assert option_problem({"splits": {"train": "0.5"}}) == ("options.splits must be split fractions or string, "
+                                                           "got dict")
+    assert option_problem({"splits": "from folders", "metadata": {"name": "x"}, "unknown": [1, {"a": 2}]}) is None
+
+
+# ------------------------------------------------------------------------- records over indexes
+
+
+def test_plain_verify_finds_index_rows_whose_ids_and_labels_are_not_their_records(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "index_rows_disagree")
+    assert load(str(ds)).splits["train"].index is not None  # the index's checksums match the manifest
+    problems = verify(str(ds))
+    assert len(problems) == 4 and problems[0] == (
+        "train.index.avro: row 0: train-00000-of-00002.tfrecord record 0: its index row gives source id "
+        "'x/cat/img0000.jpg', the record 'cat/img0000.jpg'"), problems
+
+
+def test_plain_verify_finds_a_row_10_mb_past_its_shard(valid, tmp_path):
+    ds = hostile(valid, tmp_path, "index_row_past_end")
+    problems = verify(str(ds))
+    assert any("fall outside the shard's" in p and "train-00000-of-00002.tfrecord" in p for p in problems), problems
+
+
+def test_a_row_that_is_not_its_record_stops_a_copy(valid, tmp_path):
+    """What reshard and an append's carry copy from: the record wins, a disagreeing row is a DamagedShard."""
+    from shard_utils import storage
+    from shard_utils.format.index import read_index
+    from shard_utils.sharding.copy_records import DamagedShard, shard_records
+
+    ds = hostile(valid, tmp_path, "index_rows_disagree")
+    m = load(str(ds))
+    with open(ds / m.splits["train"].index.path, "rb") as f:
+        rows = tuple(r for r in read_index(f) if r.shard == 0)
+    shard = m.splits["train"].shards[0]
+    with pytest.raises(DamagedShard, match=r"^train-00000-of-00002.tfrecord: record 0: its index row gives source "
+                                           r"id 'x/cat/img0000.jpg', the record 'cat/img0000.jpg'$"):
+        list(shard_records(storage.join(m.location, shard.path), shard, rows, seed=0))
+    same_ids = tuple(dataclasses.replace(r, source_id=r.source_id[2:]) for r in rows)  # labels still shifted
+    with pytest.raises(DamagedShard, match=r"record 0: its index row gives labels \[1\], the record \[0\]$"):
+        list(shard_records(storage.join(m.location, shard.path), shard, same_ids, seed=0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["reshard", "append"])
+@pytest.mark.parametrize("corruption, says", [
+    ("index_rows_disagree", "train-00000-of-00002.tfrecord: record 0: its index row gives source id "
+                            "'x/cat/img0000.jpg', the record 'cat/img0000.jpg'"),
+    ("index_row_past_end", "train-00000-of-00002.tfrecord"),
+])
+def test_reshard_and_append_refuse_an_index_that_is_not_its_records(valid, new_images, tmp_path, tool, corruption,
+                                                                    says):
+    ds = hostile(valid, tmp_path, corruption)
+    before = names_and_manifest(ds)
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images))
+    line = assert_one_line_error(proc, "damaged")
+    assert says.replace(": record 0", " record 0") in line or says in line, line
+    if corruption == "index_row_past_end":
+        assert ("fall outside the shard's" if tool == "append" else "its index row says 10001331..") in line, line
+    assert names_and_manifest(ds) == before and not (tmp_path / "resharded" / "manifest.json").exists()
+
+
+# ------------------------------------------------------------------- reads bounded by the manifest
+
+
+@pytest.mark.slow
+def test_verify_says_a_6_gb_shard_and_a_2_gb_index_differ_in_size_without_reading_them(valid, tmp_path):
+    """Sparse files (nothing on disk) of 6 GB in place of a shard and 2 GB in place of an index, verify under an
+    address-space limit below either: their sizes come from stat, each one line, and nothing is read."""
+    ds = hostile(valid, tmp_path, "shard_sparse_6g")
+    hostile_copy(ds, tmp_path / "both", "index_sparse_2g", tmp_path / "outside")
+    m = load(str(valid))
+    shard, index = m.splits["train"].shards[0], m.splits["train"].index
+    proc = run_limited(tool_command("verify", tmp_path / "both", tmp_path), memory=PY_LIMIT)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert error_lines(proc) == [
+        f"tpu-shards: {shard.path}: size {6 << 30} bytes, manifest says {shard.num_bytes}",
+        f"tpu-shards: {index.path}: size {2 << 30} bytes, manifest says {index.num_bytes}"], proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["verify", "reshard", "append", "inspect"])
+def test_a_rejected_report_of_one_3_gb_line_is_refused_within_a_memory_limit(valid, new_images, tmp_path, tool):
+    ds = hostile(valid, tmp_path, "rejected_garbage")
+    (ds / "rejected.jsonl").write_bytes(b"")
+    os.truncate(ds / "rejected.jsonl", 3 << 30)  # no line break in 3 GB
+    proc = run_limited(tool_command(tool, ds, tmp_path, new_images), memory=PY_LIMIT)
+    says = "rejected.jsonl line 1 is longer than 1048576 bytes; not a report entry"
+    if tool == "verify":
+        assert proc.returncode == 1 and error_lines(proc) == [f"tpu-shards: {says}"], proc.stderr[-3000:]
+    elif tool == "inspect":  # the page lists the line for what it is
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "(longer than 1048576 bytes)" in (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    else:
+        assert_one_line_error(proc, says)
+
+
+@pytest.mark.slow
+def test_a_shard_larger_than_verify_holds_is_streamed_with_its_index_rows(valid, tmp_path):
+    """A shard over IN_MEMORY_SHARD_BYTES (its manifest entry and index made to match) is checked whole, records and
+    index rows, without its bytes in memory at once; a row that is not its record is still found."""
+    import tracemalloc
+
+    from index_helpers import redescribed, rewrite_index
+
+    from shard_utils import storage
+    from shard_utils.format import schema, tfrecord
+    from shard_utils.format.index import IndexRow
+    from shard_utils.read.verify import IN_MEMORY_SHARD_BYTES
+
+    ds = tmp_path / "ds"
+    shutil.copytree(valid, ds)
+    rel = first_shard(ds)
+    end = (ds / rel).stat().st_size
+    pads = []
+    with open(ds / rel, "ab") as f:
+        while end + sum(pads) <= IN_MEMORY_SHARD_BYTES:
+            record = schema.encode_example(schema.ImageRecord(bytes(16 << 20), 1, 1, 3, 0, "cat", f"pad/{len(pads)}",
+                                                              "0" * 64))
+            pads.append(f.write(tfrecord.frame(record)))
+
+    def grown(rows: list, source_ids=lambda i: f"pad/{i}") -> list:
+        added = [IndexRow(source_ids(i), 0, end + sum(pads[:i]), n, 0, (0,), "0" * 64, 1, 1) for i, n in enumerate(pads)]
+        return [*[r for r in rows if r.shard == 0], *added, *[r for r in rows if r.shard != 0]]
+
+    def change(obj: dict) -> None:
+        digest = storage.Digest()
+        with open(ds / rel, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+        split = obj["splits"]["train"]
+        split["shards"][0].update(num_bytes=digest.size, crc32c=digest.crc32c, sha256=digest.sha256,
+                                  num_records=split["shards"][0]["num_records"] + len(pads))
+        split["num_bytes"] = sum(s["num_bytes"] for s in split["shards"])
+        split["num_records"] = split["index"]["num_rows"] = sum(s["num_records"] for s in split["shards"])
+        obj["files_seen"] += len(pads)
+
+    rewrite_index(ds, "train", grown)
+    edit_manifest(ds, change)
+    redescribed(ds)
+    tracemalloc.start()
+    assert verify(str(ds)) == []
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 3 * pads[0] + (16 << 20), peak  # a record or two at a time, never the shard's 270 MB
+
+    with open(ds / index_of(ds), "rb") as f:
+        kept = [r for r in __import__("shard_utils.format.index", fromlist=["x"]).read_index(f)
+                if not r.source_id.startswith("pad/")]
+    rewrite_index(ds, "train", lambda rows: grown(kept, lambda i: "evil" if i == 1 else f"pad/{i}"))
+    redescribed(ds)
+    first = load(str(ds)).splits["train"].shards[0].num_records - len(pads)
+    assert verify(str(ds)) == [f"train.index.avro: row {first + 1}: {rel} record {first + 1}: its index row gives "
+                               "source id 'evil', the record 'pad/1'"]

@@ -9,16 +9,17 @@ import pytest
 from conftest import REPO
 
 PACKAGES = ("beam_jobs", "shard_utils")
-# What each part of shard_utils may import from shard_utils (itself always): storage <- format <- the rest, and
-# the read side never imports the write side (media, sharding); quality (pure functions on pixels and findings)
-# imports only errors, and the read side may use it.
+# What each part of shard_utils may import from shard_utils (itself always): storage <- format <- the rest (text, the
+# one way outside text is shown, below them all), and the read side never imports the write side (media,
+# sharding); quality (pure functions on pixels and findings) imports only errors, and the read side may use it.
 MAY_IMPORT = {
-    "shard_utils.storage": {"shard_utils.extras", "shard_utils.errors"},
-    "shard_utils.format": {"shard_utils.storage", "shard_utils.extras", "shard_utils.errors"},
-    "shard_utils.inputs": {"shard_utils.storage", "shard_utils.format", "shard_utils.extras", "shard_utils.errors"},
+    "shard_utils.storage": {"shard_utils.extras", "shard_utils.errors", "shard_utils.text"},
+    "shard_utils.format": {"shard_utils.storage", "shard_utils.extras", "shard_utils.errors", "shard_utils.text"},
+    "shard_utils.inputs": {"shard_utils.storage", "shard_utils.format", "shard_utils.extras", "shard_utils.errors",
+                           "shard_utils.text"},
     "shard_utils.read": {"shard_utils.storage", "shard_utils.format", "shard_utils.inputs", "shard_utils.extras",
-                         "shard_utils.quality", "shard_utils.errors"},
-    "shard_utils.quality": {"shard_utils.errors"},
+                         "shard_utils.quality", "shard_utils.errors", "shard_utils.text"},
+    "shard_utils.quality": {"shard_utils.errors", "shard_utils.text"},
 }
 
 

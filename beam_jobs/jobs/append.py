@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
+from dataclasses import dataclass
 from typing import Collection
 
 import apache_beam as beam
@@ -31,6 +32,7 @@ from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
+from shard_utils.format.tfrecord import FramingError
 from shard_utils.format.topology import cores_x_hosts
 from shard_utils.quality.clusters import Member
 
@@ -48,6 +50,7 @@ from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMed
 from beam_jobs.pipeline.near_dups import packed, signature_of
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
+from shard_utils.text import printable, printable_lines
 
 class AppendConfig(BuildConfig):
     """A build's config for an append: a split that gets no new records is fine (it keeps its shards)."""
@@ -76,41 +79,86 @@ class ReadDataset(beam.PTransform):
                 | "Read" >> beam.FlatMap(read_part).with_outputs("members", main="ids"))
 
 
-def dataset_parts(m: manifest.Manifest) -> list[tuple[str, str, str, int]]:
-    """(kind, uri, split, rows) of every file that names the dataset's source ids; rows: an index's row count."""
+@dataclass(frozen=True)
+class DatasetPart:
+    """One file that names source ids of the dataset: an index (with its split's shards, to check rows against),
+    an ArrayRecord shard, or a report."""
+
+    kind: str  # record (an index), array_record, rejected or skipped
+    uri: str
+    split: str = ""
+    rows: int = 0  # an index's row count, as the manifest says
+    shards: tuple[tuple[str, int], ...] = ()  # an index's split: (uri, num_bytes) of each shard
+    label_offset: int = 0
+
+
+def dataset_parts(m: manifest.Manifest) -> list[DatasetPart]:
+    """Every file that names the dataset's source ids."""
     if m.shard_format == layout.ARRAY_RECORD:
-        parts = [("array_record", storage.join(m.location, shard.path), name, shard.num_records)
+        parts = [DatasetPart("array_record", storage.join(m.location, shard.path), name)
                  for name, s in m.splits.items() for shard in s.shards]
     else:
-        parts = [("record", storage.join(m.location, s.index.path), name, s.index.num_rows)
+        parts = [DatasetPart("record", storage.join(m.location, s.index.path), name, s.index.num_rows,
+                             tuple((storage.join(m.location, shard.path), shard.num_bytes) for shard in s.shards),
+                             m.label_offset)
                  for name, s in m.splits.items()]
     for kind, part in (("rejected", m.rejected), ("skipped", m.skipped)):
         if part.get("path") and part.get("count"):
-            parts.append((kind, storage.join(m.location, part["path"]), "", 0))
+            parts.append(DatasetPart(kind, storage.join(m.location, part["path"])))
     return parts
 
 
-def read_part(part: tuple[str, str, str, int]):
+def read_part(part: DatasetPart):
     """The source ids one file of the dataset names; a damaged file is a ManifestError naming it."""
-    kind, uri, split, rows = part
+    uri = part.uri
     try:
-        if kind == "record":
-            yield from _index_ids(uri, split, rows)
-        elif kind == "array_record":
-            yield from _record_ids(uri, split)
+        if part.kind == "record":
+            yield from _index_ids(part)
+        elif part.kind == "array_record":
+            yield from _record_ids(uri, part.split)
         else:
-            yield from ((entry["source"], kind) for entry in _report(uri))
+            yield from ((entry["source"], part.kind) for entry in manifest.read_report(uri, uri))
     except (index.IndexFormatError, storage.StorageError, array_record.ArrayRecordError, ValueError) as exc:
         raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
                                      "tpu-shards verify lists every problem") from None
 
 
-def _index_ids(uri: str, split: str, rows: int):
-    with storage.open_read(uri) as f:
-        for row in index.read_index(f, max_rows=rows):
+ROWS_CHECKED_PER_SPLIT = 64  # index rows whose records an append reads to check them (the first of spread shards)
+
+
+def _index_ids(part: DatasetPart):
+    """The source ids (and SHA-256s) an index gives, each row checked to lie inside its shard, and the first row
+    of up to ROWS_CHECKED_PER_SPLIT shards spread over the split checked against its record (one ranged read
+    each): an index whose ids or labels are not its records' is refused, not trusted."""
+    step = max(1, -(-len(part.shards) // ROWS_CHECKED_PER_SPLIT))
+    with storage.open_read(part.uri) as f:
+        for i, row in enumerate(index.read_index(f, max_rows=part.rows)):
+            if not 0 <= row.shard < len(part.shards):
+                raise ValueError(f"row {i}: shard {row.shard} is not one of the split's {len(part.shards)} shards")
+            shard_uri, shard_bytes = part.shards[row.shard]
+            bad = index.check_place(row.offset, row.length, shard_bytes)
+            if bad:
+                raise ValueError(f"row {i}: {bad} ({storage.basename(shard_uri)})")
+            if row.offset == 0 and (row.shard % step == 0 or row.shard == len(part.shards) - 1):
+                _check_row(row, shard_uri, part.label_offset)
             yield row.source_id, "record"
-            yield beam.pvalue.TaggedOutput("members", dataset_member(row.source_id, split, row.labels, row.sha256,
-                                                                     signature_of(row.phash)))
+            yield beam.pvalue.TaggedOutput("members", dataset_member(row.source_id, part.split, row.labels,
+                                                                     row.sha256, signature_of(row.phash)))
+
+
+def _check_row(row: index.IndexRow, shard_uri: str, label_offset: int) -> None:
+    """ValueError naming the shard when a row's record is not where it says or not the record it describes (a
+    record whose data fails its checksum is the shard's damage, not the row's: the copy that reads it or `verify`
+    says so, as before)."""
+    try:
+        record = index.unframe(storage.read_range(shard_uri, row.offset, row.length))
+    except FramingError as exc:
+        if str(exc) == index.DATA_CHECKSUM_MISMATCH:
+            return
+        raise ValueError(f"{storage.basename(shard_uri)} record 0: no record where its index row says: {exc}") from None
+    disagrees = index.identity_problem(row, record, label_offset)
+    if disagrees:
+        raise ValueError(f"{storage.basename(shard_uri)} record 0: {disagrees}")
 
 
 def dataset_member(source_id: str, split: str, labels, sha256: str, signature: int | None):
@@ -127,14 +175,6 @@ def _record_ids(uri: str, split: str):
         yield source_id, "record"
         sha = b"".join(fields.get(schema.SHA256, [])).decode("utf-8", "replace")
         yield beam.pvalue.TaggedOutput("members", dataset_member(source_id, split, (), sha, None))
-
-
-def _report(uri: str) -> list[dict]:
-    try:
-        data = storage.read_bytes(uri)
-    except storage.NotFoundError:  # a skipped list may be absent; the rejected one is checked when publishing
-        return []
-    return manifest.report_entries(data, uri)
 
 
 class KeepNew(beam.PTransform):
@@ -324,10 +364,10 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
     if after.created == old.created:
         dups = totals.get("rejected_duplicate", 0)
         also = f", {dups} more have the bytes of a record in it" if dups else ""
-        print(f"tpu-shards: nothing to append: no media file is new to {args.output} "
+        print(f"tpu-shards: nothing to append: no media file is new to {printable(args.output)} "
               f"({totals.get('already_in_dataset', 0)} already in it{also}); the dataset is unchanged")
         return after
-    print(append_summary(after, seconds))
+    print(printable_lines(append_summary(after, seconds)))
     return after
 
 

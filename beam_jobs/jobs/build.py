@@ -27,6 +27,7 @@ from beam_jobs.pipeline.start import StartRun, new_run_id
 from beam_jobs.jobs.checks import (check_models_and_codecs, check_with_beam, pipeline_options, prepare_inputs,
                                    prepare_output)
 from beam_jobs.jobs.summary import metrics_summary, summary
+from shard_utils.text import printable_lines
 
 
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
@@ -74,7 +75,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
         if result is None:  # a template was written
             return None
         built = manifest.load(args.output)
-        print(summary(built, time.monotonic() - started, runner, workers))
+        print(printable_lines(summary(built, time.monotonic() - started, runner, workers)))
         counters = metrics_summary(result)
         if counters:
             print(counters)

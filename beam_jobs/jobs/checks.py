@@ -20,6 +20,7 @@ from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options, running
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.listing_sources import prepare_listings
+from shard_utils.text import printable
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
@@ -36,7 +37,7 @@ def prepare_inputs(args):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for note in notes:
-        print(f"tpu-shards: {note}")
+        print(f"tpu-shards: {printable(note)}")
     return listing, False
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 
 from shard_utils.format import manifest
 from shard_utils import storage
+from shard_utils.text import printable
 
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.local.pool import LocalPool
@@ -70,5 +71,5 @@ class LocalInterrupts:
         worker.start()
         worker.join(CLEANUP_SECONDS)
         what = state[0] if state else f"the state of {self.config.output} could not be checked in time"
-        print(f"tpu-shards: interrupted; {what}", file=sys.stderr, flush=True)
+        print(f"tpu-shards: interrupted; {printable(what)}", file=sys.stderr, flush=True)
         os._exit(EXIT_CODE)

@@ -51,6 +51,7 @@ from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, keep_lease, new_run_id
 from shard_utils.errors import PlanError
 from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
+from shard_utils.text import printable_lines
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
@@ -200,26 +201,19 @@ def carried(_, source: Manifest):
     yield publish.Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
                         extensions=Counter(skipped.get("by_extension", {})))
     for tag, part in (("rejected", source.rejected), ("skipped_files", skipped)):
+        listed = 0
         try:
-            lines = _report_lines(source, part.get("path"))
+            for line in (manifest.read_report(storage.join(source.location, part["path"]), part["path"])
+                         if part.get("path") else ()):
+                listed += 1
+                yield beam.pvalue.TaggedOutput(tag, line)
         except (manifest.ManifestError, storage.StorageError) as exc:
             yield beam.pvalue.TaggedOutput("damaged", str(exc))
             return
-        if tag == "rejected" and len(lines) != part.get("count", 0):
-            yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {len(lines)} rejected files listed, the "
+        if tag == "rejected" and listed != part.get("count", 0):
+            yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {listed} rejected files listed, the "
                                                       f"manifest says {part.get('count', 0)}")
-        for line in lines:
-            yield beam.pvalue.TaggedOutput(tag, line)
 
-
-def _report_lines(source: Manifest, path: str | None) -> list[dict]:
-    if not path:
-        return []
-    try:
-        data = storage.read_bytes(storage.join(source.location, path))
-    except storage.NotFoundError:
-        return []
-    return manifest.report_entries(data, path)
 
 
 # ---------------------------------------------------------------------------------------------- finish
@@ -390,8 +384,8 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
         if result is None:
             return None
         built = manifest.load(args.dst)
-        print(summary(built, time.monotonic() - started, runner).replace(" wrote ", " resharded " + source.location
-                                                                          + " into ", 1))
+        print(printable_lines(summary(built, time.monotonic() - started, runner).replace(
+            " wrote ", " resharded " + source.location + " into ", 1)))
         totals = counter_totals(result)
         if totals.get("records_copied"):
             print(f"  counters: shards_read {totals.get('shards_read', 0)}, records_copied {totals['records_copied']}")

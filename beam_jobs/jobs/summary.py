@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from shard_utils import inputs, storage
 from shard_utils.format import labels, manifest
+from shard_utils.text import printable
 
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
@@ -80,7 +81,7 @@ def split_name_notes(split_names) -> list[str]:
 def label_ids_line(names: list[str]) -> list[str]:
     """The line saying which id each numeric label got, when an id is not the label itself; none otherwise."""
     mapping = labels.renumbered(names)
-    return [f"  label ids: {mapping} (ids follow the labels' numeric order; manifest.labels[id] is the label)"] \
+    return [f"  label ids: {printable(mapping)} (ids follow the labels' numeric order; manifest.labels[id] is the label)"] \
         if mapping else []
 
 
@@ -101,7 +102,7 @@ def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1)
         return f" ({', '.join(f'{k} {v}' for k, v in part.get('by_reason', {}).items())})" if part["count"] else ""
 
     extensions = m.skipped.get("by_extension") or {}
-    not_media = f"; not media: {', '.join(f'{k} {v}' for k, v in extensions.items())}" if extensions else ""
+    not_media = f"; not media: {', '.join(f'{printable(k)} {v}' for k, v in extensions.items())}" if extensions else ""
     lines.append(f"  files seen {m.files_seen}: rejected {m.rejected['count']}{reasons(m.rejected)}, "
                  f"skipped {m.skipped['count']}{reasons(m.skipped)}{not_media}")
     if m.rejected["count"]:

@@ -73,7 +73,8 @@ class _CarryFn(beam.DoFn):
 
     def process(self, task, run):
         try:
-            yield carry_shard(task, run.temp_dir, seed=self.config.seed, extras=self.config.listing.extras)
+            yield carry_shard(task, run.temp_dir, seed=self.config.seed, label_offset=self.config.label_offset,
+                              extras=self.config.listing.extras)
         except (DamagedShard, storage.StorageError) as exc:
             yield beam.pvalue.TaggedOutput("failure", _damaged(exc))
             return

@@ -39,6 +39,7 @@ from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
 from beam_jobs.publish.reports import PIECES_FOLDER, Report, as_report, write_report
 from shard_utils.errors import InternalError, PlanError
+from shard_utils.text import printable
 
 OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds
 REPORTED_REASONS = 3  # reasons named in a failure's one line
@@ -160,13 +161,13 @@ def failure_message(why: str, rejected: Report | Sequence[dict], tally: Tally, r
     parts = [why]
     counts = as_report(rejected).counts
     if counts.by_reason:
-        shown = [f"{n} {reason} (e.g. {counts.example(reason)['source']}: {counts.example(reason)['message']})"
+        shown = [printable(f"{n} {reason} (e.g. {counts.example(reason)['source']}: {counts.example(reason)['message']})")
                  for reason, n in counts.by_reason.most_common(REPORTED_REASONS)]
         more = len(counts.by_reason) - REPORTED_REASONS
         parts.append("rejected: " + ", ".join(shown) + (f" and {more} more reasons" if more > 0 else ""))
     skipped = sum(tally.skipped.values())
     if skipped:
-        exts = ", ".join(f"{ext} {n}" for ext, n in tally.extensions.most_common(5))
+        exts = ", ".join(f"{printable(ext)} {n}" for ext, n in tally.extensions.most_common(5))
         parts.append(f"skipped {skipped} ({', '.join(f'{k} {v}' for k, v in tally.skipped.most_common())}"
                      + (f"; not media: {exts}" if exts else "") + ")")
     if counts.count or skipped:

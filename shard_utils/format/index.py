@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence, cast
 
 from shard_utils import storage
-from shard_utils.format import avro_blocks
+from shard_utils.format import avro_blocks, names
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
-from shard_utils.format.schema import ExtraSpec, ImageRecord, label_ids_of
+from shard_utils.format.schema import LABEL, SOURCE_ID, ExtraSpec, ImageRecord, decode_lists, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
 
 if TYPE_CHECKING:
@@ -438,6 +438,34 @@ def check_place(offset: int, length: int, shard_bytes: int, max_record_bytes: in
     return None
 
 
+def record_identity(record: bytes, label_offset: int = 0) -> tuple[str, tuple[int, ...]]:
+    """A serialized record's source id and 0-based label ids; ValueError when it is not a tf.train.Example."""
+    fields = decode_lists(record)
+    return (b"".join(fields.get(SOURCE_ID, [])).decode("utf-8", "replace"),
+            label_ids_of(fields.get(LABEL, []), label_offset))
+
+
+def row_disagreement(row: IndexRow, source_id: str, labels: tuple[int, ...]) -> str | None:
+    """How a row's source id and labels differ from its record's, or None. Those are what tools take from the
+    index instead of the record (append's source ids, reshard's labels), so a row must never win over its record."""
+    if row.source_id != source_id:
+        return f"its index row gives source id {names.shown(row.source_id)}, the record {names.shown(source_id)}"
+    if row.labels != labels or row.label != (labels[0] if labels else NO_LABEL):
+        return f"its index row gives labels {list(row.labels)}, the record {list(labels)}"
+    return None
+
+
+def identity_problem(row: IndexRow, record: bytes, label_offset: int = 0) -> str | None:
+    """`row_disagreement` with the record's own fields, or why the record has none (not a tf.train.Example)."""
+    try:
+        return row_disagreement(row, *record_identity(record, label_offset))
+    except ValueError as exc:
+        return str(exc)
+
+
+DATA_CHECKSUM_MISMATCH = "data checksum mismatch"  # unframe's finding when the length holds and the data does not
+
+
 def unframe(framed: bytes) -> bytes:
     """The record inside one framed record, after checking its length, both CRCs and that nothing is left over."""
     if len(framed) < MIN_FRAMED:
@@ -450,5 +478,5 @@ def unframe(framed: bytes) -> bytes:
         raise FramingError(f"record holds {length} bytes but the index gives it {len(framed) - MIN_FRAMED}")
     data = framed[HEADER:HEADER + length]
     if masked_crc(data) != struct.unpack("<I", framed[HEADER + length:])[0]:
-        raise FramingError("data checksum mismatch")
+        raise FramingError(DATA_CHECKSUM_MISMATCH)
     return data

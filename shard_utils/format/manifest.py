@@ -9,10 +9,10 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
 from shard_utils import storage
-from shard_utils.format import names, schema, splits as split_expressions
+from shard_utils.format import json_values, names, schema, splits as split_expressions
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
@@ -398,6 +398,9 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     """Validate a parsed manifest and build the Manifest; raises ManifestError naming the first problem."""
     if not isinstance(obj, Mapping):
         raise ManifestError("manifest must be a JSON object")
+    problem = json_values.depth_problem(obj) or json_values.option_problem(_get(obj, "options", dict, "manifest"))
+    if problem:
+        raise ManifestError(f"manifest: {problem}; refused")
     version = _get(obj, "format_version", int, "manifest")
     if version not in READABLE_VERSIONS:
         raise ManifestError(f"manifest format_version {version} is not supported; this tpu-shards reads "
@@ -642,11 +645,26 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
     return from_dict(obj, location)
 
 
-def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
-    """The entries of a dataset's rejected or skipped report: one JSON object per line, each with a string
-    `source` and `reason`; ManifestError naming the first line that is not one."""
-    entries = []
-    for number, line in enumerate(data.splitlines(), start=1):
+MAX_REPORT_LINE = 1 << 20  # bytes of one line of a rejected or skipped report (an entry takes a few hundred)
+
+
+def bounded_lines(stream: IO[bytes], limit: int = MAX_REPORT_LINE) -> Iterator[bytes | None]:
+    """A stream's lines, each read no further than `limit` bytes; a longer line is given as None and ends them (the
+    rest is not read: a report holding such a line is damaged, and the line may run to the end of the file)."""
+    while line := stream.readline(limit + 1):
+        if len(line) > limit:
+            yield None
+            return
+        yield line
+
+
+def iter_report_entries(stream: IO[bytes], path: str) -> Iterator[dict[str, Any]]:
+    """The entries of a dataset's rejected or skipped report, read one line at a time (a line holds at most
+    MAX_REPORT_LINE bytes): one JSON object per line, each with a string `source` and `reason`; ManifestError naming
+    the first line that is not one."""
+    for number, line in enumerate(bounded_lines(stream), start=1):
+        if line is None:
+            raise ManifestError(f"{path} line {number} is longer than {MAX_REPORT_LINE} bytes; not a report entry")
         if not line.strip():
             continue
         try:
@@ -657,8 +675,17 @@ def report_entries(data: bytes, path: str) -> list[dict[str, Any]]:
                 and isinstance(entry.get("reason"), str)):
             raise ManifestError(f"{path} line {number} is not a report entry (a JSON object with a source and a "
                                 "reason)")
-        entries.append(entry)
-    return entries
+        yield entry
+
+
+def read_report(uri: str, path: str) -> Iterator[dict[str, Any]]:
+    """The entries of the report at `uri` (`path`: as messages name it), read one line at a time; none when the
+    file is absent (a skipped report may be)."""
+    try:
+        with storage.open_read(uri) as f:
+            yield from iter_report_entries(f, path)
+    except storage.NotFoundError:
+        return
 
 
 def manifest_path(dataset: str) -> tuple[str, str]:

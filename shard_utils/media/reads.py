@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from shard_utils import storage
+from shard_utils.text import printable
 from shard_utils.storage.throttle import GaveUp, Waited, with_retries
 
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
@@ -56,7 +57,7 @@ def _read_local(path: str, max_bytes: int) -> bytes | Unusable:
     try:  # O_NONBLOCK: opening a FIFO must not wait for a writer; regular files are unaffected
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except (FileNotFoundError, NotADirectoryError):
-        return Unusable("missing", f"{_show(path)} does not exist")
+        return Unusable("missing", f"{printable(path)} does not exist")
     except PermissionError as exc:
         return Unusable("unreadable", f"permission denied ({exc.strerror})")
     except OSError as exc:
@@ -125,10 +126,6 @@ def _read_gcs(uri: str, max_bytes: int, size_hint: int, waited: Waited | None) -
     if len(data) > max_bytes:
         return _too_large(f"more than {max_bytes}", max_bytes)
     return data
-
-
-def _show(path: str) -> str:
-    return path if path.isprintable() else path.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
 T = TypeVar("T")

@@ -25,8 +25,10 @@ from shard_utils import storage
 from shard_utils.extras import require_all
 from shard_utils.format.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
 from shard_utils.format.manifest import Manifest, load
+from shard_utils.format.generations import DigestingReader
 from shard_utils.format.tfrecord import FramingError
 from shard_utils.read.array_record_source import array_record_source  # noqa: F401 - public from here too
+from shard_utils.read.stated import drain, size_problem
 
 # Every read checks both framing CRC32Cs and the index is Avro: after a --no-deps install, say what is missing.
 require_all(("google_crc32c", "fastavro"), "shard_utils.random_access")
@@ -98,9 +100,9 @@ def _why(shard: int, expected: int, offset: int, length: int, size: int, limit: 
     return check_place(offset, length, size, limit) or "is invalid"
 
 
-def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES,
-               reader: Callable[[str], bytes] = storage.read_bytes) -> SplitIndex:
-    """Read and check one split's index file against the manifest (size, CRC32C, every row's place)."""
+def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES) -> SplitIndex:
+    """Read and check one split's index file against the manifest (size from stat or object metadata before any
+    read, then streamed: CRC32C, every row's place)."""
     entry = m.split(split)
     if entry.index is None and m.shard_format != "tfrecord":
         raise IndexFormatError(f"split {split!r} holds ArrayRecord shards only (--format array_record), which give "
@@ -110,15 +112,25 @@ def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES
         raise IndexFormatError(f"split {split!r} has no index in its manifest; rebuild the dataset with a "
                                "tpu-shards that writes indexes")
     uri = storage.join(m.location, entry.index.path)
-    data = reader(uri)
-    digest = storage.Digest()
-    digest.update(data)
+    problem = size_problem(uri, entry.index)
+    if problem:
+        raise IndexFormatError(f"{problem}; the index is damaged")
+    rows_problem: IndexFormatError | None = None
+    with storage.open_read(uri) as f:
+        stream = DigestingReader(f)
+        try:
+            index = SplitIndex.from_places(read_places(stream, entry.index.num_rows),  # type: ignore[arg-type]
+                                           [s.num_records for s in entry.shards], [s.num_bytes for s in entry.shards],
+                                           max_record_bytes, entry.index.path)
+        except IndexFormatError as exc:
+            rows_problem = exc  # said after the checksum, which names a damaged file first
+        digest = drain(stream)
     if (digest.size, digest.crc32c) != (entry.index.num_bytes, entry.index.crc32c):
         raise IndexFormatError(f"{entry.index.path}: size {digest.size} / crc32c {digest.crc32c} differ from the "
                                f"manifest's {entry.index.num_bytes} / {entry.index.crc32c}; the index is damaged")
-    places = read_places(io.BytesIO(data), entry.index.num_rows)
-    return SplitIndex.from_places(places, [s.num_records for s in entry.shards],
-                                  [s.num_bytes for s in entry.shards], max_record_bytes, entry.index.path)
+    if rows_problem is not None:
+        raise rows_problem
+    return index
 
 
 def load_indexes(m: Manifest, max_record_bytes: int = MAX_RECORD_BYTES) -> dict[str, SplitIndex]:

@@ -5,7 +5,6 @@ to show or to sanitise, never trusted as paths or markup.
 """
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -130,17 +129,3 @@ def iter_split(m: Manifest, split: str) -> Iterator[StoredRecord]:
     """Every record of a split, shard by shard, in shard order."""
     for shard in m.split(split).shards:
         yield from iter_shard(m, split, shard)
-
-
-def printable(text: str, limit: int | None = None) -> str:
-    """Text safe to draw or print: control and format characters shown as escapes (\\x00, \\u202e),
-    cut to `limit` characters with an ellipsis."""
-    out = "".join(c if unicodedata.category(c)[0] != "C" or c == " " else _escape(c) for c in text)
-    if limit is not None and len(out) > limit:
-        out = out[:max(limit - 1, 0)] + "\u2026"
-    return out
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -4,6 +4,7 @@ Returns problems as lines naming the shard and record, so a user can act on each
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -11,10 +12,13 @@ from typing import Iterator
 
 from shard_utils import storage
 from shard_utils.format import array_record, croissant, schema
-from shard_utils.format.index import (NO_LABEL, IndexFormatError, IndexRow, check_header, check_place, field_name,
-                                     read_index, unframe)
-from shard_utils.format.manifest import IndexFile, Manifest, ManifestError, Shard, load, report_entries
+from shard_utils.format.generations import DigestingReader
+from shard_utils.format.index import (MAX_RECORD_BYTES, NO_LABEL, IndexFormatError, IndexRow, check_header,
+                                     check_place, field_name, read_index, record_identity, row_disagreement, unframe)
+from shard_utils.format.manifest import (MAX_REPORT_LINE, IndexFile, Manifest, ManifestError, Shard, bounded_lines,
+                                         iter_report_entries, load)
 from shard_utils.quality import findings
+from shard_utils.read.stated import digest_problems, drain, size_problem
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.tfrecord import FramingError, iter_records
 
@@ -36,11 +40,12 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
             continue
         shard_problems: dict[int, list[str]] = {}
 
-        def read_and_check(i: int, split=split, found=shard_problems) -> bytes | None:
-            """Read a shard once for both checks: its own, and its index rows against its records."""
+        def read_and_check(i: int, split=split, found=shard_problems) -> bytes | str | None:
+            """Read a shard once for both checks: its own, and its index rows against its records (a shard too
+            large to hold is streamed for its own, and its records read by range for its rows)."""
             data = _read_shard(m, split.shards[i])
             found[i] = check_shard(m, split.shards[i], deep, data=data)
-            return data if isinstance(data, bytes) else None
+            return None if isinstance(data, list) else data
 
         index_problems = check_index(m, split_name, deep, reader=read_and_check)
         for i, shard in enumerate(split.shards):
@@ -79,15 +84,8 @@ def _stated_file(m: Manifest, entry: Shard | IndexFile) -> list[str]:
     path = storage.join(m.location, entry.path)
     if storage.stores_checksums(path):
         return stored_problems(path, entry)
-    try:
-        with storage.open_read(path):  # refuses a pipe, device or socket without waiting on it
-            pass
-        size = storage.size(path)
-    except storage.NotFoundError:
-        return [f"{entry.path}: missing"]
-    except storage.StorageError as exc:
-        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
-    return [] if size == entry.num_bytes else [f"{entry.path}: size {size} bytes, manifest says {entry.num_bytes}"]
+    problem = size_problem(path, entry)
+    return [problem] if problem else []
 
 
 def _index_header(m: Manifest, entry: IndexFile) -> list[str]:
@@ -129,7 +127,8 @@ def check_reports(m: Manifest) -> list[str]:
             continue
         path = storage.join(m.location, part["path"])
         try:
-            entries = report_entries(storage.read_bytes(path), part["path"])
+            with storage.open_read(path) as f:
+                entries = sum(1 for _ in iter_report_entries(f, part["path"]))
         except storage.NotFoundError:
             if part.get("count"):
                 problems.append(f"{part['path']}: missing")
@@ -140,21 +139,10 @@ def check_reports(m: Manifest) -> list[str]:
         except ManifestError as exc:
             problems.append(str(exc))
             continue
-        if what == "rejected" and len(entries) != part.get("count", 0):
-            problems.append(f"{part['path']}: {len(entries)} rejected files listed, the manifest says "
+        if what == "rejected" and entries != part.get("count", 0):
+            problems.append(f"{part['path']}: {entries} rejected files listed, the manifest says "
                             f"{part.get('count', 0)}")
     return problems
-
-
-def _read_named(m: Manifest, rel: str) -> tuple[bytes | None, list[str]]:
-    """The bytes of a file the manifest names, or None and the one problem saying why they cannot be read."""
-    path = storage.join(m.location, rel)
-    try:
-        return storage.read_bytes(path), []
-    except storage.NotFoundError:
-        return None, [f"{rel}: missing"]
-    except storage.StorageError as exc:
-        return None, [f"{rel}: cannot read: {storage.problem(exc, path)}"]
 
 
 def check_quality(m: Manifest) -> list[str]:
@@ -162,21 +150,28 @@ def check_quality(m: Manifest) -> list[str]:
     part = m.quality or {}
     if not part.get("path"):
         return []
-    data, unread = _read_named(m, part["path"])
-    if data is None:
-        return unread
-    listed: list[dict] = []
-    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            listed.append(findings.from_line(line))
-        except findings.BadFinding as exc:
-            return [f"{part['path']} line {number} is not a finding: {exc}"]
+    path = storage.join(m.location, part["path"])
+    listed = dict.fromkeys(findings.KINDS, 0)  # findings per kind, counted as read (a report may be large)
+    try:
+        with storage.open_read(path) as f:
+            for number, line in enumerate(bounded_lines(f), start=1):
+                if line is None:
+                    return [f"{part['path']} line {number} is longer than {MAX_REPORT_LINE} bytes; not a finding"]
+                if not line.strip():
+                    continue
+                try:
+                    listed[findings.from_line(line.decode("utf-8", "replace"))["kind"]] += 1
+                except findings.BadFinding as exc:
+                    return [f"{part['path']} line {number} is not a finding: {exc}"]
+    except storage.NotFoundError:
+        return [f"{part['path']}: missing"]
+    except storage.StorageError as exc:
+        return [f"{part['path']}: cannot read: {storage.problem(exc, path)}"]
     problems = []
-    if len(listed) != part.get("count", 0):
-        problems.append(f"{part['path']}: {len(listed)} findings listed, the manifest says {part.get('count', 0)}")
-    counted = {kind: n for kind, n in findings.counts(listed).items() if n}
+    if sum(listed.values()) != part.get("count", 0):
+        problems.append(f"{part['path']}: {sum(listed.values())} findings listed, the manifest says "
+                        f"{part.get('count', 0)}")
+    counted = {kind: n for kind, n in listed.items() if n}
     stated = {kind: n for kind, n in part.get("by_kind", {}).items() if n}
     if counted != stated:
         problems.append(f"{part['path']}: findings by kind {counted} differ from the manifest's {stated}")
@@ -196,42 +191,53 @@ def check_croissant(m: Manifest) -> list[str]:
     return croissant.file_problems(data, m)
 
 
-def _read_shard(m: Manifest, shard: Shard) -> bytes | list[str]:
-    """A shard's bytes, or the problem line saying why they cannot be read."""
+IN_MEMORY_SHARD_BYTES = 256 * 2**20  # a shard up to this size is read once for its own and its rows' checks
+
+
+def _read_shard(m: Manifest, shard: Shard) -> bytes | str | list[str]:
+    """A shard's bytes; its full path when it is larger than IN_MEMORY_SHARD_BYTES (to be streamed); or the problem
+    line saying why it is not read (missing, not a regular file, or another size than the manifest's, which stat
+    or the object's metadata tells before any read)."""
     path = storage.join(m.location, shard.path)
+    problem = size_problem(path, shard)
+    if problem:
+        return [problem]
+    if shard.num_bytes > IN_MEMORY_SHARD_BYTES:
+        return path
     try:
-        return storage.read_bytes(path)
-    except storage.NotFoundError:
-        return [f"{shard.path}: missing"]
+        return storage.read_bytes(path, limit=shard.num_bytes + 1)
     except storage.StorageError as exc:
         return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
 
 
-def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | list[str] | None = None) -> list[str]:
-    """Problems with one shard (its bytes may be given, already read)."""
+def check_shard(m: Manifest, shard: Shard, deep: bool, data: bytes | str | list[str] | None = None) -> list[str]:
+    """Problems with one shard (its bytes, or its path to stream, may be given, as `_read_shard` gives them)."""
     path = storage.join(m.location, shard.path)
     if not deep and storage.stores_checksums(path):
         return stored_problems(path, shard)  # no download: size and crc32c are metadata
     data = _read_shard(m, shard) if data is None else data
     if isinstance(data, list):
         return data
-    problems = []
-    if len(data) != shard.num_bytes:
-        problems.append(f"{shard.path}: size {len(data)} bytes, manifest says {shard.num_bytes}")
-    digest = storage.Digest()
-    digest.update(data)
-    if digest.crc32c != shard.crc32c:
-        problems.append(f"{shard.path}: crc32c {digest.crc32c}, manifest says {shard.crc32c}")
-    if digest.sha256 != shard.sha256:
-        problems.append(f"{shard.path}: sha256 differs from the manifest")
+    try:
+        with contextlib.nullcontext(io.BytesIO(data)) if isinstance(data, bytes) else storage.open_read(data) as f:
+            reader = DigestingReader(f)
+            found = _record_problems(m, shard, deep, reader)
+            return digest_problems(drain(reader), shard) + found
+    except storage.StorageError as exc:
+        return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
+
+
+def _record_problems(m: Manifest, shard: Shard, deep: bool, stream: DigestingReader) -> list[str]:
+    """A shard's framing and record count (with `deep`, every record's problems), read one record at a time."""
+    problems: list[str] = []
     count = 0
     try:
-        for count, record in enumerate(iter_records(io.BytesIO(data)), start=1):
+        limit = min(MAX_RECORD_BYTES, shard.num_bytes)
+        for count, record in enumerate(iter_records(stream, max_record_bytes=limit), start=1):  # type: ignore[arg-type]
             if deep:
                 problems.extend(f"{shard.path}: record {count - 1}: {p}" for p in check_record(m, record))
     except FramingError as exc:
-        problems.append(f"{shard.path}: {exc}")
-        return problems
+        return problems + [f"{shard.path}: {exc}"]
     if count != shard.num_records:
         problems.append(f"{shard.path}: {count} records, manifest says {shard.num_records}")
     return problems
@@ -268,18 +274,6 @@ def _check_file(path: str, shard: Shard) -> list[str]:
         while block := f.read(storage.READ_CHUNK_SIZE):
             digest.update(block)
     return digest_problems(digest, shard)
-
-
-def digest_problems(digest: storage.Digest, entry: Shard | IndexFile) -> list[str]:
-    """A file's size and checksums against its manifest entry, one line per difference."""
-    problems = []
-    if digest.size != entry.num_bytes:
-        problems.append(f"{entry.path}: size {digest.size} bytes, manifest says {entry.num_bytes}")
-    if digest.crc32c != entry.crc32c:
-        problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
-    if digest.sha256 != entry.sha256:
-        problems.append(f"{entry.path}: sha256 differs from the manifest")
-    return problems
 
 
 def _check_records(m: Manifest, local: str, shard: Shard, tfrecord: Shard | None) -> list[str]:
@@ -414,19 +408,22 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
     if entry is None:
         return []
     path = storage.join(m.location, entry.path)
-    data, unread = _read_named(m, entry.path)
-    if data is None:
-        return unread
-    digest = storage.Digest()
-    digest.update(data)
-    problems = digest_problems(digest, entry)
+    problem = size_problem(path, entry)
+    if problem:
+        return [problem]
     rows = _IndexRows(m, split_name, read_shards=deep or not storage.stores_checksums(path), deep=deep,
                       reader=reader)
     try:
-        for row in read_index(io.BytesIO(data), max_rows=entry.num_rows):
-            rows.check(row)
-    except IndexFormatError as exc:
-        rows.problem(f"{entry.path}: {exc}")
+        with storage.open_read(path) as f:
+            stream = DigestingReader(f)
+            try:
+                for row in read_index(stream, max_rows=entry.num_rows):  # type: ignore[arg-type]
+                    rows.check(row)
+            except IndexFormatError as exc:
+                rows.problem(f"{entry.path}: {exc}")
+            problems = digest_problems(drain(stream), entry)
+    except storage.StorageError as exc:
+        return [f"{entry.path}: cannot read: {storage.problem(exc, path)}"]
     rows.finish()
     problems.extend(rows.problems)
     if rows.found > len(rows.problems):
@@ -449,7 +446,7 @@ class _IndexRows:
         self.end = 0  # where the previous row's record ends
         self.counts = [0] * len(self.split.shards)
         self.unlabeled = 0  # rows without a label
-        self.data: bytes | None = None
+        self.data: bytes | str | None = None  # the current shard's bytes, or its path to read records by range
         self.fields = {field_name(k[len(schema.EXTRA_PREFIX):]): (k, v)
                        for k, v in m.features.items() if k.startswith(schema.EXTRA_PREFIX)}
 
@@ -484,12 +481,22 @@ class _IndexRows:
         if self.data is None:
             return
         try:
-            record = unframe(self.data[row.offset:row.offset + row.length])
+            record = unframe(self.data[row.offset:row.offset + row.length] if isinstance(self.data, bytes)
+                             else storage.read_range(self.data, row.offset, row.length))
+        except storage.StorageError as exc:
+            return self.problem(f"{where}: cannot read its record in {shard.path}: {storage.problem(exc)}")
         except FramingError as exc:
             return self.problem(f"{where}: no record at {shard.path} bytes {row.offset}..{self.end}: {exc}")
         if self.deep:
             for p in self._compare(row, record):
                 self.problem(f"{where}: {p}")
+        else:
+            try:
+                disagrees = row_disagreement(row, *record_identity(record, self.m.label_offset))
+            except ValueError:
+                return  # not an Example: --deep says so; the row frames it, which is all plain verify asks
+            if disagrees:
+                self.problem(f"{where}: {shard.path} record {self.counts[row.shard] - 1}: {disagrees}")
 
     def _load(self, shard: int) -> None:
         self.data = None
@@ -497,13 +504,14 @@ class _IndexRows:
             self.data = self.reader(shard)
             if self.data is None:
                 self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
-                             "records: the shard cannot be read")
+                             "records: the shard is not read (its own line says why)")
         elif self.read_shards:
-            try:
-                self.data = storage.read_bytes(storage.join(self.m.location, self.split.shards[shard].path))
-            except storage.StorageError as exc:
+            data = _read_shard(self.m, self.split.shards[shard])
+            if isinstance(data, list):
                 self.problem(f"{self.where}: rows of {self.split.shards[shard].path} not checked against "
-                             f"records: the shard cannot be read ({storage.problem(exc)})")
+                             f"records: {data[0]}")
+            else:
+                self.data = data
 
     def _close_shard(self) -> None:
         if self.shard >= 0 and self.end != self.split.shards[self.shard].num_bytes:

@@ -116,13 +116,15 @@ def carry_tasks(m: Manifest, latest: LatestGeneration) -> list[CarryTask]:
             for i, shard in enumerate(latest.shards)]
 
 
-def carry_shard(task: CarryTask, folder: str, *, seed: int, extras: Sequence[schema.ExtraSpec] = ()) -> CarriedRun:
+def carry_shard(task: CarryTask, folder: str, *, seed: int, label_offset: int = 0,
+                extras: Sequence[schema.ExtraSpec] = ()) -> CarriedRun:
     """Copy one shard's records, checked, into a run under folder (the same bytes under the same name when run
     twice); DamagedShard when the shard does not match its manifest entry or index rows."""
     writer = RunWriter(storage.join(folder, CARRY_FOLDER), task.split, task.position)
     classes: Counter = Counter()
     try:
-        for meta, framed in shard_records(task.uri, task.shard, task.rows, seed=seed, extras=extras):
+        for meta, framed in shard_records(task.uri, task.shard, task.rows, seed=seed, label_offset=label_offset,
+                                            extras=extras):
             writer.add(framed, meta)
             classes.update(meta.labels)
     except BaseException:

@@ -1,8 +1,9 @@
 """A published shard's records, copied byte for byte with the metadata a shard writer needs (for reshard).
 
-Nothing is decoded: each framed record is read, its two CRCs checked and its bytes kept as they are; its
-metadata (`encode.RecordMeta`: source id, labels, SHA-256, size, extras) comes from the split's index row,
-or, for a dataset without an index, from the record's own fields. The sort key comes from the new seed.
+No image is decoded: each framed record is read, its two CRCs checked and its bytes kept as they are; its
+metadata (`encode.RecordMeta`: source id, labels, SHA-256, size, extras) comes from the split's index row, once
+the row's source id and labels are found to be the record's own, or, for a dataset without an index, from the
+record's own fields. The sort key comes from the new seed.
 Every shard is checked against its manifest entry (record count, size, CRC32C, SHA-256) and against its
 index rows (each row's place); the first mismatch is a DamagedShard naming the shard. An ArrayRecord shard (a
 dataset built with --format array_record, which has no index) gives its records framed as TFRecord records,
@@ -16,7 +17,7 @@ from shard_utils.format import array_record, schema
 from shard_utils import storage
 from shard_utils.media.encode import RecordMeta
 from shard_utils.format.generations import DigestingReader
-from shard_utils.format.index import IndexRow, field_name
+from shard_utils.format.index import IndexRow, field_name, identity_problem
 from shard_utils.format.manifest import Shard
 from shard_utils.format.tfrecord import FramingError, frame, iter_records
 from shard_utils.format.order import sort_key
@@ -40,7 +41,11 @@ def shard_records(uri: str, shard: Shard, rows: Sequence[IndexRow] | None, *, se
                 if rows is None:
                     meta = meta_from_record(data, len(framed), seed, label_offset, extras, where, count - 1)
                 else:
-                    meta = meta_from_row(_row(rows, count - 1, offset, len(framed), where), len(framed), seed, extras)
+                    row = _row(rows, count - 1, offset, len(framed), where)
+                    disagrees = identity_problem(row, data, label_offset)
+                    if disagrees:
+                        raise DamagedShard(f"{where}: record {count - 1}: {disagrees}")
+                    meta = meta_from_row(row, len(framed), seed, extras)
                 offset += len(framed)
                 yield meta, framed
     except FramingError as exc:

@@ -13,6 +13,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from shard_utils.text import printable
+
 GCS = "gs://"
 LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
 WRITE_CHUNK_SIZE = 16 * 1024 * 1024  # bytes per resumable-upload request of open_write on gs://
@@ -84,7 +86,7 @@ def _one_line(text: str) -> str:
 
 def _show(uri: str) -> str:
     """A path as printed in a message: control characters escaped so the message stays one line."""
-    return uri if uri.isprintable() else uri.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return printable(uri)
 
 
 def crc32c_base64(crc: int) -> str:

@@ -1,7 +1,7 @@
 """`tpu-shards inspect --report DIR`: see a dataset. Contact sheets of sampled records, charts, one HTML page.
 
 Records are read with the project's own TFRecord reader (no TensorFlow). Everything shown comes from the
-manifest and the records, so every text is treated as hostile: drawn through `stored.printable`, never parsed
+manifest and the records, so every text is treated as hostile: drawn through `shard_utils.text.printable`, never parsed
 as math by matplotlib, and HTML-escaped on a page whose Content-Security-Policy allows no script at all.
 Needs the `report` extra (matplotlib); charts are drawn on Agg canvases, never through pyplot's global state.
 """

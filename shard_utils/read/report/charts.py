@@ -12,7 +12,7 @@ from shard_utils.extras import require
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.read.report.rejects import reason_counts
 from shard_utils.read.report.sample import SplitSample
-from shard_utils.read.stored import printable
+from shard_utils.text import printable
 
 __all__ = ["MANY_CLASSES", "plain_text", "class_chart", "shard_chart", "size_chart", "rejected_chart", "as_image"]
 

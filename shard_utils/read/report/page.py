@@ -18,7 +18,7 @@ from shard_utils.read.report.quality import QualityFindings, cluster_sample, rea
 from shard_utils.read.report.rejects import RejectedRows, first_rejected, reason_counts
 from shard_utils.read.report.sample import MAX_CLASSES, MAX_RECORDS, PER_CLASS, SplitSample, sample_split
 from shard_utils.read.report.sheets import render_sheet
-from shard_utils.read.stored import printable
+from shard_utils.text import printable
 
 __all__ = ["CSP", "STYLE", "render_page", "write_report"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_utils import storage
-from shard_utils.format.manifest import Manifest
+from shard_utils.format.manifest import MAX_REPORT_LINE, Manifest, bounded_lines
 
 __all__ = ["FIRST_REJECTED", "RejectedRows", "first_rejected", "reason_counts"]
 
@@ -37,18 +37,30 @@ def first_rejected(m: Manifest, limit: int = FIRST_REJECTED) -> RejectedRows:
     if not m.rejected.get("count") or not isinstance(name, str):
         return RejectedRows([], 0)
     path = storage.join(m.location, name)
+    rows: list[tuple[str, str, str]] = []
+    total = 0
     try:
-        lines = [line for line in storage.read_bytes(path).decode("utf-8", "replace").splitlines() if line.strip()]
+        with storage.open_read(path) as f:  # a line at a time, each bounded: the report may be of any size
+            for raw in bounded_lines(f):
+                if raw is not None and not raw.strip():
+                    continue
+                total += 1
+                if len(rows) < limit:
+                    rows.append(_row(total, raw))
     except storage.StorageError as exc:
         return RejectedRows([], 0, str(exc))
-    rows = []
-    for number, line in enumerate(lines[:limit], start=1):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            entry = None
-        if isinstance(entry, dict):
-            rows.append(tuple(str(entry.get(k, "")) for k in ("source", "reason", "message")))
-        else:
-            rows.append((f"line {number}", "(not a JSON object)", line[:300]))
-    return RejectedRows(rows, len(lines))
+    return RejectedRows(rows, total)
+
+
+def _row(number: int, raw: bytes | None) -> tuple[str, str, str]:
+    """(source, reason, message) of one line of the report, or what the line is when it is not an entry."""
+    if raw is None:
+        return (f"line {number}", f"(longer than {MAX_REPORT_LINE} bytes)", "")
+    line = raw.decode("utf-8", "replace").strip()
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        entry = None
+    if isinstance(entry, dict):
+        return tuple(str(entry.get(k, "")) for k in ("source", "reason", "message"))  # type: ignore[return-value]
+    return (f"line {number}", "(not a JSON object)", line[:300])

@@ -1,5 +1,5 @@
 """Contact sheets (Pillow): one row per shown class, its sampled records' images with their label text and
-source id, every text drawn through `stored.printable`."""
+source id, every text drawn through `shard_utils.text.printable`."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.read.report.sample import MAX_CLASSES, MAX_RECORDS, PER_CLASS, SplitSample, Tile, sample_split
-from shard_utils.read.stored import printable
+from shard_utils.text import printable
 
 __all__ = ["TILE", "thumbnail", "Placed", "render_sheet", "contact_sheet"]
 
