@@ -94,14 +94,16 @@ def install_faults(monkeypatch, **variables: str) -> None:
         monkeypatch.setenv(name, value)
 
 
-def run_strategy_check(*args) -> dict:
-    """Run tests/strategy_check.py (8 logical CPU devices) and return its findings."""
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *map(str, args)],
+def run_strategy_checks(*checks) -> list[dict]:
+    """Run tests/strategy_check.py (8 logical CPU devices) once for several checks (each a tuple of its
+    arguments): TensorFlow starts once. Returns their findings in order."""
+    words = [str(w) for check in checks for w in ("+", *check)][1:]
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *words],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[0][len("RESULT "):])
+    assert proc.returncode == 0 and len(lines) == len(checks), proc.stderr[-3000:]
+    return [json.loads(line[len("RESULT "):]) for line in lines]
 
 
 @pytest.fixture

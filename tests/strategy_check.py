@@ -8,10 +8,14 @@ own process. Prints one JSON line of findings for the test to assert on.
                                  [--features embedding]
     python strategy_check.py shapes DATASET [DATASET ...] --global-batch 16
     python strategy_check.py evaluate DATASET --global-batch 16
+
+Several checks joined by `+` run one after the other in one process (TensorFlow starts once), each printing its
+own RESULT line: `python strategy_check.py fit A --epochs 2 + evaluate A`.
 """
 import argparse
 import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
@@ -198,5 +202,10 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--eval-steps-per-execution", type=int, default=1)
     parser.add_argument("--features", default="media")
-    arguments = parser.parse_args()
-    print("RESULT " + json.dumps({"fit": fit, "shapes": shapes, "evaluate": evaluate}[arguments.mode](arguments)))
+    words = sys.argv[1:]
+    while words:
+        ends = words.index("+") if "+" in words else len(words)
+        arguments = parser.parse_args(words[:ends])
+        print("RESULT " + json.dumps({"fit": fit, "shapes": shapes, "evaluate": evaluate}[arguments.mode](arguments)),
+              flush=True)
+        words = words[ends + 1:]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_job, run_strategy_check, write_images
+from conftest import REPO, run_job, run_strategy_checks, write_images
 from PIL import Image
 from readers import all_records, records
 
@@ -285,11 +285,21 @@ def test_training_falls_back_to_record_sharding_when_shards_are_too_few(small):
     assert sorted(seen) == sorted(r[schema.SOURCE_ID].decode() for r in all_records(out, "train"))
 
 
-def test_mirrored_strategy_on_eight_simulated_devices(small):
+@pytest.fixture(scope="module")
+def on_eight_replicas(small) -> dict:
+    """The fit and evaluate checks of the small dataset on 8 logical devices, in one process."""
+    out, _ = small
+    fit, evaluate = run_strategy_checks(("fit", out, "--global-batch", 16, "--epochs", 2,
+                                         "--eval-steps-per-execution", 3), ("evaluate", out, "--global-batch", 16))
+    return {"fit": fit, "evaluate": evaluate}
+
+
+@pytest.mark.slow
+def test_mirrored_strategy_on_eight_simulated_devices(small, on_eight_replicas):
     """Two Keras epochs through distribute_datasets_from_function, validating after each, then evaluate:
     every evaluation counts each validation record exactly once (issue 9.6: epoch 2 used to stop)."""
     out, _ = small
-    result = run_strategy_check("fit", out, "--global-batch", 16, "--epochs", 2, "--eval-steps-per-execution", 3)
+    result = on_eight_replicas["fit"]
     assert result["replicas"] == 8 and result["steps"] == 63 // 16 and result["vsteps"] == 2
     assert result["train_spec"] == [[2, 32, 32, 3], [2]]
     assert len(result["loss"]) == 2 and np.isfinite(result["loss"]).all()
@@ -304,13 +314,12 @@ def test_mirrored_strategy_on_eight_simulated_devices(small):
 
 
 @pytest.mark.slow
-def test_the_documented_compile_reports_the_exact_validation_loss_on_eight_replicas(small):
+def test_the_documented_compile_reports_the_exact_validation_loss_on_eight_replicas(on_eight_replicas):
     """17 validation records, a global batch of 16 on 8 replicas: the last step holds 1 real record, so 7 replicas
     see padding only. The loss as a weighted metric (as the README compiles it) is the mean over real records:
     ln 3 for zero logits, the directly computed mean for a random model. Keras's loss is not: the default reduction
     gives the mean x records / padded slots, mean_with_sample_weight counts the all-padding replica batches as 0."""
-    out, _ = small
-    result = run_strategy_check("evaluate", out, "--global-batch", 16)
+    result = on_eight_replicas["evaluate"]
     assert (result["records"], result["steps"], result["num_classes"]) == (17, 2, 3)
     zero, random = result["zero"], result["random"]
     assert zero["exact"] == pytest.approx(math.log(3), abs=1e-5)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import photo, run_job, run_strategy_check
+from conftest import photo, run_job, run_strategy_checks
 from readers import all_records
 from synthetic import jpeg, record, write_dataset
 
@@ -327,9 +327,32 @@ def test_video_embedding_mode(video):
 # ----------------------------------------------------------------------------- 8 logical devices
 
 
-def test_static_shapes_on_eight_devices(multi, video):
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """Records with separable 8-dimensional embeddings and undecodable images, in 8 shards."""
+    items = {split: [record(i, (i % 3,), LABELS, embedding=embedding_of(i, i % 3), encoded=b"never decoded")
+                     for i in range(start, start + count)] for split, start, count in (("train", 0, 96),
+                                                                                       ("validation", 500, 21))}
+    features = schema.feature_table(embedding_key=schema.EMBEDDING, embedding_shape=[8])
+    out = tmp_path_factory.mktemp("embedded")
+    m = write_dataset(out, items, LABELS, features, num_shards=8, embedding={"key": schema.EMBEDDING, "shape": [8]})
+    return out, m, items
+
+
+@pytest.fixture(scope="module")
+def on_eight_devices(multi, video, embedded) -> dict:
+    """The shapes check of the multi-label and video datasets and a 3-epoch fit on the embeddings, on 8 logical
+    devices in one process."""
+    shapes, fit = run_strategy_checks(("shapes", multi[0], video[0], "--global-batch", 8),
+                                      ("fit", embedded[0], "--features", "embedding", "--global-batch", 16,
+                                       "--epochs", 3))
+    return {"shapes": shapes, "fit": fit}
+
+
+@pytest.mark.slow
+def test_static_shapes_on_eight_devices(multi, video, on_eight_devices):
     """distribute_datasets_from_function over 8 replicas: every per-replica tensor has a fully static shape."""
-    result = run_strategy_check("shapes", multi[0], video[0], "--global-batch", 8)
+    result = on_eight_devices["shapes"]
     multi_found, video_found = result[str(multi[0])], result[str(video[0])]
     for found in (multi_found, video_found):
         for mode in ("train", "eval"):
@@ -343,17 +366,12 @@ def test_static_shapes_on_eight_devices(multi, video):
     assert video_found["train"]["spec"]["video"] == [1, 3, 12, 16, 3]
 
 
-def test_keras_head_trains_on_embeddings_on_eight_devices(tmp_path):
+@pytest.mark.slow
+def test_keras_head_trains_on_embeddings_on_eight_devices(embedded, on_eight_devices):
     """A Dense head fits precomputed embeddings (no image decoded) for 3 epochs with exact validation."""
-    items = {split: [record(i, (i % 3,), LABELS, embedding=embedding_of(i, i % 3), encoded=b"never decoded")
-                     for i in range(start, start + count)] for split, start, count in (("train", 0, 96),
-                                                                                       ("validation", 500, 21))}
-    features = schema.feature_table(embedding_key=schema.EMBEDDING, embedding_shape=[8])
-    m = write_dataset(tmp_path / "d", items, LABELS, features, num_shards=8,
-                      embedding={"key": schema.EMBEDDING, "shape": [8]})
+    _, m, items = embedded
     assert m.image_size is None  # no image size needed when no image is decoded
-    result = run_strategy_check("fit", tmp_path / "d", "--features", "embedding", "--global-batch", 16,
-                                "--epochs", 3)
+    result = on_eight_devices["fit"]
     assert result["train_spec"] == [[2, 8], [2]]
     assert result["val_weight_sum"] == [21, 21, 21] and result["eval_weight_sum"] == 21
     assert result["val_accuracy"] == pytest.approx(result["exact_per_epoch"], abs=1e-6)
