@@ -26,7 +26,7 @@ def test_phases_are_the_spans_between_the_marks_the_child_wrote():
 
 @pytest.mark.slow
 def test_a_tiny_run_prints_the_ratio_phases_and_counts(tmp_path, capsys):
-    assert bench.main(["--count", "4", "--rounds", "1", "--work", str(tmp_path)]) == 0
+    assert bench.main(["--count", "8", "--rounds", "1", "--work", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     ratio = float(out.split("ratio build / floor (wall): ")[1].split()[0])
     assert ratio > 1  # a build imports Beam and then builds and runs a graph
