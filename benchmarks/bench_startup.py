@@ -1,7 +1,7 @@
 """How much of a small build is start-up: a fresh `tpu-shards build` of a few images against a fresh process
 that only imports Beam and its in-process runner (the floor), in alternating rounds.
 
-    python benchmarks/bench_startup.py [--count 64] [--kind small] [--rounds 5] [--workers 2]
+    python benchmarks/bench_startup.py [--count 64] [--kind small] [--rounds 5] [--workers 2] [--tree CHECKOUT]
 
 Prints the median wall and CPU seconds of each (CPU: the process and its encode workers), the ratio of the
 medians, then the phases of one more build (seconds from the process's start: imports, graph construction,
@@ -36,15 +36,18 @@ COUNTED = (("options/pipeline_options.py", "view_as"), ("options/pipeline_option
            ("fn_api_runner/fn_runner.py", "_execute_bundle"))
 
 
+TREE = HERE.parent  # the checkout whose build is timed (--tree)
+
+
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TREE), str(HERE)]), "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def timed(cmd: list[str], **extra) -> tuple[float, float, subprocess.CompletedProcess]:
     """(wall seconds, CPU seconds of the process and its children, the finished process)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, env={**env(), **extra}, capture_output=True, text=True, cwd=HERE.parent)
+    done = subprocess.run(cmd, env={**env(), **extra}, capture_output=True, text=True, cwd=TREE)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -99,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", default="small", choices=sorted(data.KINDS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--tree", default=str(HERE.parent), help="the checkout to build with (default: this one)")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "tpu-shards-bench-startup"))
     args = ap.parse_args(argv)
     if args.count < 1 or args.rounds < 1 or args.workers < 1:
         ap.error("need --count, --rounds and --workers >= 1")
-    work = Path(args.work)
+    global TREE
+    TREE, work = Path(args.tree).resolve(), Path(args.work)
     source = data.input_folder(work, args.kind, args.count, args.workers)
     out = work / "out" / f"{args.kind}-{args.count}"
     runs: dict[str, list[tuple[float, float]]] = {"floor": [], "build": []}
