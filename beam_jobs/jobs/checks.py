@@ -18,6 +18,7 @@ from shard_utils.storage import lock as runlock
 from beam_jobs import publish
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options, running
+from beam_jobs.jobs.beam_options import JobOptions
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.listing_sources import prepare_listings
 from shard_utils.text import printable
@@ -149,7 +150,7 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     args = list(beam_args)
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         args.append(f"--runner={LOCAL_RUNNER}")
-    opts = PipelineOptions(args)
+    opts = JobOptions(args)
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):  # argparse prints its usage block before exiting

@@ -17,6 +17,7 @@ from shard_utils.storage import lock as runlock
 from shard_utils import storage
 
 from beam_jobs.jobs import options
+from beam_jobs.jobs.dofn_specs import read_once
 from beam_jobs import progress, publish
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
@@ -49,6 +50,7 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
         with lease, progress.showing(show_progress if local else False), long_lived_objects_left_alone():
             progress.advance("list", 0)  # the listing bar shows from the start: listing a bucket can take minutes
             start_local_pool(config, opts)
+            read_once()
             pipeline = beam.Pipeline(options=opts)
             build(pipeline)
             gc.freeze()  # the graph, too, lives until the run is over
