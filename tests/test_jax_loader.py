@@ -94,6 +94,8 @@ def test_start_step_and_a_restored_state_continue_exactly(small_dataset):
     other = make_iterator(small_dataset, "train", 8, seed=SEED)
     other.set_state(state)
     np.testing.assert_array_equal(np.asarray(next(other)["image"]), expected)
+    it.set_state(state)  # mid-stream, its threads already reading steps ahead: back to step 3 exactly
+    np.testing.assert_array_equal(np.asarray(next(it)["image"]), expected)
     with pytest.raises(ValueError, match="global_batch_size"):
         make_iterator(small_dataset, "train", 16, seed=SEED).set_state(state)
 

@@ -14,18 +14,20 @@ processes, so the input's whole state is the step (`get_state()`, saved with Orb
 `set_state` or `start_step=`), and every epoch is read exactly once. Evaluation (`training=False`) is one pass in
 index order: every record once over all processes, and a `mask` (1.0 real, 0.0 padding) where the last batch pads.
 
-Grain underneath, not tf.data: no TensorFlow beside JAX (importing jax and grain costs a process 1.3 s of CPU and
-200 MB, with tensorflow 4.4 s and 736 MB) and ArrayRecord read natively; tf.data decodes and resizes for about half
-the host CPU (1.0 ms per image against 1.9 here: docs/loader.md, "JAX and NumPy", has the figures).
-Over ArrayRecord shards when the dataset has them (Grain's own `ArrayRecordDataSource`, local or gs://), else
-TFRecord shards through their index.
+Records are read and decoded (Pillow) in a pool of this process's threads, a few batches ahead, not in tf.data:
+no TensorFlow beside JAX (importing jax and grain costs a process 1.3 s of CPU and 200 MB, with tensorflow 4.4 s and
+736 MB), and ArrayRecord read natively through Grain's `ArrayRecordDataSource` (local or gs://) when the dataset has
+ArrayRecord shards, else TFRecord shards through their index. tf.data still decodes and resizes for about half the host
+CPU (docs/performance.md, "The JAX iterator", has the figures).
 """
 from __future__ import annotations
 
 import functools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -44,7 +46,8 @@ __all__ = ["DATA_AXIS", "GlobalBatches", "make_iterator"]
 DATA_AXIS = "data"  # the mesh axis batches are sharded along
 ManifestLike = Union[str, "os.PathLike[str]", Manifest]
 _ENDLESS_STEPS = 2**40  # training steps of the endless stream (records: steps x rows, well inside int64)
-_THREADS = 16  # records read and decoded at once
+_THREADS = 8  # records read and decoded at once
+_DEPTH = 3  # batches whose records are in flight
 _EXTRA = "jax"
 
 
@@ -196,7 +199,7 @@ class _Pieces:
 
 
 class _Element:
-    """Grain map function: element index -> one decoded record of this process ({"image", "label"[, "mask"]}), its
+    """Element index -> one decoded record of this process ({"image", "label"[, "mask"]}), its
     image uint8: a quarter of float32's bytes to stack and to send to the devices, which scale it."""
 
     def __init__(self, source, plan: _Plan, decode: Decoder):
@@ -241,7 +244,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         self._source, self._plan, self._decode, self._split = source, plan, decode, split
         self.sharding = sharding
         self._step = step
-        self._batches: Iterator[dict[str, np.ndarray]] | None = None
+        self._batches: Generator[dict[str, np.ndarray], None, None] | None = None
 
     @property
     def step(self) -> int:
@@ -272,13 +275,29 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         return batch
 
     def _open(self, step: int) -> Iterator[dict[str, np.ndarray]]:
-        """This process's batches from `step` on: records read and decoded in Grain's threads, in order."""
-        grain = _grain()
-        per = len(self._plan.rows)
-        records = grain.MapDataset.range(step * per, self._plan.steps() * per).map(
-            _Element(self._source, self._plan, self._decode))
-        options = grain.ReadOptions(num_threads=_THREADS, prefetch_buffer_size=2 * max(per, _THREADS))
-        return iter(records.to_iter_dataset(options).batch(per, drop_remainder=True))
+        """This process's batches from `step` on, in order: the records of the next `_DEPTH` batches read and decoded
+        in a pool of threads (Pillow lets go of the GIL while it decodes and resizes), each batch stacked here."""
+        per, end = len(self._plan.rows), self._plan.steps()
+        element = _Element(self._source, self._plan, self._decode)
+        pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="jax_loader")
+        pending: deque[list[Future]] = deque()
+        try:
+            while True:
+                while len(pending) < _DEPTH and step < end:
+                    pending.append([pool.submit(element, e) for e in range(step * per, (step + 1) * per)])
+                    step += 1
+                if not pending:
+                    return
+                records = [f.result() for f in pending.popleft()]
+                yield {k: np.stack([r[k] for r in records]) for k in records[0]}
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _close(self) -> None:
+        """Stop reading ahead (the pool's pending records are dropped); the next batch opens a new stream."""
+        if self._batches is not None:
+            self._batches.close()
+        self._batches = None
 
     def get_state(self) -> dict[str, Any]:
         """The input's position as JSON-able values: the next global step, and what it means a step of."""
@@ -296,4 +315,5 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         step = state.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"the saved input state's step must be an int >= 0, got {step!r}")
-        self._step, self._batches = step, None
+        self._close()
+        self._step = step
