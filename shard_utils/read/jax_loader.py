@@ -319,7 +319,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         self._step += 1
         return batch
 
-    def _open(self, step: int) -> Iterator[dict[str, np.ndarray]]:
+    def _open(self, step: int) -> Generator[dict[str, np.ndarray], None, None]:
         """This process's batches from `step` on, in order: the records of the next `_DEPTH` batches read and decoded
         in a pool of threads (Pillow lets go of the GIL while it decodes and resizes), each batch stacked here."""
         per, end = len(self._plan.rows), self._plan.steps()
