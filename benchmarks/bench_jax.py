@@ -6,6 +6,7 @@ as jax.Arrays sharded on a "data" mesh over this host's devices, each batch wait
 
   make_iterator                  shard_utils.jax_loader.make_iterator(manifest, "train", batch, image_size=)
   make_iterator, resumed         the same with seed=0, start_step= 90 % of an epoch (a run resumed mid-epoch)
+  make_iterator, tensorflow      the same with decoder="tensorflow" (tf.data decodes and resizes underneath)
   Grain threads                  Grain's JAX tutorial over ArrayRecordDataSource (the ArrayRecord twins):
                                  MapDataset.source().seed().shuffle().repeat().map(decode + resize)
                                  .batch(drop_remainder=True).to_iter_dataset(ReadOptions()), then
@@ -42,9 +43,11 @@ import numpy as np  # noqa: E402
 from bench_loader import build  # noqa: E402
 
 # Each candidate's name, and the pairs whose ratio the issue sets a target for (numerator, denominator, target).
-JAX, RESUMED, GRAIN_THREADS, GRAIN_MP, TFDATA = ("make_iterator", "make_iterator, resumed", "Grain threads",
-                                                "Grain mp_prefetch", "tf.data make_dataset")
-TARGETS = ((JAX, GRAIN_THREADS, 1.0), (JAX, GRAIN_MP, 1.0), (JAX, TFDATA, 0.9), (RESUMED, JAX, 0.9))
+JAX, RESUMED, JAX_TF, GRAIN_THREADS, GRAIN_MP, TFDATA = (
+    "make_iterator", "make_iterator, resumed", "make_iterator, tensorflow", "Grain threads", "Grain mp_prefetch",
+    "tf.data make_dataset")
+TARGETS = ((JAX, GRAIN_THREADS, 1.0), (JAX, GRAIN_MP, 1.0), (JAX, TFDATA, 0.9), (RESUMED, JAX, 0.9),
+           (JAX_TF, TFDATA, 0.9))
 
 
 class DecodeResize:
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--grain-workers", type=int, default=os.cpu_count(),
                     help="Grain mp_prefetch's worker processes (default: the CPU count)")
-    ap.add_argument("--only", action="append", choices=(JAX, RESUMED, GRAIN_THREADS, GRAIN_MP, TFDATA),
+    ap.add_argument("--only", action="append", choices=(JAX, RESUMED, JAX_TF, GRAIN_THREADS, GRAIN_MP, TFDATA),
                     help="run only these candidates (repeatable; default all)")
     args = ap.parse_args(argv)
     data = Path(args.data or tempfile.mkdtemp(prefix="bench_jax_"))
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     candidates = {
         JAX: jax_iterator(),
         RESUMED: jax_iterator(seed=0, start_step=late),
+        JAX_TF: jax_iterator(decoder="tensorflow"),
         GRAIN_THREADS: grain(0),
         GRAIN_MP: grain(args.grain_workers),
         TFDATA: lambda: tf_data(m, split, args.resize, args.batch, sharding),

@@ -94,6 +94,8 @@ def test_start_step_and_a_restored_state_continue_exactly(small_dataset):
     other = make_iterator(small_dataset, "train", 8, seed=SEED)
     other.set_state(state)
     np.testing.assert_array_equal(np.asarray(next(other)["image"]), expected)
+    it.set_state(state)  # mid-stream, its threads already reading steps ahead: back to step 3 exactly
+    np.testing.assert_array_equal(np.asarray(next(it)["image"]), expected)
     with pytest.raises(ValueError, match="global_batch_size"):
         make_iterator(small_dataset, "train", 16, seed=SEED).set_state(state)
 
@@ -113,6 +115,32 @@ def test_evaluation_reads_every_record_once_and_masks_the_last_batchs_padding(da
     np.testing.assert_array_equal(np.concatenate([np.asarray(b["label"]) for b in batches])[:n], labels)
 
 
+def close_to_pillow(got: np.ndarray, pillow: np.ndarray) -> None:
+    """TensorFlow's JPEG decoder upsamples chroma unlike Pillow's: a few levels apart, never more than 16 (stored size,
+    no resize)."""
+    difference = np.abs(got - pillow) * 255
+    assert difference.max() <= 16 and difference.mean() < 3, (difference.max(), difference.mean())
+
+
+@pytest.mark.tf
+def test_the_tensorflow_decoder_gives_each_step_its_records_and_evaluation_its_mask(small_dataset):
+    images, labels = reference(small_dataset, "train")
+    it = make_iterator(small_dataset, "train", 8, seed=SEED, decoder="tensorflow")
+    for step in range(2):
+        rows, got = epochs.batch_rows(SEED, len(labels), 8, step), next(it)
+        assert got["image"].dtype == np.float32 and got["image"].sharding.spec == PartitionSpec("data")
+        np.testing.assert_array_equal(np.asarray(got["label"]), labels[rows])
+        close_to_pillow(np.asarray(got["image"]), images[rows])
+    images, labels = reference(small_dataset, "validation")
+    batches = list(make_iterator(small_dataset, "validation", 8, training=False, decoder="tensorflow"))
+    n, mask = len(labels), np.concatenate([np.asarray(b["mask"]) for b in batches])
+    assert mask.tolist() == [1.0] * n + [0.0] * (len(mask) - n)
+    got = np.concatenate([np.asarray(b["image"]) for b in batches])
+    close_to_pillow(got[:n], images)
+    assert not got[n:].any()
+    np.testing.assert_array_equal(np.concatenate([np.asarray(b["label"]) for b in batches])[:n], labels)
+
+
 def test_a_mesh_with_a_model_axis_shards_the_batch_on_data_and_replicates_it_on_model(small_dataset):
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
     batch = next(make_iterator(small_dataset, "train", 8, mesh=mesh, seed=SEED))
@@ -128,6 +156,7 @@ def test_a_mesh_with_a_model_axis_shards_the_batch_on_data_and_replicates_it_on_
     ({"start_step": -1}, "start_step must be an int >= 0"),
     ({"seed": "x"}, "seed must be an int or None"),
     ({"image_size": 0}, "image_size must be a positive int"),
+    ({"decoder": "cv2"}, "decoder must be one of 'pillow', 'tensorflow'"),
 ])
 def test_bad_arguments_are_one_clear_line(small_dataset, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -14,18 +14,20 @@ processes, so the input's whole state is the step (`get_state()`, saved with Orb
 `set_state` or `start_step=`), and every epoch is read exactly once. Evaluation (`training=False`) is one pass in
 index order: every record once over all processes, and a `mask` (1.0 real, 0.0 padding) where the last batch pads.
 
-Grain underneath, not tf.data: no TensorFlow beside JAX (importing jax and grain costs a process 1.3 s of CPU and
-200 MB, with tensorflow 4.4 s and 736 MB) and ArrayRecord read natively; tf.data decodes and resizes for about half
-the host CPU (1.0 ms per image against 1.9 here: docs/loader.md, "JAX and NumPy", has the figures).
-Over ArrayRecord shards when the dataset has them (Grain's own `ArrayRecordDataSource`, local or gs://), else
-TFRecord shards through their index.
+Records are read and decoded (Pillow) in a pool of this process's threads, a few batches ahead, not in tf.data:
+no TensorFlow beside JAX (importing jax and grain costs a process 1.3 s of CPU and 200 MB, with tensorflow 4.4 s and
+736 MB), and ArrayRecord read natively through Grain's `ArrayRecordDataSource` (local or gs://) when the dataset has
+ArrayRecord shards, else TFRecord shards through their index. tf.data still decodes and resizes for about half the host
+CPU (docs/performance.md, "The JAX iterator", has the figures).
 """
 from __future__ import annotations
 
 import functools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -39,12 +41,14 @@ from shard_utils.read import epochs
 from shard_utils.read.random_access import Decoder, RandomAccessSource
 from shard_utils.read.shapes import target_size
 
-__all__ = ["DATA_AXIS", "GlobalBatches", "make_iterator"]
+__all__ = ["DATA_AXIS", "DECODERS", "GlobalBatches", "make_iterator"]
 
 DATA_AXIS = "data"  # the mesh axis batches are sharded along
+DECODERS = ("pillow", "tensorflow")  # what decodes and resizes the images: make_iterator's `decoder=`
 ManifestLike = Union[str, "os.PathLike[str]", Manifest]
 _ENDLESS_STEPS = 2**40  # training steps of the endless stream (records: steps x rows, well inside int64)
-_THREADS = 16  # records read and decoded at once
+_THREADS = 8  # records read and decoded at once
+_DEPTH = 3  # batches whose records are in flight
 _EXTRA = "jax"
 
 
@@ -58,7 +62,7 @@ def _grain():
 
 def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_batch_size: int, *, mesh: Any = None,
                   training: bool = True, seed: int | None = None, start_step: int = 0,
-                  image_size: int | Sequence[int] | None = None) -> "GlobalBatches":
+                  image_size: int | Sequence[int] | None = None, decoder: str = "pillow") -> "GlobalBatches":
     """An iterator of global batches of `split` (a name or an expression, as the loader takes it), `global_batch_size`
     records each, sharded along `mesh`'s `"data"` axis (default: a 1-D mesh over `jax.devices()`; other axes of a
     user mesh hold replicas).
@@ -67,6 +71,9 @@ def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_bat
     the seeded order of `shard_utils.epochs` (`seed` None is 0: the same order every run), from global step
     `start_step`; evaluation yields one pass, `ceil(records / global_batch_size)` batches, with a `mask`.
     `image_size` (an int or (height, width)) is needed when the dataset's images vary in size.
+    `decoder="tensorflow"` decodes and resizes in tf.data's native threads (the tf.data loader's pixels: bilinear
+    without antialiasing) for about half the host CPU per image, at the price of importing TensorFlow (4.4 s of CPU,
+    736 MB); the default, "pillow", needs no TensorFlow.
     """
     jax = _jax()
     m = manifest if isinstance(manifest, Manifest) else _load(manifest)
@@ -76,11 +83,15 @@ def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_bat
         raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise ValueError(f"seed must be an int or None, got {seed!r}")
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(map(repr, DECODERS))}, got {decoder!r}")
     if m.media_key != schema.IMAGE_ENCODED:
         raise ValueError("make_iterator reads image datasets; read video clips with shard_utils.loader")
     labeled = {m.split(name).labeled for name in selection.splits}
     if training and False in labeled:
         raise ValueError(f"split {selection.expression!r} has records without labels: read it with training=False")
+    if decoder == "tensorflow" and False in labeled:
+        raise ValueError(f"split {selection.expression!r} has records without labels: read it with decoder='pillow'")
     if training and selection.num_records < global_batch_size:
         raise ValueError(f"split {selection.expression!r} has {selection.num_records} records, fewer than one global "
                          f"batch of {global_batch_size}; use a smaller batch size")
@@ -88,8 +99,8 @@ def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_bat
     size = target_size(m, image_size)
     plan = _Plan(seed=int(seed or 0), num_records=selection.num_records, global_batch_size=global_batch_size,
                  rows=_process_rows(sharding, global_batch_size), training=training)
-    return GlobalBatches(_source(m, selection), plan, Decoder.for_manifest(m, size), sharding, int(start_step),
-                         selection.expression)
+    decode = Decoder.for_manifest(m, size) if decoder == "pillow" else _TFDecoder(m, size)
+    return GlobalBatches(_source(m, selection), plan, decode, sharding, int(start_step), selection.expression)
 
 
 def _load(manifest: Any) -> Manifest:
@@ -196,7 +207,7 @@ class _Pieces:
 
 
 class _Element:
-    """Grain map function: element index -> one decoded record of this process ({"image", "label"[, "mask"]}), its
+    """Element index -> one decoded record of this process ({"image", "label"[, "mask"]}), its
     image uint8: a quarter of float32's bytes to stack and to send to the devices, which scale it."""
 
     def __init__(self, source, plan: _Plan, decode: Decoder):
@@ -220,6 +231,42 @@ class _Element:
         return {"image": np.zeros((h, w, 3), np.uint8), "label": label}
 
 
+class _TFDecoder:
+    """Records read here in order, decoded, resized and batched in tf.data's threads (the loader's RecordDecoder):
+    float32 images in [0, 1], padding all zeros with label 0, as the Pillow path gives them."""
+
+    def __init__(self, m: Manifest, size: tuple[int, int]):
+        require("tensorflow", "tf", "make_iterator(decoder='tensorflow')")
+        from shard_utils.read.decode import RecordDecoder
+
+        self.size = size
+        self.record_decoder = RecordDecoder(m, training=False, image_size=size)
+
+    def batches(self, source, plan: _Plan, first: int, end: int, per: int) -> Iterator[dict[str, np.ndarray]]:
+        """This process's batches of elements first..end, in order."""
+        import tensorflow as tf
+
+        pad = source[0]  # decoded in a padding element's place, then zeroed by its mask
+
+        def records():
+            for element in range(first, end):
+                row = plan.record(element)
+                yield (pad, np.float32(0)) if row is None else (source[row], np.float32(1))
+
+        def decode(serialized, real):
+            out = self.record_decoder(serialized)
+            image, label = out["image"] * real, out["label"]
+            label = label * tf.cast(real, label.dtype)
+            return ({"image": image, "label": label} if plan.training else
+                    {"image": image, "label": label, "mask": real})
+
+        spec = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.float32))
+        ds = (tf.data.Dataset.from_generator(records, output_signature=spec)
+              .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+              .batch(per, drop_remainder=True).prefetch(_DEPTH))
+        return ds.as_numpy_iterator()
+
+
 # ----------------------------------------------------------------------------- the iterator
 
 
@@ -237,11 +284,11 @@ class GlobalBatches(Iterator[dict[str, Any]]):
     global step on any number of processes, so a run saved on P processes resumes exactly on P'.
     """
 
-    def __init__(self, source, plan: _Plan, decode: Decoder, sharding, step: int, split: str):
+    def __init__(self, source, plan: _Plan, decode: "Decoder | _TFDecoder", sharding, step: int, split: str):
         self._source, self._plan, self._decode, self._split = source, plan, decode, split
         self.sharding = sharding
         self._step = step
-        self._batches: Iterator[dict[str, np.ndarray]] | None = None
+        self._batches: Generator[dict[str, np.ndarray], None, None] | None = None
 
     @property
     def step(self) -> int:
@@ -267,18 +314,38 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         g = self._plan.global_batch_size
         shapes = {k: (g, *v.shape[1:]) for k, v in local.items()}
         batch = jax.make_array_from_process_local_data({k: self.sharding for k in local}, local, shapes)
-        batch["image"] = _unit_scale()(batch["image"])
+        if local["image"].dtype == np.uint8:
+            batch["image"] = _unit_scale()(batch["image"])
         self._step += 1
         return batch
 
-    def _open(self, step: int) -> Iterator[dict[str, np.ndarray]]:
-        """This process's batches from `step` on: records read and decoded in Grain's threads, in order."""
-        grain = _grain()
-        per = len(self._plan.rows)
-        records = grain.MapDataset.range(step * per, self._plan.steps() * per).map(
-            _Element(self._source, self._plan, self._decode))
-        options = grain.ReadOptions(num_threads=_THREADS, prefetch_buffer_size=2 * max(per, _THREADS))
-        return iter(records.to_iter_dataset(options).batch(per, drop_remainder=True))
+    def _open(self, step: int) -> Generator[dict[str, np.ndarray], None, None]:
+        """This process's batches from `step` on, in order: the records of the next `_DEPTH` batches read and decoded
+        in a pool of threads (Pillow lets go of the GIL while it decodes and resizes), each batch stacked here."""
+        per, end = len(self._plan.rows), self._plan.steps()
+        if isinstance(self._decode, _TFDecoder):
+            yield from self._decode.batches(self._source, self._plan, step * per, end * per, per)
+            return
+        element = _Element(self._source, self._plan, self._decode)
+        pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="jax_loader")
+        pending: deque[list[Future]] = deque()
+        try:
+            while True:
+                while len(pending) < _DEPTH and step < end:
+                    pending.append([pool.submit(element, e) for e in range(step * per, (step + 1) * per)])
+                    step += 1
+                if not pending:
+                    return
+                records = [f.result() for f in pending.popleft()]
+                yield {k: np.stack([r[k] for r in records]) for k in records[0]}
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _close(self) -> None:
+        """Stop reading ahead (the pool's pending records are dropped); the next batch opens a new stream."""
+        if self._batches is not None:
+            self._batches.close()
+        self._batches = None
 
     def get_state(self) -> dict[str, Any]:
         """The input's position as JSON-able values: the next global step, and what it means a step of."""
@@ -296,4 +363,5 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         step = state.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"the saved input state's step must be an int >= 0, got {step!r}")
-        self._step, self._batches = step, None
+        self._close()
+        self._step = step
