@@ -5,8 +5,9 @@ copied by this script with one transformation each: resized 50-200 %, re-compres
 cropped by up to 10 %, brightness/colour shifted a little, mirrored. A pair is a near-duplicate when the
 signatures of its two images differ in at most the threshold's bits. For each transformation, recall is the share
 of (original, copy) pairs found; precision is the share of the pairs found among the originals and those copies
-that are true. Side by side: tpu-shards' signature at NEAR_DISTANCE, imagehash's pHash at its README's cutoff
-(distance < 5) and at the same threshold as ours.
+that are true. Side by side: tpu-shards' signature at NEAR_DISTANCE (of the decoded picture, as a re-encoded
+image's; and of the picture saved as a JPEG kept byte for byte, from the check's 1/8-scale decode), imagehash's
+pHash at its README's cutoff (distance < 5) and at the same threshold as ours.
 
 Then the cost, on the same photos saved as JPEG (kept byte for byte: the cheapest path, where the checks weigh most)
 and as PNG (decoded and re-encoded): the CPU of the encode step per image (`encode_item`) and of whole builds
@@ -36,7 +37,7 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shard_utils.inputs import MediaItem  # noqa: E402
 from shard_utils.media.encode import EncodeSettings, encode_item  # noqa: E402
-from shard_utils.media.images import ImageOptions  # noqa: E402
+from shard_utils.media.images import ImageOptions, prepare_image  # noqa: E402
 from shard_utils.quality.flags import view_of  # noqa: E402
 from shard_utils.quality.signature import NEAR_DISTANCE, signature  # noqa: E402
 
@@ -118,6 +119,14 @@ def ours(image: Image.Image) -> int:
     return signature(np.asarray(view_of(image)))
 
 
+def ours_kept(image: Image.Image) -> int:
+    """The signature a build computes of the image saved as a JPEG (quality 95) and kept byte for byte: from
+    the check's own decode, at 1/8 scale where that leaves 32 pixels on the shorter side."""
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=95)
+    return prepare_image(out.getvalue(), ImageOptions()).inspection.signature
+
+
 def imagehash_phash(image: Image.Image) -> int:
     import imagehash
     return int(str(imagehash.phash(image)), 16)
@@ -144,6 +153,7 @@ def scores(originals: np.ndarray, copies: np.ndarray, threshold: int) -> tuple[f
 def quality_table(count: int) -> list[str]:
     originals = [photo(i) for i in range(count)]
     methods = {f"tpu-shards (<= {NEAR_DISTANCE})": (ours, NEAR_DISTANCE),
+               f"tpu-shards, JPEG kept (<= {NEAR_DISTANCE})": (ours_kept, NEAR_DISTANCE),
                f"imagehash pHash (<= {IMAGEHASH_CUTOFF})": (imagehash_phash, IMAGEHASH_CUTOFF),
                f"imagehash pHash (<= {NEAR_DISTANCE})": (imagehash_phash, NEAR_DISTANCE)}
     signed = {name: np.array([fn(im) for im in originals], dtype=np.uint64) for name, (fn, _) in methods.items()}
