@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shard_utils.inputs import MediaItem  # noqa: E402
 from shard_utils.media.encode import EncodeSettings, encode_item  # noqa: E402
 from shard_utils.media.images import ImageOptions, prepare_image  # noqa: E402
-from shard_utils.quality.flags import view_of  # noqa: E402
+from shard_utils.quality.flags import inspect, view_of  # noqa: E402
 from shard_utils.quality.signature import NEAR_DISTANCE, signature  # noqa: E402
 
 IMAGEHASH_CUTOFF = 4  # imagehash's README: `hash0 - hash1 < cutoff` with cutoff = 5
@@ -170,6 +170,25 @@ def quality_table(count: int) -> list[str]:
     return rows
 
 
+def blur_table(count: int, radii: tuple[float, ...] = (0.0, 0.005, 0.01, 0.015, 0.02, 0.04)) -> list[str]:
+    """Share of `count` photos flagged `blur` once blurred by a Gaussian of each radius (a share of the width):
+    as re-encoded (the view of the full decode) and as JPEGs kept byte for byte (the check's 1/8-scale decode)."""
+    rows = ["| Gaussian blur (share of width) | flagged, re-encoded | flagged, JPEG kept |", "|---|---|---|"]
+    for radius in radii:
+        flagged = {"re-encoded": 0, "kept": 0}
+        for i in range(count):
+            image = photo(i)
+            image = image.filter(ImageFilter.GaussianBlur(radius * image.width)) if radius else image
+            out = io.BytesIO()
+            image.save(out, "JPEG", quality=95)
+            seen = {"re-encoded": inspect(view_of(image), image.height, image.width),
+                    "kept": prepare_image(out.getvalue(), ImageOptions()).inspection}
+            for path, inspection in seen.items():
+                flagged[path] += any(kind == "blur" for kind, _, _ in inspection.flags)
+        rows.append(f"| {radius:.1%} | {flagged['re-encoded'] / count:.0%} | {flagged['kept'] / count:.0%} |")
+    return rows
+
+
 def speed(count: int = 50) -> list[str]:
     """CPU per decoded image of each signature alone (ours from the view, as a build computes it)."""
     images = [photo(i) for i in range(count)]
@@ -263,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                      "at least 1")
     if args.originals:
         print("\n".join(quality_table(args.originals)))
+        print("\n".join(blur_table(min(args.originals, 40))))
         print("\n".join(speed()))
     if args.build_images:
         print("\n".join(cost_table(args.build_images, args.repeats)))
