@@ -16,8 +16,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end  # noqa: F401 - also named here
-from shard_utils.quality.flags import Inspection, inspect, view_of
-from shard_utils.quality.signature import SIDE
+from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
 
 # Formats we accept, by what Pillow detects in the bytes (not the file name). HEIF needs pillow-heif.
 FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "AVIF"}
@@ -105,7 +104,7 @@ def _pass_through(data: bytes, image: Image.Image, validate: str, inspecting: bo
         raise Rejected("corrupt", f"JPEG {exc}") from None
     encoded, (width, height) = data[:end], image.size
     view = None
-    if validate == "decode":  # at 1/8 scale (or larger for the quality view): all the entropy-coded data is still read
+    if validate == "decode":  # at 1/8 scale (or the quality view's): all the entropy-coded data is still read
         checked = image if end == len(data) else _open(encoded, max_pixels=width * height)
         _load(checked, draft=_check_draft(width, height, inspecting))
         view = view_of(checked) if inspecting else None
@@ -114,9 +113,9 @@ def _pass_through(data: bytes, image: Image.Image, validate: str, inspecting: bo
 
 
 def _check_draft(width: int, height: int, inspecting: bool) -> tuple[int, int]:
-    """The size a pass-through check decodes at least: 1/8 scale, larger only where the quality checks' view would
-    have a shorter side under the signature's SIDE pixels."""
-    scale = min(1.0, SIDE / min(width, height)) if inspecting else 0.0
+    """The size a pass-through check decodes at least: 1/8 scale, or enough for the quality view (at least half
+    VIEW_SIDE on the longer side, as the view of any larger picture is)."""
+    scale = min(1.0, VIEW_SIDE / 2 / max(width, height)) if inspecting else 0.0
     return max(1, width // 8, math.ceil(width * scale)), max(1, height // 8, math.ceil(height * scale))
 
 

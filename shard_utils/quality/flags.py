@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from shard_utils.quality import findings
-from shard_utils.quality.signature import LUMA, luma, signature_of_luma
+from shard_utils.quality.signature import grey, signature_of_grey
 
 VIEW_SIDE = 128  # the longer side of the view the pixel flags and the signature are measured on
 
@@ -52,19 +52,17 @@ def sharpness(grey: np.ndarray) -> float:
     return float(np.dot(lap, lap)) / lap.size - mean * mean
 
 
-# Rows: luma, then R - G, G - B and R - B: a pixel's largest less smallest channel is half the sum of the three
-# differences' magnitudes, so one product gives the grey levels and the colour spread.
-_MIX = np.array([LUMA, [1, -1, 0], [0, 1, -1], [1, 0, -1]], np.float32)
+# Rows: R - G, G - B and R - B: a pixel's largest less smallest channel is half the sum of their magnitudes.
+_DIFFERENCES = np.array([[1, -1, 0], [0, 1, -1], [1, 0, -1]], np.float32)
 
 
-def measures(pixels: np.ndarray) -> tuple[np.ndarray, float]:
-    """The grey levels (float32 HxW, unrounded luma) of uint8 pixels and their mean colour spread (the largest
-    less the smallest of a pixel's R, G and B; 0 for grey pixels), from one matrix product."""
+def colourfulness(pixels: np.ndarray) -> float:
+    """Mean spread between the largest and smallest of a pixel's R, G and B of uint8 pixels (0 for grey ones),
+    from one matrix product."""
     if pixels.ndim == 2 or pixels.shape[2] < 3:
-        return luma(pixels), 0.0
-    height, width = pixels.shape[:2]
-    mixed = _MIX @ pixels.reshape(-1, pixels.shape[2])[:, :3].T
-    return mixed[0].reshape(height, width), float(np.abs(mixed[1:]).sum()) / (2 * height * width)
+        return 0.0
+    spreads = _DIFFERENCES @ pixels.reshape(-1, pixels.shape[2])[:, :3].T
+    return float(np.abs(spreads).sum()) / (2 * pixels.shape[0] * pixels.shape[1])
 
 
 def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag]:
@@ -79,15 +77,13 @@ def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag
 
 
 def pixel_flags(grey: np.ndarray, colour: float, t: Thresholds = THRESHOLDS) -> list[Flag]:
-    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels and colour spread
-    (measures)."""
+    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels (float32) and colour
+    spread (colourfulness)."""
     out: list[Flag] = []
     sharp = sharpness(grey)
     if sharp < t.min_sharpness:
         out.append((findings.BLUR, round(sharp, 3), t.min_sharpness))
-    # grey levels as Pillow's "L" rounds them: at or above `bright`, at or below `dark`
-    bright = np.count_nonzero(grey >= t.bright - 0.5) / grey.size
-    dark = np.count_nonzero(grey < t.dark + 0.5) / grey.size
+    bright, dark = np.count_nonzero(grey >= t.bright) / grey.size, np.count_nonzero(grey <= t.dark) / grey.size
     if bright > t.clipped_share:
         out.append((findings.OVEREXPOSED, round(bright, 3), t.clipped_share))
     if dark > t.clipped_share:
@@ -112,8 +108,9 @@ def inspect(view: Image.Image | np.ndarray | None, height: int, width: int,
     the size flags), `height` and `width` the source's."""
     if view is None:
         return Inspection(None, tuple(size_flags(height, width, t)))
-    grey, colour = measures(np.asarray(view))
-    return Inspection(signature_of_luma(grey), tuple(size_flags(height, width, t) + pixel_flags(grey, colour, t)))
+    luma = view.convert("L") if isinstance(view, Image.Image) else grey(view)
+    flags = pixel_flags(np.asarray(luma, dtype=np.float32), colourfulness(np.asarray(view)), t)
+    return Inspection(signature_of_grey(luma), tuple(size_flags(height, width, t) + flags))
 
 
 def flag_findings(inspection: Inspection, source: str, split: str) -> list[dict]:

@@ -8,69 +8,50 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from PIL import Image
 
 SIDE = 32  # the grey thumbnail the DCT is taken of
 BITS_SIDE = 8  # the lowest 8x8 frequencies make the 64 bits
 NEAR_DISTANCE = 10  # at most this many differing bits: a near-duplicate (docs/quality.md measures it)
 HEX_DIGITS = 16
-LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601-2, as Pillow's "L"
 
 
 @functools.cache
-def _dct_matrix(n: int) -> np.ndarray:
-    """The orthonormal DCT-II matrix: `m @ x` is the DCT of the column `x`."""
-    k, i = np.mgrid[0:n, 0:n].astype(np.float64)
-    m = np.cos(np.pi * (2 * i + 1) * k / (2 * n)) * np.sqrt(2 / n)
+def _low_dct() -> np.ndarray:
+    """The lowest BITS_SIDE rows of the orthonormal SIDE-point DCT-II matrix: `m @ x` is the low end of the DCT
+    of the column `x`."""
+    k, i = np.mgrid[0:BITS_SIDE, 0:SIDE].astype(np.float64)
+    m = np.cos(np.pi * (2 * i + 1) * k / (2 * SIDE)) * np.sqrt(2 / SIDE)
     m[0] /= np.sqrt(2)
-    return m
+    return m.astype(np.float32)
 
 
-def _box_matrix(n: int) -> np.ndarray:
-    """The SIDE x n matrix that averages n samples down (or up) to SIDE, with the pixels Pillow's BOX filter
-    weighs: those whose centre lies in each output pixel's span."""
-    scale = n / SIDE
-    support = 0.5 * max(scale, 1.0)
-    weights = np.zeros((SIDE, n))
-    for out in range(SIDE):
-        centre = (out + 0.5) * scale
-        first, last = max(int(centre - support + 0.5), 0), min(int(centre + support + 0.5), n)
-        taps = (np.arange(first, last) - centre + 0.5) / max(scale, 1.0)
-        weights[out, first:last] = (taps >= -0.5) & (taps < 0.5)
-    return weights / weights.sum(axis=1, keepdims=True)
-
-
-@functools.lru_cache(maxsize=1024)
-def _low_dct(n: int) -> np.ndarray:
-    """BITS_SIDE x n: the box average of n samples to SIDE, then the lowest BITS_SIDE frequencies of its DCT."""
-    return (_dct_matrix(SIDE)[:BITS_SIDE] @ _box_matrix(n)).astype(np.float32)
-
-
-def luma(pixels: np.ndarray) -> np.ndarray:
-    """The grey levels (float32, unrounded ITU-R 601-2 luma) of uint8 pixels: HxW grey, HxWx1, HxWx3 RGB or
-    HxWx4 RGBA (alpha ignored)."""
+def grey(pixels: np.ndarray) -> Image.Image:
+    """The luma (Pillow's "L": ITU-R 601-2) of uint8 pixels: HxW grey, HxWx3 RGB or HxWx4 RGBA (alpha ignored)."""
     if pixels.dtype != np.uint8:
         raise ValueError(f"pixels must be uint8, not {pixels.dtype}")
     if pixels.ndim == 3 and pixels.shape[2] == 1:
         pixels = pixels[:, :, 0]
     if pixels.ndim == 2:
-        return pixels.astype(np.float32)
+        return Image.fromarray(pixels, "L")
     if pixels.ndim != 3 or pixels.shape[2] not in (3, 4):
         raise ValueError(f"pixels must be HxW or HxWx1/3/4, not {pixels.shape}")
-    return pixels[:, :, :3] @ LUMA
+    return Image.fromarray(np.ascontiguousarray(pixels[:, :, :3]), "RGB").convert("L")
 
 
-def signature_of_luma(grey: np.ndarray) -> int:
-    """The signature of HxW grey levels: averaged down to 32x32, bit set where one of the 8x8 lowest frequencies
-    of its DCT is above their median (pHash's bits). The average and the DCT are one product of two small
-    matrices (cached per size), with no thumbnail made."""
-    low = (_low_dct(grey.shape[0]) @ grey @ _low_dct(grey.shape[1]).T).ravel()
+def signature_of_grey(image: Image.Image) -> int:
+    """The signature of a grey ("L") picture: averaged down to 32x32, bit set where one of the 8x8 lowest
+    frequencies of its DCT is above their median (pHash's bits). Only those 8 rows and columns are computed."""
+    m = _low_dct()
+    thumb = np.asarray(image.resize((SIDE, SIDE), Image.Resampling.BOX), dtype=np.float32)
+    low = (m @ thumb @ m.T).ravel()
     middle = np.sort(low)[31:33].sum() / 2  # the median of the 64 (np.median is slow on so few)
     return int.from_bytes(np.packbits(low > middle).tobytes(), "big")
 
 
 def signature(pixels: np.ndarray) -> int:
     """The 64-bit DCT signature of decoded uint8 pixels (grey, RGB or RGBA)."""
-    return signature_of_luma(luma(pixels))
+    return signature_of_grey(grey(pixels))
 
 
 def hamming(a: int, b: int) -> int:
