@@ -5,8 +5,9 @@ copied by this script with one transformation each: resized 50-200 %, re-compres
 cropped by up to 10 %, brightness/colour shifted a little, mirrored. A pair is a near-duplicate when the
 signatures of its two images differ in at most the threshold's bits. For each transformation, recall is the share
 of (original, copy) pairs found; precision is the share of the pairs found among the originals and those copies
-that are true. Side by side: tpu-shards' signature at NEAR_DISTANCE, imagehash's pHash at its README's cutoff
-(distance < 5) and at the same threshold as ours.
+that are true. Side by side: tpu-shards' signature at NEAR_DISTANCE (of the decoded picture, as a re-encoded
+image's; and of the picture saved as a JPEG kept byte for byte, from the check's 1/8-scale decode), imagehash's
+pHash at its README's cutoff (distance < 5) and at the same threshold as ours.
 
 Then the cost, on the same photos saved as JPEG (kept byte for byte: the cheapest path, where the checks weigh most)
 and as PNG (decoded and re-encoded): the CPU of the encode step per image (`encode_item`) and of whole builds
@@ -36,8 +37,8 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shard_utils.inputs import MediaItem  # noqa: E402
 from shard_utils.media.encode import EncodeSettings, encode_item  # noqa: E402
-from shard_utils.media.images import ImageOptions  # noqa: E402
-from shard_utils.quality.flags import view_of  # noqa: E402
+from shard_utils.media.images import ImageOptions, prepare_image  # noqa: E402
+from shard_utils.quality.flags import inspect, view_of  # noqa: E402
 from shard_utils.quality.signature import NEAR_DISTANCE, signature  # noqa: E402
 
 IMAGEHASH_CUTOFF = 4  # imagehash's README: `hash0 - hash1 < cutoff` with cutoff = 5
@@ -118,6 +119,14 @@ def ours(image: Image.Image) -> int:
     return signature(np.asarray(view_of(image)))
 
 
+def ours_kept(image: Image.Image) -> int:
+    """The signature a build computes of the image saved as a JPEG (quality 95) and kept byte for byte: from
+    the check's own decode, at 1/8 scale where that leaves 32 pixels on the shorter side."""
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=95)
+    return prepare_image(out.getvalue(), ImageOptions()).inspection.signature
+
+
 def imagehash_phash(image: Image.Image) -> int:
     import imagehash
     return int(str(imagehash.phash(image)), 16)
@@ -144,6 +153,7 @@ def scores(originals: np.ndarray, copies: np.ndarray, threshold: int) -> tuple[f
 def quality_table(count: int) -> list[str]:
     originals = [photo(i) for i in range(count)]
     methods = {f"tpu-shards (<= {NEAR_DISTANCE})": (ours, NEAR_DISTANCE),
+               f"tpu-shards, JPEG kept (<= {NEAR_DISTANCE})": (ours_kept, NEAR_DISTANCE),
                f"imagehash pHash (<= {IMAGEHASH_CUTOFF})": (imagehash_phash, IMAGEHASH_CUTOFF),
                f"imagehash pHash (<= {NEAR_DISTANCE})": (imagehash_phash, NEAR_DISTANCE)}
     signed = {name: np.array([fn(im) for im in originals], dtype=np.uint64) for name, (fn, _) in methods.items()}
@@ -157,6 +167,25 @@ def quality_table(count: int) -> list[str]:
             recall, precision = scores(signed[name], np.array([fn(c) for c in copies], dtype=np.uint64), threshold)
             cells.append(f"{recall:.1%} / {precision:.1%}")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def blur_table(count: int, radii: tuple[float, ...] = (0.0, 0.005, 0.01, 0.015, 0.02, 0.04)) -> list[str]:
+    """Share of `count` photos flagged `blur` once blurred by a Gaussian of each radius (a share of the width):
+    as re-encoded (the view of the full decode) and as JPEGs kept byte for byte (the check's 1/8-scale decode)."""
+    rows = ["| Gaussian blur (share of width) | flagged, re-encoded | flagged, JPEG kept |", "|---|---|---|"]
+    for radius in radii:
+        flagged = {"re-encoded": 0, "kept": 0}
+        for i in range(count):
+            image = photo(i)
+            image = image.filter(ImageFilter.GaussianBlur(radius * image.width)) if radius else image
+            out = io.BytesIO()
+            image.save(out, "JPEG", quality=95)
+            seen = {"re-encoded": inspect(view_of(image), image.height, image.width),
+                    "kept": prepare_image(out.getvalue(), ImageOptions()).inspection}
+            for path, inspection in seen.items():
+                flagged[path] += any(kind == "blur" for kind, _, _ in inspection.flags)
+        rows.append(f"| {radius:.1%} | {flagged['re-encoded'] / count:.0%} | {flagged['kept'] / count:.0%} |")
     return rows
 
 
@@ -253,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                      "at least 1")
     if args.originals:
         print("\n".join(quality_table(args.originals)))
+        print("\n".join(blur_table(min(args.originals, 40))))
         print("\n".join(speed()))
     if args.build_images:
         print("\n".join(cost_table(args.build_images, args.repeats)))

@@ -8,11 +8,14 @@ from benchmarks import bench_near_dups as bench
 
 def test_the_table_names_every_transformation_with_recall_and_precision(capsys):
     assert bench.main(["--originals", "4", "--build-images", "0"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "%" in line]
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith("| ") and "% /" in line]
     assert [row.split(" | ")[0][2:] for row in rows] == list(bench.TRANSFORMS)
     cells = [float(x) for row in rows for x in re.findall(r"([\d.]+)% /", row)]
-    assert len(cells) == 3 * len(rows) and all(0 <= x <= 100 for x in cells)
-    assert rows[0].count("100.0% / 100.0%") == 3  # four resized photos are found by each method
+    assert len(cells) == 4 * len(rows) and all(0 <= x <= 100 for x in cells)
+    assert rows[0].count("100.0% / 100.0%") == 4  # four resized photos are found by each method
+    blur = {line.split(" | ")[0][2:]: line for line in out if line.startswith("| ") and "% /" not in line}
+    assert blur["0.0%"].endswith("| 0% | 0% |") and blur["4.0%"].endswith("| 100% | 100% |")  # sharp kept, blurred flagged
 
 
 def test_the_encode_cost_is_measured_with_and_without_the_checks(tmp_path):

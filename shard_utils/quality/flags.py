@@ -43,21 +43,26 @@ def view_of(image: Image.Image) -> Image.Image:
     return image.reduce(factor) if factor > 1 else image  # a whole factor: three times cheaper than resize()
 
 
-def sharpness(luma: np.ndarray) -> float:
-    """Variance of the 4-neighbour Laplacian of grey levels (0 for a picture under 3x3): low is blurred."""
-    g = luma.astype(np.float32)
-    if g.shape[0] < 3 or g.shape[1] < 3:
+def sharpness(grey: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian of float32 grey levels (0 for a picture under 3x3): low is blurred."""
+    if grey.shape[0] < 3 or grey.shape[1] < 3:
         return 0.0
-    lap = g[:-2, 1:-1] + g[2:, 1:-1] + g[1:-1, :-2] + g[1:-1, 2:] - 4 * g[1:-1, 1:-1]
-    return float(lap.var())
+    lap = (grey[:-2, 1:-1] + grey[2:, 1:-1] + grey[1:-1, :-2] + grey[1:-1, 2:] - 4 * grey[1:-1, 1:-1]).ravel()
+    mean = float(lap.sum()) / lap.size
+    return float(np.dot(lap, lap)) / lap.size - mean * mean
 
 
-def colourfulness(view: np.ndarray) -> float:
-    """Mean spread between the largest and smallest of a pixel's R, G and B (0 for a grey picture)."""
-    if view.ndim == 2 or view.shape[2] < 3:
+# Rows: R - G, G - B and R - B: a pixel's largest less smallest channel is half the sum of their magnitudes.
+_DIFFERENCES = np.array([[1, -1, 0], [0, 1, -1], [1, 0, -1]], np.float32)
+
+
+def colourfulness(pixels: np.ndarray) -> float:
+    """Mean spread between the largest and smallest of a pixel's R, G and B of uint8 pixels (0 for grey ones),
+    from one matrix product."""
+    if pixels.ndim == 2 or pixels.shape[2] < 3:
         return 0.0
-    r, g, b = view[:, :, 0], view[:, :, 1], view[:, :, 2]  # channel by channel: a reduction over axis 2 is slow
-    return float((np.maximum(np.maximum(r, g), b) - np.minimum(np.minimum(r, g), b)).mean())
+    spreads = _DIFFERENCES @ pixels.reshape(-1, pixels.shape[2])[:, :3].T
+    return float(np.abs(spreads).sum()) / (2 * pixels.shape[0] * pixels.shape[1])
 
 
 def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag]:
@@ -71,18 +76,18 @@ def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag
     return out
 
 
-def pixel_flags(view: np.ndarray, luma: np.ndarray, t: Thresholds = THRESHOLDS) -> list[Flag]:
-    """`blur`, `overexposed`, `underexposed` and `grayscale`, measured on the view (`luma`: its grey levels)."""
+def pixel_flags(grey: np.ndarray, colour: float, t: Thresholds = THRESHOLDS) -> list[Flag]:
+    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels (float32) and colour
+    spread (colourfulness)."""
     out: list[Flag] = []
-    sharp = sharpness(luma)
+    sharp = sharpness(grey)
     if sharp < t.min_sharpness:
         out.append((findings.BLUR, round(sharp, 3), t.min_sharpness))
-    bright, dark = float((luma >= t.bright).mean()), float((luma <= t.dark).mean())
+    bright, dark = np.count_nonzero(grey >= t.bright) / grey.size, np.count_nonzero(grey <= t.dark) / grey.size
     if bright > t.clipped_share:
         out.append((findings.OVEREXPOSED, round(bright, 3), t.clipped_share))
     if dark > t.clipped_share:
         out.append((findings.UNDEREXPOSED, round(dark, 3), t.clipped_share))
-    colour = colourfulness(view)
     if colour < t.max_colour:
         out.append((findings.GRAYSCALE, round(colour, 3), t.max_colour))
     return out
@@ -104,8 +109,8 @@ def inspect(view: Image.Image | np.ndarray | None, height: int, width: int,
     if view is None:
         return Inspection(None, tuple(size_flags(height, width, t)))
     luma = view.convert("L") if isinstance(view, Image.Image) else grey(view)
-    flags = size_flags(height, width, t) + pixel_flags(np.asarray(view), np.asarray(luma), t)
-    return Inspection(signature_of_grey(luma), tuple(flags))
+    flags = pixel_flags(np.asarray(luma, dtype=np.float32), colourfulness(np.asarray(view)), t)
+    return Inspection(signature_of_grey(luma), tuple(size_flags(height, width, t) + flags))
 
 
 def flag_findings(inspection: Inspection, source: str, split: str) -> list[dict]:
