@@ -45,7 +45,9 @@ def rejected(out: Path) -> dict[str, str]:
 TFDS_FILES = ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
 
 
-def dataset_files(splits=("train",), rejected=True, skipped=False) -> list[str]:
-    """The files a published image dataset holds besides its shards."""
+def dataset_files(splits=("train",), rejected=True, skipped=False, quality=True) -> list[str]:
+    """The files a published image dataset holds besides its shards. `quality`: the build ran the quality checks
+    (the default), which publishes quality.jsonl whether or not it found anything, as rejected.jsonl."""
     names = ["manifest.json", "croissant.json", "README.md", *TFDS_FILES, *(f"{s}.index.avro" for s in splits)]
-    return names + (["rejected.jsonl"] if rejected else []) + (["skipped.jsonl"] if skipped else [])
+    return (names + (["rejected.jsonl"] if rejected else []) + (["skipped.jsonl"] if skipped else [])
+            + (["quality.jsonl"] if quality else []))

@@ -27,7 +27,7 @@ def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
     assert m.files_seen == 36 == m.splits["train"].num_records
     assert m.labels == ["cat", "dog", "fish"] and m.splits["train"].class_counts == {"cat": 12, "dog": 12, "fish": 12}
     assert sorted(p.name for p in out.iterdir()) == sorted([s.path for s in shards] + dataset_files())
-    assert (out / "rejected.jsonl").read_text() == ""
+    assert (out / "rejected.jsonl").read_text() == "" and m.quality["path"] == "quality.jsonl"
     assert [s.num_bytes for s in shards] == [(out / s.path).stat().st_size for s in shards]
 
 

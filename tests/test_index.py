@@ -1,6 +1,10 @@
 """The Avro record index: schema, rows from records, streaming write and read, framing checks."""
 import dataclasses
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import fastavro
 import pytest
@@ -57,6 +61,17 @@ def test_rows_round_trip_and_checksums_match_the_bytes():
     assert (entry.path, entry.num_rows, entry.num_bytes) == ("train.index.avro", 50, len(data))
     assert written(rows, schema)[0] == data  # deterministic: the same rows give the same bytes
     assert fastavro.reader(io.BytesIO(data)).codec == "deflate"
+
+
+def test_the_header_is_the_same_whatever_the_process_string_hashing():
+    """fastavro places a field's doc and default in a set's order, which string hashing changes: processes
+    seeded 0 and 1 wrote two headers for one schema (so one dataset's index bytes changed with the worker)."""
+    code = ("import sys; from shard_utils.format import index; from shard_utils.format.schema import ExtraSpec; "
+            "sys.stdout.write(index.index_header(index.index_schema([ExtraSpec('note', 'string')])).hex())")
+    headers = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("0", "1")}
+    assert headers == {index.index_header(index.index_schema([ExtraSpec("note", "string")])).hex()}
 
 
 def test_rows_are_plain_avro_records():

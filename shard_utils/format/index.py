@@ -224,6 +224,36 @@ class _Digesting:
 _CODEC, _SYNC_INTERVAL = "deflate", 1 << 18  # how every index file is written, row by row or merged
 
 
+_FIELD_ORDER = ("doc", "aliases", "default", "name", "type")  # last in a parsed field, in this order
+
+
+def _parsed_for_writing(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """fastavro's parsed schema, every field's keys in one order. The file's header is that schema as JSON, and
+    fastavro places a field's doc, aliases and default by iterating a set, whose order changes with each
+    process's string hashing: a field with both a doc and a default (phash, extras) gave another header."""
+    import fastavro
+
+    parsed = fastavro.parse_schema(dict(schema))
+    _order_fields(parsed)
+    return cast(dict[str, Any], parsed)
+
+
+def _order_fields(node: Any) -> None:
+    """Move each record field's keys in _FIELD_ORDER to its end, in place (the parsed schema keeps its
+    identity: fastavro's named types point into it)."""
+    if isinstance(node, list):
+        for item in node:
+            _order_fields(item)
+    elif isinstance(node, dict):
+        for entry in node.get("fields", ()) if node.get("type") == "record" else ():
+            for key in _FIELD_ORDER:
+                if key in entry:
+                    entry[key] = entry.pop(key)
+            _order_fields(entry["type"])
+        if node.get("type") in ("array", "map"):
+            _order_fields(node.get("items", node.get("values")))
+
+
 def _sync_marker(schema: Mapping[str, Any]) -> bytes:
     """Avro's block separator, derived from the schema so the same rows give byte-identical files."""
     return hashlib.sha256(b"tpu-shards index\0" + json.dumps(schema, sort_keys=True).encode()).digest()[:16]
@@ -236,7 +266,7 @@ def write_index(fileobj: BinaryIO, rows: Iterable[IndexRow], schema: Mapping[str
     """
     import fastavro
 
-    parsed = fastavro.parse_schema(dict(schema))
+    parsed = _parsed_for_writing(schema)
     out = _Digesting(fileobj)
     count = 0
 
@@ -259,7 +289,7 @@ def index_header(schema: Mapping[str, Any]) -> bytes:
     import fastavro
 
     buffer = io.BytesIO()
-    fastavro.writer(buffer, fastavro.parse_schema(dict(schema)), [], codec=_CODEC, sync_interval=_SYNC_INTERVAL,
+    fastavro.writer(buffer, _parsed_for_writing(schema), [], codec=_CODEC, sync_interval=_SYNC_INTERVAL,
                     sync_marker=_sync_marker(schema), strict=True)
     return buffer.getvalue()
 
@@ -299,7 +329,7 @@ def merge_index_parts(fileobj: BinaryIO, parts: Iterable[BinaryIO], schema: Mapp
     import fastavro
     from fastavro.schema import to_parsing_canonical_form
 
-    parsed = fastavro.parse_schema(dict(schema))
+    parsed = _parsed_for_writing(schema)
     expected = to_parsing_canonical_form(parsed)
     out = _Digesting(fileobj)
     writer = fastavro.write.Writer(cast(IO[bytes], out), parsed, codec=_CODEC, sync_interval=_SYNC_INTERVAL,
