@@ -29,7 +29,7 @@ import struct
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from math import comb, log
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class Banding:
         return unpack(packed.to_bytes(4 * self.bands, "little"))
 
     @cached_property
-    def _key_tables(self) -> tuple[list[list[int]], int, object]:
+    def _key_tables(self) -> tuple[list[list[int]], int, Callable[[bytes], tuple[int, ...]]]:
         """Per byte of a signature, its 256 values' contributions to every band key at once: key b is the 32 bits
         at 32 b of one big int, whose high half (the band number, `base`) is fixed."""
         positions = _bit_orders(self.permutations).reshape(self.bands, BAND_BITS).tolist()
