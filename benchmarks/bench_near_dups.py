@@ -17,6 +17,11 @@ and as PNG (decoded and re-encoded): the CPU of the encode step per image (`enco
     python benchmarks/bench_near_dups.py --build-images 0                       # the recall/precision table
     python benchmarks/bench_near_dups.py --originals 0 --build-images 500 --repeats 2   # the cost
     python benchmarks/bench_near_dups.py --originals 4 --build-images 10 --repeats 1    # a smoke run
+    python benchmarks/bench_near_dups.py --originals 0 --build-images 0 --cluster-records 2000  # clustering alone
+
+The last one measures the clustering's own CPU per record (`ClusterSignatures` on FnApiRunner in this process,
+on random signatures a tenth of them near copies): the CPU of `--cluster-records` records less that of a fifth of
+them, so the graph's fixed cost is left out.
 """
 from __future__ import annotations
 
@@ -266,6 +271,34 @@ def cost_table(count: int, repeats: int) -> list[str]:
     return rows
 
 
+def cluster_cpu(count: int) -> float:
+    """CPU seconds of the clustering graph (band keys, buckets, verification, components) over `count` signed
+    records, in this process on FnApiRunner."""
+    import apache_beam as beam
+
+    from beam_jobs.pipeline.near_dups import ClusterSignatures, packed
+    from shard_utils.quality.clusters import Member
+
+    rng = np.random.default_rng(count)
+    sigs = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True).tolist()
+    for i in range(0, count - 1, 10):  # a tenth are near copies of their neighbour
+        sigs[i + 1] = sigs[i] ^ sum(1 << int(b) for b in rng.choice(64, int(rng.integers(1, 9)), replace=False))
+    records = [(packed(s), Member(f"label{i % 2}/{i:06d}.jpg", "train", (f"label{i % 2}",), (0, i), f"{i:064x}"))
+               for i, s in enumerate(sigs)]
+    start = time.process_time()
+    with beam.Pipeline(runner="FnApiRunner") as p:
+        _ = p | beam.Create(records) | ClusterSignatures(NEAR_DISTANCE) | beam.combiners.Count.Globally()
+    return time.process_time() - start
+
+
+def cluster_cost(count: int, repeats: int) -> list[str]:
+    """The clustering's CPU per record: `count` records less a fifth of them (the fixed cost left out)."""
+    whole = min(cluster_cpu(count) for _ in range(repeats))
+    small = min(cluster_cpu(count // 5) for _ in range(repeats))
+    return [f"clustering: {whole:.2f} CPU s for {count} records, {small:.2f} for {count // 5}: "
+            f"{(whole - small) / (count - count // 5) * 1e3:.3f} ms CPU per record"]
+
+
 def row(what: str, measured: str, best: dict[str, float]) -> str:
     return f"| {what} | {measured} | {best['off']:.2f} | {best['on']:.2f} | {best['on'] / best['off']:.3f}x |"
 
@@ -275,17 +308,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--originals", type=int, default=300, help="photos the copies are made of")
     parser.add_argument("--build-images", type=int, default=500, help="images per cost measurement (0: none)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each, the best kept")
+    parser.add_argument("--cluster-records", type=int, default=0, help="records of the clustering alone (0: none)")
     args = parser.parse_args(argv)
     if args.originals < 0 or args.originals == 1 or args.build_images < 0 \
-            or args.repeats < 1:
+            or args.repeats < 1 or 0 < args.cluster_records < 5:
         parser.error("--originals must be 0 (no recall table) or at least 2, --build-images at least 0, --repeats "
-                     "at least 1")
+                     "at least 1, --cluster-records 0 or at least 5")
     if args.originals:
         print("\n".join(quality_table(args.originals)))
         print("\n".join(blur_table(min(args.originals, 40))))
         print("\n".join(speed()))
     if args.build_images:
         print("\n".join(cost_table(args.build_images, args.repeats)))
+    if args.cluster_records:
+        print("\n".join(cluster_cost(args.cluster_records, args.repeats)))
     return 0
 
 

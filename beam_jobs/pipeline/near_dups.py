@@ -125,24 +125,28 @@ def collapse(grouped) -> Iterable:
             yield beam.pvalue.TaggedOutput("edges", (first, m))
 
 
-def band_keys(signed: Signed, banding: Banding) -> Iterable[tuple[int, Signed]]:
-    sig, _ = signed
-    for key in banding.keys(unpacked(sig)):
-        yield key, signed
+def band_keys(signed: Signed, banding: Banding) -> list[tuple[int, tuple]]:
+    """(band key, (packed signature, the member's fields)) for each band: plain ints, bytes and tuples, which
+    Beam's coder writes natively (a Member would be pickled once per band)."""
+    sig, m = signed
+    fields = (m.source_id, m.split, m.labels, m.where, m.sha256)
+    value = (sig, fields)
+    return [(key, value) for key in banding.keys(unpacked(sig))]
 
 
 def verify_bucket(grouped, threshold: int, cap: int) -> Iterable[tuple[Member, Member]]:
-    """The near pairs of one band bucket, as a spanning forest: (member, member) edges."""
+    """The near pairs of one band bucket (of `band_keys` values), as a spanning forest: (member, member) edges."""
     _, signed = grouped
-    members = {m.source_id: (unpacked(sig), m) for sig, m in signed}
+    members = {fields[0]: (sig, fields) for sig, fields in signed}
     if len(members) < 2:
         return
     count("near_dup_buckets_verified")
-    outcome = cl.verified_edges(((sig, source_id) for source_id, (sig, _) in members.items()), threshold, cap)
+    outcome = cl.verified_edges(((unpacked(sig), source_id) for source_id, (sig, _) in members.items()),
+                                threshold, cap)
     if outcome.blocks > 1:
         count("near_dup_hot_buckets")
     for a, b in outcome.edges:
-        yield members[a][1], members[b][1]
+        yield Member(*members[a][1]), Member(*members[b][1])
 
 
 class ComponentsFn(beam.CombineFn):
