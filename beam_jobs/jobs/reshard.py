@@ -261,9 +261,10 @@ def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], dama
 def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manifest) -> None:
     """Add the reshard job to a pipeline."""
     run = p | "StartRun" >> StartRun(config)
-    tasks = p | "ListShards" >> ListSourceShards(source)
-    copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, source, run)
-    carry = p | "CarryOver" >> CarryOver(source)
+    light = replace(source, labels=[])  # what the workers need, without the labels only the planner takes
+    tasks = p | "ListShards" >> ListSourceShards(light)
+    copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, light, run)
+    carry = p | "CarryOver" >> CarryOver(light)
     planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
     nothing_dropped = p | "NoDuplicates" >> beam.Create([])  # the labels are the source's (known_labels), not found
     shards = copied.fragments | "WriteShards" >> WriteFragmentShards(config, planned["plans"], run)

@@ -12,7 +12,7 @@ import json
 import posixpath
 from typing import Any, Iterator
 
-from shard_utils.format import schema
+from shard_utils.format import json_text, schema
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.manifest import IndexFile, Manifest, Shard
 
@@ -67,7 +67,7 @@ def croissant(m: Manifest) -> dict[str, Any]:
 
 def croissant_bytes(m: Manifest) -> bytes:
     """`croissant.json`'s bytes."""
-    return (json.dumps(croissant(m), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json_text.dumps(croissant(m)) + "\n").encode("utf-8")
 
 
 def summary(m: Manifest) -> str:
