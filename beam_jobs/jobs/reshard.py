@@ -232,10 +232,19 @@ class Carried:
         made = {**src.options, **dict(self.new_options),
                 "resharded_from": {"location": src.location, "created": src.created,
                                    "generations": len(generations.generations_of(src))}}
-        return replace(m, labels=list(src.labels), features={k: dict(v) for k, v in src.features.items()},
+        splits = {name: replace(split, class_counts=listed_counts(split.class_counts, src.splits[name].class_counts))
+                  for name, split in m.splits.items()}
+        return replace(m, labels=list(src.labels), splits=splits,
+                       features={k: dict(v) for k, v in src.features.items()},
                        image_size=src.image_size, media=src.media, label_offset=src.label_offset,
                        multi_label=src.multi_label, embedding=src.embedding, duplicates=src.duplicates,
                        input=src.input, options=made)
+
+
+def listed_counts(made: dict[str, int], listed: dict[str, int]) -> dict[str, int]:
+    """A split's class counts as the source listed them: a label with no record in the split is named (with 0) only
+    where the source's split named it, so that labels no record has do not multiply the manifest by its splits."""
+    return {name: n for name, n in made.items() if n or name in listed}
 
 
 def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], damaged: Sequence[str] = (),

@@ -410,7 +410,7 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     except ValueError as exc:
         raise ManifestError(f"manifest features: {exc}") from None
     labels = _get(obj, "labels", list, "manifest")
-    if not all(isinstance(x, str) for x in labels) or len(set(labels)) != len(labels):
+    if not set(map(type, labels)) <= {str} or len(set(labels)) != len(labels):
         raise ManifestError("manifest: labels must be distinct strings")
     splits_raw = _get(obj, "splits", dict, "manifest")
     if not splits_raw:
