@@ -25,3 +25,12 @@ def test_long_label_lists_and_label_records_are_written_as_json_writes_them():
     doc = {"labels": labels, "counts": dict.fromkeys(labels, 0),
            "data": [{"labels/id": i, "labels/name": n} for i, n in enumerate(labels)]}
     assert json_text.dumps(doc) == json.dumps(doc, indent=2, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("records", [
+    json_text.Records(("labels/id", "labels/name"), (range(3, 6), ["a", 'b"}{', "é"])),
+    json_text.Records(("x{}",), ([1.5, None],)), json_text.Records(("a",), ([],)),
+], ids=["labels", "odd", "empty"])
+def test_records_are_written_as_the_list_of_objects_they_stand_for(records):
+    doc, rows = {"data": records, "k": [{"d": records}]}, records.rows()
+    assert json_text.dumps(doc) == json.dumps({"data": rows, "k": [{"d": rows}]}, indent=2, ensure_ascii=False)

@@ -51,8 +51,9 @@ def dataset_name(m: Manifest) -> str:
     return metadata(m).get("name") or posixpath.basename(m.location.rstrip("/")) or "dataset"
 
 
-def croissant(m: Manifest) -> dict[str, Any]:
-    """The Croissant JSON-LD document describing the dataset whose manifest is `m`."""
+def croissant(m: Manifest, *, label_dicts: bool = True) -> dict[str, Any]:
+    """The Croissant JSON-LD document describing the dataset whose manifest is `m` (`label_dicts` False: its label
+    records as a `json_text.Records`, which `json_text.dumps` writes without making a dict per label)."""
     given = metadata(m)
     doc: dict[str, Any] = {
         "@context": _CONTEXT, "@type": "sc:Dataset", "conformsTo": CONFORMS_TO, "name": dataset_name(m),
@@ -61,13 +62,13 @@ def croissant(m: Manifest) -> dict[str, Any]:
         "citeAs": given.get("citation"), "url": given.get("url"),
         "isAccessibleForFree": True, "keywords": ["tpu-shards", m.media, "classification"],
         "creativeWorkStatus": provenance(m),
-        "distribution": list(_distribution(m)), "recordSet": _record_sets(m)}
+        "distribution": list(_distribution(m)), "recordSet": _record_sets(m, label_dicts)}
     return {k: v for k, v in doc.items() if v is not None}
 
 
 def croissant_bytes(m: Manifest) -> bytes:
     """`croissant.json`'s bytes."""
-    return (json_text.dumps(croissant(m)) + "\n").encode("utf-8")
+    return (json_text.dumps(croissant(m, label_dicts=False)) + "\n").encode("utf-8")
 
 
 def summary(m: Manifest) -> str:
@@ -118,18 +119,20 @@ def _split_files(split: str) -> str:
     return f"{split}-shards"
 
 
-def _record_sets(m: Manifest) -> list[dict[str, Any]]:
+def _record_sets(m: Manifest, label_dicts: bool) -> list[dict[str, Any]]:
     splits = {"@type": "cr:RecordSet", "@id": "splits", "name": "splits", "dataType": "cr:Split",
               "description": "The dataset's splits.", "key": {"@id": "splits/name"},
               "field": [_field("splits", "name", "sc:Text"), _field("splits", "num_records", "sc:Integer")],
               "data": [{"splits/name": n, "splits/num_records": s.num_records} for n, s in m.splits.items()]}
     out = [splits]
     if m.labels:
+        labels = json_text.Records(("labels/id", "labels/name"),
+                                   (range(m.label_offset, m.label_offset + len(m.labels)), m.labels))
         out.append({"@type": "cr:RecordSet", "@id": "labels", "name": "labels", "key": {"@id": "labels/id"},
                     "description": "The label names, by the id stored in each record"
                                    + (f" (name i is stored as i + {m.label_offset})" if m.label_offset else ""),
                     "field": [_field("labels", "id", "sc:Integer"), _field("labels", "name", "sc:Text")],
-                    "data": [{"labels/id": i + m.label_offset, "labels/name": n} for i, n in enumerate(m.labels)]})
+                    "data": labels.rows() if label_dicts else labels})
     out.append(_records(m))
     return out
 

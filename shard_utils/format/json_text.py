@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from itertools import chain
 from json.encoder import encode_basestring
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
@@ -18,7 +19,45 @@ def dumps(value: Any, indent: int = 2) -> str:
     return _text(value, 0, indent)
 
 
+@dataclass(frozen=True)
+class Records:
+    """A list of objects given by its columns of plain values (`keys[i]` holds `columns[i]`), written as json writes
+    that list: a million label records without a million dicts."""
+
+    keys: tuple[str, ...]
+    columns: tuple[Sequence[Any], ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The list of objects it stands for."""
+        return [dict(zip(self.keys, values)) for values in zip(*self.columns)]
+
+    def text(self, level: int, step: int) -> str:
+        if not self.keys or not len(self.columns[0]):
+            return "[]"
+        outer, row, member = ("\n" + " " * (step * n) for n in (level, level + 1, level + 2))
+        template = ("{{" + ",".join(member + encode_basestring(k).replace("{", "{{").replace("}", "}}") + ": {}"
+                                    for k in self.keys) + row + "}}")
+        members = map(template.format, *map(_column, self.columns))
+        return "[" + row + ("," + row).join(members) + outer + "]"
+
+
+def _column(values: Sequence[Any]) -> Any:
+    """Each value's JSON text, by one C function for a column of strings or of integers."""
+    kinds = {int} if isinstance(values, range) else set(map(type, values))
+    if kinds == {str}:
+        return map(encode_basestring, values)
+    return map(int.__repr__, values) if kinds == {int} else map(_plain, values)
+
+
+def _plain(v: Any) -> str:
+    if type(v) is str:
+        return encode_basestring(v)
+    return int.__repr__(v) if type(v) is int else json.dumps(v)
+
+
 def _text(value: Any, level: int, step: int) -> str:
+    if isinstance(value, Records):
+        return value.text(level, step)
     inner, close = "\n" + " " * (step * (level + 1)), "\n" + " " * (step * level)
     if isinstance(value, dict) and value and all(type(k) is str for k in value):
         if set(map(type, value.values())) <= _PLAIN:
