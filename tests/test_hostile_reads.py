@@ -635,3 +635,20 @@ def test_reshard_of_a_million_labels_costs_little_more_than_without(valid, tmp_p
     cpu, mb = _reshard_cost(ds, tmp_path / "million")
     assert (tmp_path / "million" / "manifest.json").stat().st_size <= (ds / "manifest.json").stat().st_size
     assert cpu - plain_cpu < 10 and mb - plain_mb < 500, (cpu, plain_cpu, mb, plain_mb)
+
+
+def test_a_reshard_worker_refuses_a_source_whose_manifest_changed_after_the_job_was_made(valid, tmp_path):
+    """The workers compare the manifest's bytes with the ones the job was made from, instead of parsing it again."""
+    from beam_jobs.jobs.reshard import load_source, split_tasks
+
+    ds = tmp_path / "ds"
+    shutil.copytree(valid, ds)
+    source, digest = load_source(str(ds))
+    assert [(t.split, t.position, len(t.rows)) for t in split_tasks("train", source, digest)] == [("train", 0, 2),
+                                                                                                  ("train", 1, 2)]
+    edit_manifest(ds, lambda obj: obj["options"].update(seed=5))
+    [out] = split_tasks("train", source, digest)
+    assert (out.tag, out.value) == ("damaged", "the source dataset changed after this job was made")
+    (ds / "manifest.json").unlink()
+    [out] = split_tasks("train", source, digest)
+    assert out.tag == "damaged" and out.value.startswith("the source's manifest cannot be read: "), out.value
