@@ -626,7 +626,7 @@ def _reshard_cost(ds: Path, out: Path) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 38 item 4 not met yet: about 14 s CPU and +950 MB (see CHANGELOG)")
+@pytest.mark.xfail(strict=True, reason="issue 38 item 4 not met yet: about 9.5 s more CPU and +630 MB (CHANGELOG)")
 def test_reshard_of_a_million_labels_costs_little_more_than_without(valid, tmp_path):
     """A million labels no record has (a 17 MB manifest): the reshard within 10 CPU seconds more than the same
     reshard without them and 500 MB more memory at its peak, and its manifest no larger than its source's."""
