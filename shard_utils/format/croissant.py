@@ -14,14 +14,16 @@ from typing import Any, Iterator
 
 from shard_utils.format import json_text, schema
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
-from shard_utils.format.manifest import IndexFile, Manifest, Shard
+from shard_utils.format.manifest import MAX_MANIFEST_BYTES, IndexFile, Manifest, Shard
 
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 ENCODINGS = {"tfrecord": "application/x-tfrecord", ARRAY_RECORD: "application/x-array-record",
              "index": "application/x-avro"}
 SHARDS = "shards"  # the FileSet of every shard, the records' source
 SPLIT_OF_SHARD = r"^(.+?)(?:-g\d{3,})?-\d{5}-of-\d{5}\.[a-z_]+$"  # a shard's file name -> its split
-MAX_CROISSANT_BYTES = 64 * 2**20  # as for a manifest: a larger croissant.json is refused unparsed
+# A larger croissant.json is refused unparsed. A label takes up to 10 times the bytes here that it takes in the
+# manifest (a record of id and name against a name), so any manifest under its cap has a description under this.
+MAX_CROISSANT_BYTES = 10 * MAX_MANIFEST_BYTES
 METADATA = ("name", "description", "license", "citation", "url")  # what a user may give (build options)
 _DTYPES = {"int64": "sc:Integer", "float32": "sc:Float", "string": "sc:Text"}
 _CONTEXT: dict[str, Any] = {  # Croissant 1.0's standard @context (mlcroissant warns about any other)
