@@ -610,3 +610,47 @@ def test_a_shard_larger_than_verify_holds_is_streamed_with_its_index_rows(valid,
     first = load(str(ds)).splits["train"].shards[0].num_records - len(pads)
     assert verify(str(ds)) == [f"train.index.avro: row {first + 1}: {rel} record {first + 1}: its index row gives "
                                "source id 'evil', the record 'pad/1'"]
+
+
+def _reshard_cost(ds: Path, out: Path) -> tuple[float, float]:
+    """(CPU seconds, peak resident MB) of `tpu-shards reshard ds out` in its own process, which must succeed."""
+    cli = [sys.executable, "-m", "beam_jobs.cli", "reshard", str(ds), str(out), "--num-cores", "1"]
+    proc = subprocess.Popen(cli, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        proc.returncode = 0  # reaped by wait4
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode()[-2000:]
+    proc.stderr.close()
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+@pytest.mark.slow
+def test_reshard_of_a_million_labels_costs_little_more_than_without(valid, tmp_path):
+    """A million labels no record has (a 17 MB manifest): the reshard within 6 times the CPU of the same reshard
+    without them (about 4.5 measured; 14 before) and 1000 MB more memory at its peak (about 700 measured; 1900
+    before; issue 38 asks for 500: not met yet), its manifest no larger than its source's, and verify
+    finds it intact."""
+    ds = hostile(valid, tmp_path, "labels_million")
+    plain_cpu, plain_mb = _reshard_cost(valid, tmp_path / "plain")
+    cpu, mb = _reshard_cost(ds, tmp_path / "million")
+    assert (tmp_path / "million" / "manifest.json").stat().st_size <= (ds / "manifest.json").stat().st_size
+    assert cpu < 6 * plain_cpu and mb - plain_mb < 1000, (cpu, plain_cpu, mb, plain_mb)
+    assert verify(str(tmp_path / "million")) == []  # its croissant.json (89 MB) is within what verify reads
+
+
+def test_a_reshard_worker_refuses_a_source_whose_manifest_changed_after_the_job_was_made(valid, tmp_path):
+    """The workers compare the manifest's bytes with the ones the job was made from, instead of parsing it again."""
+    from beam_jobs.jobs.reshard import load_source, split_tasks
+
+    ds = tmp_path / "ds"
+    shutil.copytree(valid, ds)
+    source, digest = load_source(str(ds))
+    assert [(t.split, t.position, len(t.rows)) for t in split_tasks("train", source, digest)] == [("train", 0, 2),
+                                                                                                  ("train", 1, 2)]
+    edit_manifest(ds, lambda obj: obj["options"].update(seed=5))
+    [out] = split_tasks("train", source, digest)
+    assert (out.tag, out.value) == ("damaged", "the source dataset changed after this job was made")
+    (ds / "manifest.json").unlink()
+    [out] = split_tasks("train", source, digest)
+    assert out.tag == "damaged" and out.value.startswith("the source's manifest cannot be read: "), out.value

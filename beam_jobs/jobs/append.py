@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Collection
 
 import apache_beam as beam
@@ -236,7 +236,7 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     labels = fresh["media"] | "DistinctLabels" >> DistinctLabels()
     sharded = fresh["media"] | "ShardMedia" >> ShardMedia(
         config, labels, run, append_naming(old, config), known_labels=tuple(old.labels),
-        existing=dataset.members, grows=old)
+        existing=dataset.members, grows=replace(old, labels=[]))  # its labels: known_labels, once
     g = next_generation(old)
     rejected = ((fresh["rejected"], sharded["rejected"]) | "AllRejected" >> beam.Flatten()
                 | "RejectedOfGeneration" >> beam.Map(with_generation, g))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import hashlib
 import posixpath
 import re
 import sys
@@ -71,27 +72,29 @@ class ShardTask:
 
 class ListSourceShards(beam.PTransform):
     """A ShardTask per source shard, each with its rows of the split's index; tagged `damaged`: why an index
-    cannot be used (or the source changed since the job was made)."""
+    cannot be used (or the source changed since the job was made: `digest`, the SHA-256 of its manifest's bytes
+    then)."""
 
-    def __init__(self, source: Manifest):
+    def __init__(self, source: Manifest, digest: str):
         super().__init__()
-        self.source = source
+        self.source, self.digest = source, digest
 
     def expand(self, pbegin):
         return (pbegin
                 | "Splits" >> beam.Create(sorted(self.source.splits))
-                | "Tasks" >> beam.FlatMap(split_tasks, self.source).with_outputs("damaged", main="tasks"))
+                | "Tasks" >> beam.FlatMap(split_tasks, self.source, self.digest).with_outputs("damaged", main="tasks"))
 
 
-def split_tasks(split: str, source: Manifest):
+def split_tasks(split: str, source: Manifest, digest: str):
     """The split's ShardTasks, the index read once, streaming, its rows grouped by shard."""
+    path, _ = manifest.manifest_path(source.location)
     try:
-        now = manifest.load(source.location)
-    except manifest.ManifestError as exc:
-        yield beam.pvalue.TaggedOutput("damaged", f"the source's manifest cannot be read: {exc}")
+        now = manifest.read_manifest_bytes(path)
+    except Exception as exc:
+        yield beam.pvalue.TaggedOutput("damaged", f"the source's manifest cannot be read: {storage.problem(exc, path)}")
         return
     entry = source.split(split)
-    if now.created != source.created or now.splits.get(split) != entry:
+    if hashlib.sha256(now).hexdigest() != digest:
         yield beam.pvalue.TaggedOutput("damaged", "the source dataset changed after this job was made")
         return
     if entry.index is None:
@@ -232,10 +235,19 @@ class Carried:
         made = {**src.options, **dict(self.new_options),
                 "resharded_from": {"location": src.location, "created": src.created,
                                    "generations": len(generations.generations_of(src))}}
-        return replace(m, labels=list(src.labels), features={k: dict(v) for k, v in src.features.items()},
+        splits = {name: replace(split, class_counts=listed_counts(split.class_counts, src.splits[name].class_counts))
+                  for name, split in m.splits.items()}
+        return replace(m, labels=list(src.labels), splits=splits,
+                       features={k: dict(v) for k, v in src.features.items()},
                        image_size=src.image_size, media=src.media, label_offset=src.label_offset,
                        multi_label=src.multi_label, embedding=src.embedding, duplicates=src.duplicates,
                        input=src.input, options=made)
+
+
+def listed_counts(made: dict[str, int], listed: dict[str, int]) -> dict[str, int]:
+    """A split's class counts as the source listed them: a label with no record in the split is named (with 0) only
+    where the source's split named it, so that labels no record has do not multiply the manifest by its splits."""
+    return {name: n for name, n in made.items() if n or name in listed}
 
 
 def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], damaged: Sequence[str] = (),
@@ -258,12 +270,14 @@ def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], dama
 # ---------------------------------------------------------------------------------------------- the graph
 
 
-def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manifest) -> None:
-    """Add the reshard job to a pipeline."""
+def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manifest, digest: str) -> None:
+    """Add the reshard job to a pipeline (`digest`: the SHA-256 of the source manifest's bytes `source` was read
+    from)."""
     run = p | "StartRun" >> StartRun(config)
-    tasks = p | "ListShards" >> ListSourceShards(source)
-    copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, source, run)
-    carry = p | "CarryOver" >> CarryOver(source)
+    light = replace(source, labels=[])  # what the workers need, without the labels only the planner takes
+    tasks = p | "ListShards" >> ListSourceShards(light, digest)
+    copied = tasks.tasks | "CopyRecords" >> CopyRecords(config, light, run)
+    carry = p | "CarryOver" >> CarryOver(light)
     planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
     nothing_dropped = p | "NoDuplicates" >> beam.Create([])  # the labels are the source's (known_labels), not found
     shards = copied.fragments | "WriteShards" >> WriteFragmentShards(config, planned["plans"], run)
@@ -363,13 +377,26 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         listing=ListingOptions(extras=source_extras(source)), local=local)
 
 
+def load_source(src: str) -> tuple[Manifest, str]:
+    """The source's manifest and the SHA-256 of the bytes it was parsed from (a worker compares its own read with
+    it instead of parsing the manifest again)."""
+    read: list[bytes] = []
+
+    def keep(path: str) -> bytes:
+        read.append(manifest.read_manifest_bytes(path))
+        return read[-1]
+
+    source = manifest.load(src, reader=keep)
+    return source, hashlib.sha256(read[-1]).hexdigest()
+
+
 def run(argv: Sequence[str] | None = None) -> Manifest | None:
     """Run the reshard; returns the new manifest (None when only a Dataflow template was written)."""
     args, beam_args = parse(list(sys.argv[1:] if argv is None else argv))
     opts = pipeline_options(beam_args)
     runner = opts.view_as(StandardOptions).runner or ""
     cloud = opts.view_as(GoogleCloudOptions)
-    source = manifest.load(args.src)
+    source, digest = load_source(args.src)
     template = cloud.template_location
     now = datetime.datetime.now(datetime.timezone.utc)
     run_id = None if template else new_run_id(now)
@@ -380,7 +407,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     with guard_interrupts(config, local):
         created = prepare_output(config)
         started = time.monotonic()
-        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source), created_output=created)
+        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source, digest), created_output=created)
         if result is None:
             return None
         built = manifest.load(args.dst)

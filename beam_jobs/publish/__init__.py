@@ -492,24 +492,25 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
     path = storage.join(out, MANIFEST_NAME)
     if not published_by(out, pub.run):
         manifest = with_indexes(pub.manifest, indexes)
+        text = manifest.to_json()  # made once: with a million labels each copy is a second
         try:
-            parse(manifest.to_json(), out)  # the loader's own checks, before anything is published
+            parse(text, out)  # the loader's own checks, before anything is published
         except ManifestError as exc:
             raise InternalError(f"the manifest to publish does not validate: {exc}") from None
         if reports_published(pub, out):
-            switch(pub, manifest, out)
+            switch(pub, manifest, out, text)
     remove_run_folder(config.temp_root, pub.run.temp_dir)
     runlock.release(out, pub.run.run_id)
     return path
 
 
-def switch(pub: Publication, manifest: Manifest, out: str) -> None:
+def switch(pub: Publication, manifest: Manifest, out: str, text: str) -> None:
     """The manifest written (TFDS's files, croissant.json and the card before it for a build, after it for an append, with the files only the
-    old manifest named removed)."""
+    old manifest named removed); `text`: the manifest's JSON."""
     if pub.grows is None:
         for name, data in described_files(manifest, out).items():
             storage.write_bytes(storage.join(out, name), data)
-    storage.write_bytes(storage.join(out, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
+    storage.write_bytes(storage.join(out, MANIFEST_NAME), text.encode("utf-8"))
     if pub.grows is not None:  # the old dataset's TFDS view and the files only it named go now
         for name, data in described_files(manifest, out).items():
             storage.write_bytes(storage.join(out, name), data)

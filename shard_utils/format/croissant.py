@@ -12,16 +12,18 @@ import json
 import posixpath
 from typing import Any, Iterator
 
-from shard_utils.format import schema
+from shard_utils.format import json_text, schema
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
-from shard_utils.format.manifest import IndexFile, Manifest, Shard
+from shard_utils.format.manifest import MAX_MANIFEST_BYTES, IndexFile, Manifest, Shard
 
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 ENCODINGS = {"tfrecord": "application/x-tfrecord", ARRAY_RECORD: "application/x-array-record",
              "index": "application/x-avro"}
 SHARDS = "shards"  # the FileSet of every shard, the records' source
 SPLIT_OF_SHARD = r"^(.+?)(?:-g\d{3,})?-\d{5}-of-\d{5}\.[a-z_]+$"  # a shard's file name -> its split
-MAX_CROISSANT_BYTES = 64 * 2**20  # as for a manifest: a larger croissant.json is refused unparsed
+# A larger croissant.json is refused unparsed. A label takes up to 10 times the bytes here that it takes in the
+# manifest (a record of id and name against a name), so any manifest under its cap has a description under this.
+MAX_CROISSANT_BYTES = 10 * MAX_MANIFEST_BYTES
 METADATA = ("name", "description", "license", "citation", "url")  # what a user may give (build options)
 _DTYPES = {"int64": "sc:Integer", "float32": "sc:Float", "string": "sc:Text"}
 _CONTEXT: dict[str, Any] = {  # Croissant 1.0's standard @context (mlcroissant warns about any other)
@@ -51,8 +53,9 @@ def dataset_name(m: Manifest) -> str:
     return metadata(m).get("name") or posixpath.basename(m.location.rstrip("/")) or "dataset"
 
 
-def croissant(m: Manifest) -> dict[str, Any]:
-    """The Croissant JSON-LD document describing the dataset whose manifest is `m`."""
+def croissant(m: Manifest, *, label_dicts: bool = True) -> dict[str, Any]:
+    """The Croissant JSON-LD document describing the dataset whose manifest is `m` (`label_dicts` False: its label
+    records as a `json_text.Records`, which `json_text.dumps` writes without making a dict per label)."""
     given = metadata(m)
     doc: dict[str, Any] = {
         "@context": _CONTEXT, "@type": "sc:Dataset", "conformsTo": CONFORMS_TO, "name": dataset_name(m),
@@ -61,13 +64,13 @@ def croissant(m: Manifest) -> dict[str, Any]:
         "citeAs": given.get("citation"), "url": given.get("url"),
         "isAccessibleForFree": True, "keywords": ["tpu-shards", m.media, "classification"],
         "creativeWorkStatus": provenance(m),
-        "distribution": list(_distribution(m)), "recordSet": _record_sets(m)}
+        "distribution": list(_distribution(m)), "recordSet": _record_sets(m, label_dicts)}
     return {k: v for k, v in doc.items() if v is not None}
 
 
 def croissant_bytes(m: Manifest) -> bytes:
     """`croissant.json`'s bytes."""
-    return (json.dumps(croissant(m), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json_text.dumps(croissant(m, label_dicts=False)) + "\n").encode("utf-8")
 
 
 def summary(m: Manifest) -> str:
@@ -118,18 +121,20 @@ def _split_files(split: str) -> str:
     return f"{split}-shards"
 
 
-def _record_sets(m: Manifest) -> list[dict[str, Any]]:
+def _record_sets(m: Manifest, label_dicts: bool) -> list[dict[str, Any]]:
     splits = {"@type": "cr:RecordSet", "@id": "splits", "name": "splits", "dataType": "cr:Split",
               "description": "The dataset's splits.", "key": {"@id": "splits/name"},
               "field": [_field("splits", "name", "sc:Text"), _field("splits", "num_records", "sc:Integer")],
               "data": [{"splits/name": n, "splits/num_records": s.num_records} for n, s in m.splits.items()]}
     out = [splits]
     if m.labels:
+        labels = json_text.Records(("labels/id", "labels/name"),
+                                   (range(m.label_offset, m.label_offset + len(m.labels)), m.labels))
         out.append({"@type": "cr:RecordSet", "@id": "labels", "name": "labels", "key": {"@id": "labels/id"},
                     "description": "The label names, by the id stored in each record"
                                    + (f" (name i is stored as i + {m.label_offset})" if m.label_offset else ""),
                     "field": [_field("labels", "id", "sc:Integer"), _field("labels", "name", "sc:Text")],
-                    "data": [{"labels/id": i + m.label_offset, "labels/name": n} for i, n in enumerate(m.labels)]})
+                    "data": labels.rows() if label_dicts else labels})
     out.append(_records(m))
     return out
 

@@ -11,6 +11,7 @@ from shard_utils.format import names
 
 MAX_DEPTH = 32  # objects and lists inside each other; a manifest nests 5 deep, a --describe'd metadata a few more
 MAX_INT = 2**63 - 1  # what an int64 holds: every count and option a manifest records
+_LEAVES = frozenset({str, bool, type(None)})  # JSON values with nothing to check inside
 
 
 def depth_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
@@ -23,6 +24,8 @@ def depth_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
         if isinstance(item, (dict, list)):
             if depth >= max_depth:
                 return f"{where or 'the manifest'}: nests objects and lists more than {max_depth} deep"
+            if set(map(type, item.values() if isinstance(item, dict) else item)) <= _LEAVES:
+                continue  # strings, bools and nulls hold nothing to check: a label list is passed in one call
             children = item.items() if isinstance(item, dict) else enumerate(item)
             stack.extend((child, depth + 1, where or names.shown(key)) for key, child in children)
         elif isinstance(item, float) and not math.isfinite(item):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
 from shard_utils import storage
-from shard_utils.format import json_values, names, schema, splits as split_expressions
+from shard_utils.format import json_text, json_values, names, schema, splits as split_expressions
 from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
 from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
@@ -241,7 +241,7 @@ class Manifest:
         return {k: out[k] for k in order}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+        return json_text.dumps(self.to_dict()) + "\n"
 
 
 _SCALARS = {str, int, float, bool, type(None)}
@@ -410,7 +410,7 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     except ValueError as exc:
         raise ManifestError(f"manifest features: {exc}") from None
     labels = _get(obj, "labels", list, "manifest")
-    if not all(isinstance(x, str) for x in labels) or len(set(labels)) != len(labels):
+    if not set(map(type, labels)) <= {str} or len(set(labels)) != len(labels):
         raise ManifestError("manifest: labels must be distinct strings")
     splits_raw = _get(obj, "splits", dict, "manifest")
     if not splits_raw:
