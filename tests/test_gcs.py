@@ -138,7 +138,7 @@ def test_verify_compares_metadata_without_downloading(gcs, built):
         deep = proxy.requests[len(shallow):]
 
     def downloads(requests):
-        small = ("manifest.json", ".index.avro", "rejected.jsonl", "croissant.json")  # read whole by both
+        small = ("manifest.json", ".index.avro", "rejected.jsonl", "quality.jsonl", "croissant.json")  # read by both
         return [p for _, p in requests if "alt=media" in p and not any(name in p for name in small)]
 
     assert shallow and not downloads(shallow)  # shards' sizes and crc32c come from object metadata
