@@ -220,7 +220,7 @@ class BurstOf429(FaultProxy):
         super().__init__(upstream)
         self.bucket, self.gets = bucket, Counter()
 
-    def _fault(self, method: str, path: str) -> str | None:
+    def _fault(self, method: str, path: str, byte_range: str | None = None) -> str | None:
         name = path.split("?")[0]
         if method == "GET" and "alt=media" in path and f"/b/{self.bucket}/o/" in name:
             with self.lock:
@@ -228,7 +228,7 @@ class BurstOf429(FaultProxy):
                 if self.gets[name] % 3:
                     self.counts["429"] += 1
                     return "429"
-        return super()._fault(method, path)
+        return super()._fault(method, path, byte_range)
 
 
 @pytest.mark.slow
