@@ -33,7 +33,7 @@ CANDIDATES = {
 def build(data: Path, count: int, width: int, height: int) -> Path:
     """`count` photo-like JPEGs of width x height, built once with --format both; the dataset folder."""
     sys.path.insert(0, str(HERE))
-    from bench_loader import LABELS
+    from bench_loader import write_photos
 
     sys.path.insert(0, str(HERE.parent / "tests"))
     from conftest import photo  # the tests' photo-like images: gradients and noise
@@ -41,11 +41,7 @@ def build(data: Path, count: int, width: int, height: int) -> Path:
     out = data / f"both-{count}-{width}x{height}"
     if (out / "manifest.json").exists():
         return out
-    images = data / f"images-{count}-{width}x{height}"
-    for i in range(count):
-        folder = images / LABELS[i % len(LABELS)]
-        folder.mkdir(parents=True, exist_ok=True)
-        photo(width, height, seed=i).save(folder / f"{i:05d}.jpg", "JPEG", quality=90)
+    images = write_photos(data / f"images-{count}-{width}x{height}", count, lambda i: photo(width, height, seed=i))
     from beam_jobs.jobs.build import run
 
     with contextlib.redirect_stdout(io.StringIO()):

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,19 +35,24 @@ def photo(size: int, seed: int) -> Image.Image:
     return Image.fromarray(np.clip(base + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8), "RGB")
 
 
+def write_photos(images: Path, count: int, make: Callable[[int], Image.Image]) -> Path:
+    """`count` JPEGs `make(i)` in label folders under `images` (those already there kept); returns `images`."""
+    for i in range(count):
+        folder = images / LABELS[i % len(LABELS)]
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{i:05d}.jpg"
+        if not path.exists():
+            make(i).save(path, "JPEG", quality=90)
+    return images
+
+
 def build(data: Path, count: int, size: int, fmt: str = "tfrecord") -> Path:
     """Write `count` JPEGs and shard them with the real job (`--format fmt`, once per data folder); returns the
     dataset folder."""
     out = data / (f"shards-{count}-{size}" + ("" if fmt == "tfrecord" else f"-{fmt}"))
     if (out / "manifest.json").exists():
         return out
-    images = data / f"images-{count}-{size}"
-    for i in range(count):
-        folder = images / LABELS[i % len(LABELS)]
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{i:05d}.jpg"
-        if not path.exists():
-            photo(size, i).save(path, "JPEG", quality=90)
+    images = write_photos(data / f"images-{count}-{size}", count, lambda i: photo(size, i))
     from beam_jobs.jobs.build import run
 
     run(["--input", str(images), "--output", str(out), "--format", fmt])

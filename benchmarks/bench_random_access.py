@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks"), str(REPO / "tests")]
 
-from bench_loader import LABELS, photo  # noqa: E402
+from bench_loader import photo, write_photos  # noqa: E402
 
 
 def build(data: Path, count: int, size: int, image_size: int) -> Path:
@@ -35,13 +35,7 @@ def build(data: Path, count: int, size: int, image_size: int) -> Path:
     out = data / f"ra-{count}-{size}-{image_size}"
     if (out / "manifest.json").exists():
         return out
-    images = data / f"images-{count}-{size}"
-    for i in range(count):
-        folder = images / LABELS[i % len(LABELS)]
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{i:05d}.jpg"
-        if not path.exists():
-            photo(size, i).save(path, "JPEG", quality=90)
+    images = write_photos(data / f"images-{count}-{size}", count, lambda i: photo(size, i))
     from beam_jobs.jobs.build import run
 
     run(["--input", str(images), "--output", str(out), "--image-size", str(image_size), "--resize", "fill"])
