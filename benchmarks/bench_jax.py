@@ -40,7 +40,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 import numpy as np  # noqa: E402
 
-from bench_loader import build  # noqa: E402
+from bench_loader import build, dataset_options  # noqa: E402
 
 # Each candidate's name, and the pairs whose ratio the issue sets a target for (numerator, denominator, target).
 JAX, RESUMED, JAX_TF, GRAIN_THREADS, GRAIN_MP, TFDATA = (
@@ -146,11 +146,7 @@ def report(results: dict[str, list[tuple[float, float]]], header: str) -> list[s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="folder for generated images and shards (default: a temp dir)")
-    ap.add_argument("--images", type=int, default=1024)
-    ap.add_argument("--source-size", type=int, default=400, help="side of the generated JPEGs (default 400)")
-    ap.add_argument("--resize", type=int, default=224)
-    ap.add_argument("--batch", type=int, default=64)
+    dataset_options(ap)
     ap.add_argument("--batches", type=int, default=24, help="timed batches per round (default 24)")
     ap.add_argument("--warmup", type=int, default=24,
                     help="batches discarded before timing (default 24: Grain's 16 threads start 16 batches at once)")

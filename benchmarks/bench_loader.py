@@ -107,13 +107,18 @@ def raw_read(paths: list[str], num_bytes: int) -> tuple[float, float]:
     return num_bytes / 1e6 / seconds, records / seconds
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def dataset_options(ap: argparse.ArgumentParser) -> None:
+    """The options of a loader benchmark's dataset and batches: where, how many images, their size, the batch."""
     ap.add_argument("--data", help="folder for generated images and shards (default: a temp dir)")
     ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--source-size", type=int, default=400, help="side of the generated JPEGs (default 400)")
     ap.add_argument("--resize", type=int, default=224)
     ap.add_argument("--batch", type=int, default=64)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    dataset_options(ap)
     ap.add_argument("--batches", type=int, default=32, help="timed batches per round (default 32)")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
