@@ -43,7 +43,7 @@ from shard_utils.format.splits import Selection
 from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.format.manifest import load as _load_manifest
 from shard_utils.format.tfrecord import FramingError, count_from_headers
-from shard_utils.read.verify import stored_problems
+from shard_utils.read.stated import stored_problems
 from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
 
 __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",

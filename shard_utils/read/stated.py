@@ -19,14 +19,36 @@ def size_problem(uri: str, entry: Shard | IndexFile) -> str | None:
         return f"{entry.path}: missing"
     except storage.StorageError as exc:
         return f"{entry.path}: cannot read: {storage.problem(exc, uri)}"
-    return None if size == entry.num_bytes else f"{entry.path}: size {size} bytes, manifest says {entry.num_bytes}"
+    return None if size == entry.num_bytes else _size_line(entry, size)
+
+
+def stored_problems(path: str, entry: Shard | IndexFile) -> list[str]:
+    """How a file whose storage keeps its size and CRC32C (gs://) differs from its manifest entry, from that
+    metadata alone (nothing downloaded); each problem names the entry's path. Empty when it matches."""
+    try:
+        found = storage.checksum(path)
+    except storage.StorageError as exc:
+        return [f"{entry.path}: cannot read object metadata: {storage.problem(exc, path)}"]
+    if found is None:
+        return [f"{entry.path}: missing"]
+    size, crc = found
+    problems = []
+    if size != entry.num_bytes:
+        problems.append(_size_line(entry, size))
+    if crc != entry.crc32c:
+        problems.append(f"{entry.path}: crc32c {crc}, manifest says {entry.crc32c} (it changed since the build)")
+    return problems
+
+
+def _size_line(entry: Shard | IndexFile, size: int) -> str:
+    return f"{entry.path}: size {size} bytes, manifest says {entry.num_bytes}"
 
 
 def digest_problems(digest: storage.Digest, entry: Shard | IndexFile) -> list[str]:
     """A file's size and checksums against its manifest entry, one line per difference."""
     problems = []
     if digest.size != entry.num_bytes:
-        problems.append(f"{entry.path}: size {digest.size} bytes, manifest says {entry.num_bytes}")
+        problems.append(_size_line(entry, digest.size))
     if digest.crc32c != entry.crc32c:
         problems.append(f"{entry.path}: crc32c {digest.crc32c}, manifest says {entry.crc32c}")
     if digest.sha256 != entry.sha256:

@@ -18,7 +18,7 @@ from shard_utils.format.index import (MAX_RECORD_BYTES, NO_LABEL, IndexFormatErr
 from shard_utils.format.manifest import (MAX_REPORT_LINE, IndexFile, Manifest, ManifestError, Shard, bounded_lines,
                                          iter_report_entries, load)
 from shard_utils.quality import findings
-from shard_utils.read.stated import digest_problems, drain, size_problem
+from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.tfrecord import FramingError, iter_records
 
@@ -366,24 +366,6 @@ def _jpeg_problems(encoded: bytes) -> Iterator[str]:
             image.load()
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a finding, not a crash
         yield f"does not decode: {storage.problem(exc)}"
-
-
-def stored_problems(path: str, entry: Shard | IndexFile) -> list[str]:
-    """How a file whose storage keeps its size and CRC32C (gs://) differs from its manifest entry, from that
-    metadata alone (nothing downloaded); each problem names the entry's path. Empty when it matches."""
-    try:
-        found = storage.checksum(path)
-    except storage.StorageError as exc:
-        return [f"{entry.path}: cannot read object metadata: {storage.problem(exc, path)}"]
-    if found is None:
-        return [f"{entry.path}: missing"]
-    size, crc = found
-    problems = []
-    if size != entry.num_bytes:
-        problems.append(f"{entry.path}: size {size} bytes, manifest says {entry.num_bytes}")
-    if crc != entry.crc32c:
-        problems.append(f"{entry.path}: crc32c {crc}, manifest says {entry.crc32c} (it changed since the build)")
-    return problems
 
 
 # ----------------------------------------------------------------------------- the record index
