@@ -38,6 +38,7 @@ from shard_utils.format import schema
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.format.splits import Selection
 from shard_utils.read import epochs
+from shard_utils.read.array_record_source import array_record_source
 from shard_utils.read.random_access import Decoder, RandomAccessSource
 from shard_utils.read.shapes import target_size
 
@@ -54,10 +55,6 @@ _EXTRA = "jax"
 
 def _jax():
     return require("jax", _EXTRA, "shard_utils.jax_loader")
-
-
-def _grain():
-    return require("grain", _EXTRA, "shard_utils.jax_loader")
 
 
 def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_batch_size: int, *, mesh: Any = None,
@@ -182,28 +179,7 @@ def _source(m: Manifest, selection: Selection):
     through their index (the same records in the same order)."""
     if "array_record" not in m.formats:
         return RandomAccessSource(m, selection.expression)
-    grain = _grain()
-    splits = {name: grain.sources.ArrayRecordDataSource(m.array_record_paths(name)) for name in selection.splits}
-    return _Pieces(m, selection, splits)
-
-
-class _Pieces:
-    """A selection's records in reading order over whole-split sources (a cut shard maps to its rows)."""
-
-    def __init__(self, m: Manifest, selection: Selection, splits: dict[str, Any]):
-        self._splits = splits
-        firsts = {name: np.concatenate([[0], np.cumsum([s.num_records for s in m.split(name).shards])])
-                  for name in selection.splits}
-        self._pieces = [(p.split, int(firsts[p.split][p.shard]) + p.start) for p in selection.pieces]
-        self._starts = np.concatenate([[0], np.cumsum([p.num_records for p in selection.pieces])])
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
-    def __getitem__(self, i: int) -> bytes:
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        split, first = self._pieces[k]
-        return self._splits[split][first + i - int(self._starts[k])]
+    return array_record_source(m, selection.expression)
 
 
 class _Element:
