@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from beam_jobs.errors import KNOWN, UsageError, user_message
 

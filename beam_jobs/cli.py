@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import sys
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from beam_jobs.errors import OneLineParser, UsageError, exit_now, guarded
 from shard_utils.text import printable
@@ -86,8 +87,8 @@ def describe(m, show: bool, write: bool) -> None:
     """Print and/or write a dataset's croissant.json and card, from its manifest."""
     from shard_utils import storage
     from shard_utils.format import croissant
-    from shard_utils.read import card
     from shard_utils.format.layout import CARD_NAME, CROISSANT_NAME
+    from shard_utils.read import card
 
     data = croissant.croissant_bytes(m)
     if show:

@@ -8,15 +8,15 @@ import os
 import re
 import sys
 import traceback
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from shard_utils.errors import PlanError
 from shard_utils.extras import MissingExtra
 from shard_utils.format.manifest import ManifestError
 from shard_utils.inputs.listing_files import ListingError
 from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.reads import TransientReadError
 from shard_utils.storage import StorageError
-from shard_utils.errors import PlanError
 from shard_utils.text import printable
 
 

@@ -21,8 +21,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 from shard_utils.extras import MissingExtra, require
 

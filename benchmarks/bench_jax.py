@@ -39,7 +39,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 import numpy as np  # noqa: E402
-
 from bench_loader import build, dataset_options  # noqa: E402
 
 # Each candidate's name, and the pairs whose ratio the issue sets a target for (numerator, denominator, target).

@@ -33,8 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter

@@ -7,11 +7,11 @@ import re
 import shlex
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator, Sequence
 
 REPORT_EXTRA = "report"  # matplotlib: the inspect report and its contact sheets
 DISTRIBUTION = "tpu-shards"

@@ -5,8 +5,8 @@ import json
 import os
 import resource
 import subprocess
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np

@@ -21,10 +21,10 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -417,7 +417,7 @@ class FaultProxy:
     def faults(self) -> int:
         return self.counts["503"] + self.counts["429"] + self.counts["reset"]
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self.thread.start()
         return self
 
@@ -509,7 +509,7 @@ class PreconditionProxy:
         headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
         return self._request(method, raw_path, headers, body)
 
-    def __enter__(self) -> "PreconditionProxy":
+    def __enter__(self) -> PreconditionProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

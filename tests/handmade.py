@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from PIL import Image
 
-from shard_utils.format import schema, tfrecord
 from shard_utils import storage
+from shard_utils.format import schema, tfrecord
 from shard_utils.format.manifest import Manifest, Shard, Split
 
 

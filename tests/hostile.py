@@ -17,8 +17,8 @@ import os
 import shutil
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from shard_utils import storage
 from shard_utils.format import tfrecord

@@ -11,17 +11,18 @@ import hashlib
 import io
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from conftest import photo
 
-from shard_utils.format import index, manifest as manifest_mod, schema
 from shard_utils import storage
-from shard_utils.media.encode import RecordMeta
+from shard_utils.format import index, schema
+from shard_utils.format import manifest as manifest_mod
+from shard_utils.format.layout import shard_name
 from shard_utils.format.manifest import Manifest, Shard, Split
 from shard_utils.format.tfrecord import frame, iter_records
-from shard_utils.format.layout import shard_name
+from shard_utils.media.encode import RecordMeta
 
 
 def framed_records(path: Path) -> list[tuple[int, int, bytes]]:

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from shard_utils import storage
-from shard_utils.inputs import MediaItem
-from shard_utils.inputs import walk as media_listing
-
 from beam_jobs.jobs import options
 from beam_jobs.jobs.checks import prepare_inputs
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import NAMESPACE
+from shard_utils import storage
+from shard_utils.inputs import MediaItem
+from shard_utils.inputs import walk as media_listing
 
 CREATED = "2026-01-02T03:04:05+00:00"
 _KEPT: dict[str, list] = {}  # what kept() saw, by token: the FnApiRunner runs the steps in this process
@@ -170,9 +169,8 @@ def encoded_runs(config: BuildConfig, laid: dict[str, list], labels: list[str]) 
 
 def planned_shards(config: BuildConfig, laid: dict[str, list], runs: list, dropped: list | None = None) -> dict:
     """PlanShards' outputs (tasks, plans, failure) for encoded runs."""
-    from shard_utils.sharding.naming import ShardNaming
-
     from beam_jobs.pipeline.shards import PlanShards
+    from shard_utils.sharding.naming import ShardNaming
 
     def build(p):
         drops = created(p, "Dropped", dropped) if dropped is not None else None

@@ -9,17 +9,17 @@ from __future__ import annotations
 import hashlib
 import io
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from PIL import Image
 
+from shard_utils import storage
 from shard_utils.format import manifest as manifest_lib
 from shard_utils.format import schema
-from shard_utils import storage
-from shard_utils.format.tfrecord import frame
 from shard_utils.format.layout import shard_name
+from shard_utils.format.tfrecord import frame
 
 
 def jpeg(seed: int, size: tuple[int, int] = (16, 12), quality: int = 95) -> bytes:

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import apache_beam as beam
 
-from shard_utils.storage.lock import LEASE_SECONDS
-
 from beam_jobs import publish
 from beam_jobs.jobs import options
 from beam_jobs.jobs.build import build_pipeline
 from beam_jobs.jobs.checks import prepare_inputs
 from beam_jobs.jobs.config import BuildConfig
+from shard_utils.storage.lock import LEASE_SECONDS
 
 
 def template_config(input_dir: Path, output: Path, lease_seconds: float = LEASE_SECONDS) -> BuildConfig:

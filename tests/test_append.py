@@ -12,11 +12,10 @@ import pytest
 from conftest import faults, photo, run_cli, run_job, write_images
 from readers import records
 
-from shard_utils.format import layout
-from shard_utils.format import generations, manifest, schema
-from shard_utils.sharding import plan
+from shard_utils.format import generations, layout, manifest, schema
 from shard_utils.format.manifest import ManifestError, load
 from shard_utils.read.verify import verify
+from shard_utils.sharding import plan
 
 OPTS = ("--num-cores", "2", "--splits", "train=0.75,validation=0.25", "--image-size", "24")
 

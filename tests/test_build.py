@@ -1,18 +1,18 @@
 """The core job on the real Beam runner: balance, determinism, labels, splits, accounting."""
 import json
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import install_faults, run_cli, run_job, write_images
 from readers import all_records, by_source, dataset_files, records, rejected, shard_bytes
 
 from shard_utils.errors import PlanError
-from shard_utils.sharding import plan
 from shard_utils.format import schema
-from shard_utils.format.manifest import load
 from shard_utils.format.layout import shard_name
+from shard_utils.format.manifest import load
 from shard_utils.format.order import choose_split, sort_key
+from shard_utils.sharding import plan
 
 
 @pytest.mark.slow

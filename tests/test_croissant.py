@@ -8,11 +8,11 @@ import json
 import shutil
 
 import pytest
+from conftest import run_job
+from described import assert_described
 
 from beam_jobs.cli import inspect_command
 from beam_jobs.errors import UsageError
-from conftest import run_job
-from described import assert_described
 from shard_utils.format import croissant
 from shard_utils.format.manifest import load
 from shard_utils.read.verify import verify

@@ -20,12 +20,21 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from conftest import REPO
 from PIL import Image
 
-from conftest import REPO
 from beam_jobs.pipeline.embed import METRICS_NAMESPACE, EmbedImages, KeyedBatches
-from shard_utils.media.embed import (EMBEDDING_NAN, EmbedError, EmbedSpec, check_model, load_embedder, model_sha256,
-                                     parse_input_size, preprocess, record_pixels)
+from shard_utils.media.embed import (
+    EMBEDDING_NAN,
+    EmbedError,
+    EmbedSpec,
+    check_model,
+    load_embedder,
+    model_sha256,
+    parse_input_size,
+    preprocess,
+    record_pixels,
+)
 from shard_utils.media.images import resize
 
 tf = pytest.importorskip("tensorflow")  # the [test] extra installs it; the module says so if it is missing

@@ -8,8 +8,8 @@ import pytest
 from conftest import run_cli, run_job, write_images
 from test_cli import assert_one_line_error
 
-from shard_utils.read.extract import MAP_NAME, extract
 from shard_utils.format.manifest import load
+from shard_utils.read.extract import MAP_NAME, extract
 from shard_utils.read.stored import iter_split
 
 

@@ -12,16 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import apache_beam
 import pytest
 from conftest import REPO, write_images
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-import apache_beam
-from beam_jobs.jobs import flex_launch
-from beam_jobs.jobs.options import make_config
 from beam_jobs.errors import UsageError
+from beam_jobs.jobs import flex_launch
 from beam_jobs.jobs.flex_metadata import job_options, job_parser, render
+from beam_jobs.jobs.options import make_config
 
 DOCKERFILE = REPO / "dataflow" / "Dockerfile"
 METADATA = REPO / "dataflow" / "metadata.json"

@@ -4,11 +4,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from shard_utils.sharding import fragments, plan
-from shard_utils.media.encode import Encoded, RecordMeta
 from shard_utils.errors import InternalError
+from shard_utils.media.encode import Encoded, RecordMeta
+from shard_utils.sharding import fragments, plan
 
 
 def record(split: str, key: int, name: str, size: int) -> Encoded:

@@ -6,25 +6,25 @@ Nothing here mocks a storage client: the job's own google-cloud-storage calls, B
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 import io
 import re
 import signal
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import google_crc32c
 import pytest
+import readers
 from conftest import faults, run_cli, run_job, write_images
 from gcs_fixtures import DENIED, FaultProxy, storage_host
-import readers
 from readers import shard_bytes
 
 from beam_jobs.cli import main as cli_main
 from shard_utils import storage
+from shard_utils.format.manifest import load
 from shard_utils.storage import _gcs as storage_gcs
 from shard_utils.storage import base as storage_base
-from shard_utils.format.manifest import load
 
 OPTS = ("--num-cores", "2", "--splits", "train=0.75,validation=0.25", "--image-size", "24")
 SHARD = re.compile(r"^(train|validation)-\d{5}-of-\d{5}\.tfrecord$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grain
 import pytest
 
-from shard_utils.read import epochs
 from shard_utils.format.index import read_index
+from shard_utils.read import epochs
 from shard_utils.read.random_access import Decoder, RandomAccessSource
 from shard_utils.read.resume import grain_dataset
 

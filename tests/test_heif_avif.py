@@ -12,8 +12,8 @@ from PIL import Image, features
 from readers import by_source, decoded, rejected
 
 from shard_utils.format import schema
-from shard_utils.media.images import HEIF_EXTRA_HINT, ImageOptions, Rejected, prepare_image
 from shard_utils.inputs import skip_reason
+from shard_utils.media.images import HEIF_EXTRA_HINT, ImageOptions, Rejected, prepare_image
 
 pillow_heif = pytest.importorskip("pillow_heif", reason="pillow-heif is in the [test] extra")
 

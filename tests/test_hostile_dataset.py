@@ -15,9 +15,9 @@ from handmade import image_record, rejected_line, video_record, write_dataset
 from pages import assert_png, assert_safe_page
 from PIL import Image
 
+from shard_utils.format.manifest import load
 from shard_utils.read import report
 from shard_utils.read.extract import MAP_NAME, NAME_MAX, extract
-from shard_utils.format.manifest import load
 from shard_utils.read.stored import iter_split
 
 SCRIPT = "<script>alert(1)</script>"

@@ -121,8 +121,8 @@ def test_hostile_folder_is_fully_accounted(tmp_path):
 
 def test_unreadable_file_is_rejected(tmp_path):
     """A file that is gone by the time it is read, or cannot be opened, becomes a reject, not a crash."""
-    from shard_utils.media.encode import EncodeSettings, encode_item
     from shard_utils.inputs import MediaItem
+    from shard_utils.media.encode import EncodeSettings, encode_item
 
     settings = EncodeSettings(label_ids={"a": 0})
     gone = encode_item(MediaItem("a/missing.jpg", str(tmp_path / "a" / "missing.jpg"), 0, ("a",)), settings)

@@ -11,8 +11,8 @@ from pathlib import Path
 from urllib.parse import unquote_to_bytes
 
 import pytest
-from PIL import Image
 from conftest import photo, run_cli
+from PIL import Image
 from readers import by_source, decoded, rejected, shard_bytes
 
 from shard_utils.format import names

@@ -10,8 +10,8 @@ import fastavro
 import pytest
 from index_helpers import image_record
 
-from shard_utils.format import index
 from shard_utils import storage
+from shard_utils.format import index
 from shard_utils.format.index import IndexFormatError, IndexRow
 from shard_utils.format.schema import ExtraSpec, encode_example
 from shard_utils.format.tfrecord import FramingError, frame
@@ -194,8 +194,8 @@ def test_check_place_refuses_rows_outside_the_shard(offset, length, size, reason
 def encoded_item(tmp_path, extras_values, settings):
     from conftest import photo
 
-    from shard_utils.media.encode import encode_item
     from shard_utils.inputs import MediaItem
+    from shard_utils.media.encode import encode_item
 
     path = tmp_path / "cat.jpg"
     photo(40, 30, seed=1).save(path, "JPEG", quality=90)
@@ -209,8 +209,8 @@ def test_the_writers_row_agrees_with_the_record(tmp_path, label_offset):
     from index_helpers import record_of
 
     from shard_utils.format import manifest as manifest_mod
-    from shard_utils.media.encode import EncodeSettings
     from shard_utils.format.schema import LABEL, feature_table
+    from shard_utils.media.encode import EncodeSettings
 
     settings = EncodeSettings(label_ids={"cat": 0, "dog": 1}, label_offset=label_offset, extras=tuple(EXTRAS))
     raw = (("bbox", (1, "2.5")), ("2nd score", ("7",)), ("note", (3,)))  # as a listing gives them: untyped

@@ -2,13 +2,14 @@
 with bytes after its end-of-image marker (motion photos, maker data)."""
 import io
 import re
-import warnings
 import struct
+import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import photo
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import ExifTags, Image
 
 from shard_utils.media.images import ImageOptions, Rejected, jpeg_primary_end, prepare_image

@@ -11,7 +11,7 @@ from shard_utils.format import index, labels, schema
 from shard_utils.format.index import unframe
 from shard_utils.format.manifest import ManifestError, parse
 from shard_utils.inputs import MediaItem
-from shard_utils.media.encode import EncodeSettings, Encoded, encode_data
+from shard_utils.media.encode import Encoded, EncodeSettings, encode_data
 
 
 def test_integer_labels_take_ids_in_numeric_order_and_others_string_order():

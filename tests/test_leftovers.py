@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, write_images
 
 _ENCODE_RUN = """

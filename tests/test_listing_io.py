@@ -14,8 +14,15 @@ from apache_beam.io import source_test_utils
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs.pipeline.listing_sources import (DropDuplicateRows, ListingItems, ListingSource, ReadListings,
-                                                listing_columns, match_listings, prepare_listings)
+from beam_jobs.pipeline.listing_sources import (
+    DropDuplicateRows,
+    ListingItems,
+    ListingSource,
+    ReadListings,
+    listing_columns,
+    match_listings,
+    prepare_listings,
+)
 from shard_utils import storage
 from shard_utils.format.schema import ExtraSpec
 from shard_utils.inputs.listing_files import ListingError, json_row, read_rows

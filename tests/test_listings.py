@@ -5,12 +5,27 @@ import argparse
 
 import pytest
 
-from shard_utils.inputs import MediaItem
-from shard_utils.inputs.listings import (ListingOptions, ListingRow, Rejection, add_arguments, check_columns,
-                                         choose_path_column, extra_values, format_of, item_from_row, item_from_walk,
-                                         label_from_name, labels_of, listing_options_from, missing,
-                                         parse_extra_columns, pick_first, resolve_path)
 from shard_utils.format.schema import ExtraSpec
+from shard_utils.inputs import MediaItem
+from shard_utils.inputs.listings import (
+    ListingOptions,
+    ListingRow,
+    Rejection,
+    add_arguments,
+    check_columns,
+    choose_path_column,
+    extra_values,
+    format_of,
+    item_from_row,
+    item_from_walk,
+    label_from_name,
+    labels_of,
+    listing_options_from,
+    missing,
+    parse_extra_columns,
+    pick_first,
+    resolve_path,
+)
 
 PETS = r"^(?P<label>.+)_\d+\.\w+$"
 

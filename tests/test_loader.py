@@ -17,9 +17,9 @@ from readers import all_records, records
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils.read import loader
 from shard_utils.format import schema
 from shard_utils.format.manifest import ManifestError
+from shard_utils.read import loader
 
 
 def contexts(n: int, replicas: int | None = None) -> list:

@@ -14,9 +14,9 @@ from synthetic import jpeg, record, write_dataset
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils.read import loader
 from shard_utils.format import schema
 from shard_utils.format.manifest import ManifestError
+from shard_utils.read import loader
 
 LABELS = ["cat", "dog", "fish"]
 TAGS = schema.ExtraSpec("tags", "string", is_list=True)

@@ -9,8 +9,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils.read import epochs, loader  # noqa: E402
 from shard_utils.format.index import read_index  # noqa: E402
+from shard_utils.read import epochs, loader  # noqa: E402
 
 SEED, GLOBAL = 11, 8
 

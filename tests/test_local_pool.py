@@ -11,8 +11,8 @@ import pytest
 from conftest import write_images
 
 from beam_jobs.local.pool import Crashed, Done, LocalPool, Raised, describe_exit, task_name
-from shard_utils.media.encode import EncodeSettings, encode_item
 from shard_utils.inputs import MediaItem
+from shard_utils.media.encode import EncodeSettings, encode_item
 
 TESTS = Path(__file__).resolve().parent
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import REPO, faults, run_cli, write_images
 from hostile import deep_png, png_header
+from PIL import Image
 from readers import rejected
+
 from shard_utils.media import budget
 from shard_utils.media.images import ImageOptions, Rejected, prepare_image, to_rgb
 

@@ -6,7 +6,8 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Member, UnionFind, band_recall, find_clusters, permutations_for

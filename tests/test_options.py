@@ -8,10 +8,10 @@ import logging
 import pytest
 from conftest import run_job
 
-from beam_jobs.jobs import options
 from beam_jobs.cli import main
-from beam_jobs.jobs.config import RejectLimit
 from beam_jobs.errors import UsageError
+from beam_jobs.jobs import options
+from beam_jobs.jobs.config import RejectLimit
 from shard_utils.errors import InternalError
 
 

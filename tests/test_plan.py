@@ -1,10 +1,11 @@
 """Shard planning math, without a pipeline."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from shard_utils.sharding import plan
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
+from shard_utils.sharding import plan
 
 
 @given(st.integers(1, 10**7), st.integers(1, 512))

@@ -8,20 +8,20 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.scale_sim import reports as scale_reports
 from beam_jobs import publish
-from beam_jobs.publish import reports
-from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
-from shard_utils.format import index
-from shard_utils.sharding import plan
-from shard_utils.storage import lock as runlock
+from beam_jobs.jobs.config import BuildConfig, RunInfo
+from beam_jobs.publish import reports
+from benchmarks.scale_sim import reports as scale_reports
 from shard_utils import storage
+from shard_utils.errors import InternalError, PlanError
+from shard_utils.format import index
+from shard_utils.format.layout import shard_name
 from shard_utils.format.manifest import load
 from shard_utils.format.tfrecord import frame
 from shard_utils.read.verify import verify
-from shard_utils.errors import InternalError, PlanError
-from shard_utils.format.layout import shard_name
+from shard_utils.sharding import plan
+from shard_utils.storage import lock as runlock
 
 
 def make_run(tmp_path, n_shards=2, records=(3, 2)):

@@ -12,13 +12,19 @@ from conftest import run_job, write_images
 from index_helpers import add_index, framed_records, image_record, rewrite_index, write_dataset
 from PIL import Image
 
+from shard_utils import storage
 from shard_utils.format import manifest as manifest_mod
 from shard_utils.format import schema
 from shard_utils.format.index import IndexFormatError
-from shard_utils import storage
-from shard_utils.read.random_access import (Decoder, RandomAccessSource, RecordReadError, host_slice, load_indexes,
-                                            sources)
 from shard_utils.format.schema import ExtraSpec
+from shard_utils.read.random_access import (
+    Decoder,
+    RandomAccessSource,
+    RecordReadError,
+    host_slice,
+    load_indexes,
+    sources,
+)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from conftest import REPO, run_cli, run_job
 from pages import assert_png, assert_safe_page
 from PIL import Image, ImageChops, ImageStat
 
-from shard_utils.read import report
 from shard_utils.format.manifest import load
+from shard_utils.read import report
 from shard_utils.read.stored import iter_split
 
 

@@ -16,8 +16,8 @@ from test_dataflow import dataflow_args, read_gs
 from beam_jobs.jobs.reshard import run as reshard
 from shard_utils import storage
 from shard_utils.format.manifest import load
-from shard_utils.read.random_access import RandomAccessSource
 from shard_utils.format.tfrecord import iter_records
+from shard_utils.read.random_access import RandomAccessSource
 from shard_utils.read.verify import verify
 
 OPTS = ("--image-size", "24",)

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from shard_utils.storage import lock as runlock
 from shard_utils import storage
+from shard_utils.storage import lock as runlock
 
 
 @pytest.fixture(params=["local", "gcs"])

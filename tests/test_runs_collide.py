@@ -15,9 +15,9 @@ from conftest import REPO, faults, run_cli, write_images
 from readers import dataset_files, shard_bytes
 
 from beam_jobs import publish
-from shard_utils.storage import lock as runlock
 from shard_utils import storage
 from shard_utils.read.verify import verify
+from shard_utils.storage import lock as runlock
 
 
 def start_build(*args, env=None) -> subprocess.Popen:

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shard_utils.sharding import plan
-from shard_utils.sharding import layout as lay
-from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format.order import sort_key
+from shard_utils.sharding import layout as lay
+from shard_utils.sharding import plan
+from shard_utils.sharding.shards import RunCount, plan_split_shards
 
 
 def keys_of(n: int, seed: int = 0) -> list[tuple[int, str]]:

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import write_images
 
-from shard_utils.media.encode import EncodeSettings
+from shard_utils.format.layout import shard_name
 from shard_utils.inputs import MediaItem
+from shard_utils.media.encode import EncodeSettings
 from shard_utils.sharding import layout as lay
 from shard_utils.sharding.encode_run import RunTask, encode_run, item_order
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask, write_shard
-from shard_utils.format.layout import shard_name
 
 
 def encoded_runs(tmp_path: Path, folder: str, *, shards: int, bits: int = 16):

@@ -10,8 +10,20 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
-from steps import (counters, encode_inputs, files_under, labels_of, laid_out, media_chunks, outputs, pipeline, run,
-                   run_info, step_config, twice_at_once)
+from steps import (
+    counters,
+    encode_inputs,
+    files_under,
+    labels_of,
+    laid_out,
+    media_chunks,
+    outputs,
+    pipeline,
+    run,
+    run_info,
+    step_config,
+    twice_at_once,
+)
 
 from beam_jobs.pipeline.encode import EncodeRuns
 

@@ -12,16 +12,32 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import photo
 from PIL import Image
-from steps import counters, created, encoded_runs, labels_of, laid_out, media_chunks, outputs, pipeline, run, step_config
+from steps import (
+    counters,
+    created,
+    encoded_runs,
+    labels_of,
+    laid_out,
+    media_chunks,
+    outputs,
+    pipeline,
+    run,
+    step_config,
+)
 
+from beam_jobs.pipeline.near_dups import (
+    ActOnClusters,
+    ClusterSignatures,
+    FindNearDuplicates,
+    MoveRecords,
+    packed,
+    run_members,
+)
+from beam_jobs.pipeline.shards import PlanShards
 from shard_utils.quality import findings
 from shard_utils.quality.clusters import Member, find_clusters
 from shard_utils.quality.signature import NEAR_DISTANCE, signature
 from shard_utils.sharding.naming import ShardNaming
-
-from beam_jobs.pipeline.near_dups import (ActOnClusters, ClusterSignatures, FindNearDuplicates, MoveRecords, packed,
-                                          run_members)
-from beam_jobs.pipeline.shards import PlanShards
 
 PAIRS = {"dog/copy.jpg": "cat/img0000.jpg", "fish/small.jpg": "cat/img0001.jpg", "dog/img0002.jpg": "cat/big.jpg"}
 SIZE = (96, 72)  # large enough for a 75 % copy at JPEG quality 60 to stay within NEAR_DISTANCE bits

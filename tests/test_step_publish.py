@@ -15,20 +15,34 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from readers import records
-from steps import (counters, created, encode_inputs, files_under, labels_of, laid_out, media_chunks, outputs,
-                   pipeline, planned_shards, run, run_info, step_config, string_sets, twice_at_once)
+from steps import (
+    counters,
+    created,
+    encode_inputs,
+    files_under,
+    labels_of,
+    laid_out,
+    media_chunks,
+    outputs,
+    pipeline,
+    planned_shards,
+    run,
+    run_info,
+    step_config,
+    string_sets,
+    twice_at_once,
+)
 
-from shard_utils.format import schema
-from shard_utils.format.manifest import load
-from shard_utils.read.verify import verify
-from shard_utils.storage import lock as runlock
-
+from beam_jobs.jobs.config import RejectLimit
 from beam_jobs.pipeline.common import FAILURE_METRIC
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.write import WriteShards
-from beam_jobs.jobs.config import RejectLimit
 from beam_jobs.publish import Tally, plan_publication
+from shard_utils.format import schema
+from shard_utils.format.manifest import load
+from shard_utils.read.verify import verify
+from shard_utils.storage import lock as runlock
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,27 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from readers import records
-from steps import (counters, created, encoded_runs, files_under, labels_of, laid_out, media_chunks, outputs,
-                   pipeline, planned_shards, run, run_info, step_config, twice_at_once)
-
-from shard_utils.format import schema
-from shard_utils.sharding.naming import ShardNaming
+from steps import (
+    counters,
+    created,
+    encoded_runs,
+    files_under,
+    labels_of,
+    laid_out,
+    media_chunks,
+    outputs,
+    pipeline,
+    planned_shards,
+    run,
+    run_info,
+    step_config,
+    twice_at_once,
+)
 
 from beam_jobs.pipeline.shards import PlanShards
 from beam_jobs.pipeline.write import WriteShards
+from shard_utils.format import schema
+from shard_utils.sharding.naming import ShardNaming
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import google_crc32c
 import pytest
-from gcs_fixtures import PreconditionProxy, DENIED, FaultProxy, storage_host
+from gcs_fixtures import DENIED, FaultProxy, PreconditionProxy, storage_host
 
 from shard_utils import storage
 from shard_utils.storage import base as storage_base

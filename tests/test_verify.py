@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 from conftest import run_cli, run_job
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shard_utils.format import manifest as manifest_mod
 from shard_utils.format.manifest import ManifestError, parse

@@ -9,9 +9,9 @@ from fractions import Fraction
 import av
 import numpy as np
 import pytest
+from conftest import REPO
 from PIL import Image, ImageOps
 
-from conftest import REPO
 from shard_utils.media.images import ImageOptions, Rejected
 from shard_utils.media.video import VIDEO_EXTENSIONS, VideoOptions, container_format, prepare_video
 

@@ -20,37 +20,37 @@ from __future__ import annotations
 import datetime
 import functools
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import Collection
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
 
-from shard_utils.format import array_record, index, layout, manifest, schema
-from shard_utils import inputs, storage
-from shard_utils.read.verify import check_cheap
-from shard_utils.storage import lock as runlock
-from shard_utils.format.generations import next_generation
-from shard_utils.format.layout import generation_split
-from shard_utils.format.tfrecord import FramingError
-from shard_utils.format.topology import cores_x_hosts
-from shard_utils.quality.clusters import Member
-
-from beam_jobs.jobs import inherit, options
 from beam_jobs import progress, publish
-from beam_jobs.publish.append import append_naming, plan_append, with_generation
-from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
-from beam_jobs.jobs.summary import counted, counter_totals, label_ids_line, shard_noun, shards_of, twins_line
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
+from beam_jobs.jobs import inherit, options
+from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
+from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.jobs.running import execute, guard_interrupts
+from beam_jobs.jobs.summary import counted, counter_totals, label_ids_line, shard_noun, shards_of, twins_line
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
 from beam_jobs.pipeline.near_dups import packed, signature_of
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
+from beam_jobs.publish.append import append_naming, plan_append, with_generation
+from shard_utils import inputs, storage
+from shard_utils.format import array_record, index, layout, manifest, schema
+from shard_utils.format.generations import next_generation
+from shard_utils.format.layout import generation_split
+from shard_utils.format.tfrecord import FramingError
+from shard_utils.format.topology import cores_x_hosts
+from shard_utils.quality.clusters import Member
+from shard_utils.read.verify import check_cheap
+from shard_utils.storage import lock as runlock
 from shard_utils.text import printable, printable_lines
+
 
 class AppendConfig(BuildConfig):
     """A build's config for an append: a split that gets no new records is fine (it keeps its shards)."""
@@ -347,7 +347,7 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
     workers = options.build_workers(args, runner, direct)
     args = inherit.take_recorded(args, set(given), recorded_options(args.output))
     listing, split_dirs = prepare_inputs(args)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     local = runner in options.LOCAL_RUNNERS
     base = options.make_config(
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),

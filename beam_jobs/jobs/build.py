@@ -9,24 +9,28 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, StandardOptions)
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
 
-from shard_utils.format import manifest
-from shard_utils.sharding.naming import ShardNaming
-
-from beam_jobs.jobs import options, running
 from beam_jobs import publish
+from beam_jobs.jobs import options, running
+from beam_jobs.jobs.checks import (
+    check_models_and_codecs,
+    check_with_beam,
+    pipeline_options,
+    prepare_inputs,
+    prepare_output,
+)
 from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.jobs.summary import metrics_summary, summary
 from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import ListListedMedia, ListMedia
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
-from beam_jobs.jobs.checks import (check_models_and_codecs, check_with_beam, pipeline_options, prepare_inputs,
-                                   prepare_output)
-from beam_jobs.jobs.summary import metrics_summary, summary
+from shard_utils.format import manifest
+from shard_utils.sharding.naming import ShardNaming
 from shard_utils.text import printable_lines
 
 
@@ -58,7 +62,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     workers = options.build_workers(args, runner, direct)
     listing, split_dirs = prepare_inputs(args)
     template = cloud.template_location
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     run_id = None if template else new_run_id(now)  # a template decides its run when launched
     config = options.make_config(
         args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),

@@ -7,13 +7,10 @@ import difflib
 import io
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-from shard_utils import inputs, storage
-from shard_utils.storage import lock as runlock
 
 from beam_jobs import publish
 from beam_jobs.errors import UsageError
@@ -21,6 +18,8 @@ from beam_jobs.jobs import options, running
 from beam_jobs.jobs.beam_options import JobOptions
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.listing_sources import prepare_listings
+from shard_utils import inputs, storage
+from shard_utils.storage import lock as runlock
 from shard_utils.text import printable
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism

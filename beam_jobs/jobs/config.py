@@ -6,11 +6,11 @@ from typing import Any
 
 from shard_utils import storage
 from shard_utils.format import layout
+from shard_utils.inputs.listings import ListingOptions
 from shard_utils.media.embed import EmbedSpec
 from shard_utils.media.images import ImageOptions
-from shard_utils.inputs.listings import ListingOptions
-from shard_utils.media.video import VideoOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
+from shard_utils.media.video import VideoOptions
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS
 from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.storage.lock import LEASE_SECONDS

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import types
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from apache_beam.transforms import core, userstate
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs.flex_metadata import is_flag, job_options, job_parser, long_option

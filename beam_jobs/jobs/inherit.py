@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from beam_jobs.errors import UsageError
 

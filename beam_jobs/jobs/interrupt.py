@@ -11,14 +11,13 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable
-
-from shard_utils.format import manifest
-from shard_utils import storage
-from shard_utils.text import printable
+from collections.abc import Callable
 
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.local.pool import LocalPool
+from shard_utils import storage
+from shard_utils.format import manifest
+from shard_utils.text import printable
 
 CLEANUP_SECONDS = 10.0
 EXIT_CODE = 130
@@ -49,7 +48,7 @@ class LocalInterrupts:
         self.config, self.had_dataset, self.abandon = config, had_dataset, abandon
         self._previous = None
 
-    def __enter__(self) -> "LocalInterrupts":
+    def __enter__(self) -> LocalInterrupts:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self

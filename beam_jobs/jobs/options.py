@@ -8,27 +8,25 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import shard_utils
+from beam_jobs import progress
+from beam_jobs.errors import OneLineParser, UsageError, unknown_option
+from beam_jobs.jobs.config import BuildConfig, RejectLimit
+from beam_jobs.pipeline import listing_sources as listing_io
 from shard_utils import inputs, storage
-from shard_utils.format import topology
-from shard_utils.format import names, schema
+from shard_utils.format import names, schema, topology
+from shard_utils.format.layout import FORMATS, SHARD_EXTENSIONS
 from shard_utils.format.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from shard_utils.inputs import listings
-from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, largest_image, mib
+from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
 from shard_utils.media.images import DEFAULT_MAX_PIXELS, RESIZE_MODES, VALIDATE_MODES, ImageOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.quality.cluster_actions import MODES as NEAR_DUP_MODES
 from shard_utils.sharding import plan
 from shard_utils.sharding.runs import CHUNK_BYTES
-
-from beam_jobs.pipeline import listing_sources as listing_io
-from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig, RejectLimit
-from beam_jobs.errors import OneLineParser, UsageError, unknown_option
-from shard_utils.format.layout import FORMATS, SHARD_EXTENSIONS
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)

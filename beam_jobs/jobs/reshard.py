@@ -21,37 +21,36 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
 from apache_beam.transforms.window import GlobalWindows
 
 import shard_utils
-from shard_utils.sharding import fragments, plan
-from shard_utils.format import generations, index, manifest, schema
-from shard_utils.inputs import listings
-from shard_utils import storage
-from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
-from shard_utils.media.encode import Encoded
-from shard_utils.format.index import IndexFormatError, IndexRow
-from shard_utils.inputs.listings import ListingOptions
-from shard_utils.format.manifest import Manifest, Shard
-
-from beam_jobs.jobs import options
 from beam_jobs import publish
-from beam_jobs.jobs.checks import check_with_beam, pipeline_options, prepare_output
-from beam_jobs.jobs.summary import counter_totals, summary
-from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo
 from beam_jobs.errors import OneLineParser, UsageError
+from beam_jobs.jobs import options
+from beam_jobs.jobs.checks import check_with_beam, pipeline_options, prepare_output
+from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo
 from beam_jobs.jobs.running import execute, guard_interrupts
+from beam_jobs.jobs.summary import counter_totals, summary
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, keep_lease, new_run_id
+from shard_utils import storage
 from shard_utils.errors import PlanError
+from shard_utils.format import generations, index, manifest, schema
+from shard_utils.format.index import IndexFormatError, IndexRow
 from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
+from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.inputs import listings
+from shard_utils.inputs.listings import ListingOptions
+from shard_utils.media.encode import Encoded
+from shard_utils.sharding import fragments, plan
+from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
 from shard_utils.text import printable_lines
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
@@ -398,7 +397,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     cloud = opts.view_as(GoogleCloudOptions)
     source, digest = load_source(args.src)
     template = cloud.template_location
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     run_id = None if template else new_run_id(now)
     local = runner in options.LOCAL_RUNNERS and not template
     config = make_config(args, source, temp_root=publish.temp_root_for(args.dst, cloud.temp_location),

@@ -7,22 +7,21 @@ import contextlib
 import gc
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
+from beam_jobs import progress, publish
+from beam_jobs.errors import UsageError
+from beam_jobs.jobs import options
+from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.jobs.dofn_specs import read_once
+from beam_jobs.local.pool import LocalPool
+from shard_utils import storage
+from shard_utils.errors import PlanError
 from shard_utils.format import manifest
 from shard_utils.storage import lock as runlock
-from shard_utils import storage
-
-from beam_jobs.jobs import options
-from beam_jobs.jobs.dofn_specs import read_once
-from beam_jobs import progress, publish
-from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.errors import UsageError
-from beam_jobs.local.pool import LocalPool
-from shard_utils.errors import PlanError
 
 
 def guard_interrupts(config: BuildConfig, local: bool):
@@ -110,7 +109,7 @@ class LeaseKeeper:
     def __init__(self, output: str, run_id: str):
         self.output, self.run_id = output, run_id
 
-    def __enter__(self) -> "LeaseKeeper":
+    def __enter__(self) -> LeaseKeeper:
         runlock.keep(self.output, self.run_id)
         return self
 

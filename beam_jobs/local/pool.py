@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from beam_jobs.local.wire import receive, send
 
@@ -78,11 +79,11 @@ class _Worker:
 class LocalPool:
     """`workers` processes running submitted functions (see the module's docstring)."""
 
-    _live: "weakref.WeakSet[LocalPool]" = weakref.WeakSet()
+    _live: weakref.WeakSet[LocalPool] = weakref.WeakSet()
     _shared = threading.local()  # one pool per thread that runs steps
 
     @classmethod
-    def shared(cls, workers: int) -> "LocalPool":
+    def shared(cls, workers: int) -> LocalPool:
         """This thread's pool of `workers` processes, started on first use and kept for every step."""
         pool = getattr(cls._shared, "pool", None)
         if pool is None or pool._closed or pool.size != workers:

@@ -7,7 +7,7 @@ import importlib
 import pickle
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from beam_jobs.local.wire import receive, send
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pickle
 import random
-from collections.abc import Sequence
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -145,7 +145,7 @@ class PooledDoFn(beam.DoFn):
     error it raised gives (`failed`, default: raise it here)."""
 
     MAX_QUEUED_PER_WORKER = 4  # calls waiting per worker before process() waits for some to finish
-    _owners: dict[int, "PooledDoFn"] = {}  # ticket -> the DoFn that submitted it (steps fused in one stage)
+    _owners: dict[int, PooledDoFn] = {}  # ticket -> the DoFn that submitted it (steps fused in one stage)
 
     def __init__(self, workers: int):
         self.workers = workers

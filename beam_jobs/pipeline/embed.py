@@ -17,13 +17,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
-from shard_utils.media.embed import EMBEDDING_NAN, EmbedSpec, Embedder, ImageInput, load_embedder, nonfinite_rows
+from shard_utils.media.embed import EMBEDDING_NAN, Embedder, EmbedSpec, ImageInput, load_embedder, nonfinite_rows
 
 METRICS_NAMESPACE = "tpu_shards_embed"
 BATCHES_PER_BUCKET = 16  # a bucket holds about this many batches: its tail batch is the only padded one
@@ -58,7 +59,7 @@ class EmbeddingModelHandler(ModelHandler[ImageInput, np.ndarray, Embedder]):
         return load_embedder(self.spec)
 
     def run_inference(self, batch: Sequence[ImageInput], model: Embedder,
-                      inference_args: Optional[dict[str, Any]] = None) -> Iterable[np.ndarray]:
+                      inference_args: dict[str, Any] | None = None) -> Iterable[np.ndarray]:
         return list(model.embed(batch))
 
     def get_num_bytes(self, batch: Sequence[ImageInput]) -> int:

@@ -11,21 +11,20 @@ with no other task in flight, and if that fails too the build stops naming the f
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
-
-from shard_utils.media.budget import OutOfMemory
-from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
-from shard_utils.format.labels import label_order
-from shard_utils.inputs import MediaItem
-from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
 from beam_jobs.pipeline.start import keep_lease
+from shard_utils.format.labels import label_order
+from shard_utils.inputs import MediaItem
+from shard_utils.media.budget import OutOfMemory
+from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
+from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
 
 __all__ = ["EncodeRuns"]
 

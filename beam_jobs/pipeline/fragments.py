@@ -8,13 +8,9 @@ anything is read, writes runs instead (`ShardMedia`).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
-
-from shard_utils.sharding import fragments, plan
-from shard_utils.sharding.fragments import FragmentShardTask, write_fragment_shard
-from shard_utils.sharding.writer import ShardResult
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
@@ -22,6 +18,9 @@ from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, collected, coun
 from beam_jobs.pipeline.start import keep_lease
 from shard_utils.errors import PlanError
 from shard_utils.format.layout import shard_name
+from shard_utils.sharding import fragments, plan
+from shard_utils.sharding.fragments import FragmentShardTask, write_fragment_shard
+from shard_utils.sharding.writer import ShardResult
 
 __all__ = ["PlanFragmentShards", "WriteFragmentShards"]
 

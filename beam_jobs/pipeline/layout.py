@@ -9,22 +9,21 @@ sorted, to find the exact key where each run starts.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 import apache_beam as beam
-
-from shard_utils.sharding import plan
-from shard_utils.media.encode import EncodeSettings, Encoded, encode_data
-from shard_utils.inputs import MediaItem
-from shard_utils.sharding import layout as lay
-from shard_utils.sharding.encode_run import item_order, read_items
-from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected, count
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
+from shard_utils.inputs import MediaItem
+from shard_utils.media.encode import Encoded, EncodeSettings, encode_data
+from shard_utils.sharding import layout as lay
+from shard_utils.sharding import plan
+from shard_utils.sharding.encode_run import item_order, read_items
+from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
 __all__ = ["PlanLayout", "key_chunk"]
 

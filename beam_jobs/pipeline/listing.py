@@ -10,21 +10,20 @@ one request per sub-folder. A listing file (CSV, JSONL, Avro) is read by Beam's 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import apache_beam as beam
 
-from shard_utils import storage
-from shard_utils.storage import ranges
-from shard_utils.inputs import MediaItem
-
-from shard_utils.inputs import walk as media_listing
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.pipeline.common import Chunk, count, rejected
 from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
 from beam_jobs.publish import Tally
-from beam_jobs.pipeline.common import Chunk, count, rejected
+from shard_utils import storage
+from shard_utils.inputs import MediaItem
+from shard_utils.inputs import walk as media_listing
+from shard_utils.storage import ranges
 
 __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import csv
 import itertools
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO
 
 import apache_beam as beam
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import progress
 from shard_utils import inputs, storage
 from shard_utils.format import avro_blocks
 from shard_utils.inputs import compressed, listing_files, listings
 from shard_utils.inputs.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.inputs.listings import ListingOptions, ListingRow
-
-from beam_jobs import progress
 
 ID_SAMPLE_ROWS = 20  # rows read at launch to tell a listing of ids from one of file paths
 

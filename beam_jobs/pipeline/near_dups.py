@@ -20,10 +20,11 @@ into runs of their new split, which PlanShards adds after the split's own.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
 
+from beam_jobs.pipeline.common import count, rejected
 from shard_utils import storage
 from shard_utils.format.labels import label_order
 from shard_utils.quality import cluster_actions as actions
@@ -32,8 +33,6 @@ from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind
 from shard_utils.quality.signature import from_hex
 from shard_utils.sharding.encode_run import EncodedRun
 from shard_utils.sharding.runs import RunWriter
-
-from beam_jobs.pipeline.common import count, rejected
 
 __all__ = ["ActOnClusters", "ClusterSignatures", "FindNearDuplicates", "MoveRecords", "run_members"]
 

@@ -12,15 +12,14 @@ Every step is safe to run twice, or twice at once. A build that cannot publish f
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-
 from beam_jobs import publish
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.errors import UsageError
+from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, Joined, PooledDoFn, count
 from beam_jobs.pipeline.reports import WriteReport
 from beam_jobs.publish.reports import PIECE_LINES, Report

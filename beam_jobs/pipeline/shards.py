@@ -7,11 +7,15 @@ once; the rest are copied from the runs' tails. Nothing per record is gathered.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 import apache_beam as beam
 
+from beam_jobs import progress
+from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.pipeline.common import Joined, collected
+from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.carry import CarriedRun, LatestGeneration, carried_of, carried_splits
 from shard_utils.sharding.layout import SplitLayout
@@ -19,11 +23,6 @@ from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.runs import RunFile
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
-
-from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.pipeline.common import Joined, collected
-from shard_utils.errors import InternalError, PlanError
 
 __all__ = ["PlanShards", "RunSummary", "plan_shards"]
 

@@ -18,10 +18,9 @@ import uuid
 
 import apache_beam as beam
 
-from shard_utils.storage import lock as runlock
-
-from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.errors import UsageError
+from beam_jobs.jobs.config import BuildConfig, RunInfo
+from shard_utils.storage import lock as runlock
 
 __all__ = ["StartRun", "new_run_id", "decide_run", "take_lock", "keep_lease"]
 
@@ -51,7 +50,7 @@ def new_run_id(now: datetime.datetime) -> str:
 
 def decide_run(config: BuildConfig, now: datetime.datetime | None = None) -> RunInfo:
     """A new run's identity (no side effect: made stable before the lock is taken for it)."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     run_id = new_run_id(now)
     return RunInfo(run_id, config.temp_dir(run_id), now.isoformat(timespec="seconds"))
 

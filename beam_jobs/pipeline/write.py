@@ -10,16 +10,15 @@ twin is written from the finished shard by the same call (`writer.write_twin`).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
-
-from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count
 from beam_jobs.pipeline.start import keep_lease
+from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 
 __all__ = ["WriteShards"]
 

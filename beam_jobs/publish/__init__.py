@@ -18,27 +18,49 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, Sequence
 
-from shard_utils.format import croissant, index, schema
-from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_FILE, CARD_NAME, CROISSANT_NAME, INDEX_FILE,
-                                       LOCK_NAME, QUALITY_NAME, REPORT_FILE, SHARD_FILE, TEMP_ROOT, TFDS_LABELS_BEFORE)
-from shard_utils.storage import lock as runlock
+from beam_jobs.errors import UsageError
+from beam_jobs.jobs.config import BuildConfig, RunInfo
+from beam_jobs.publish.reports import PIECES_FOLDER, Report, as_report, write_report
 from shard_utils import storage
-from shard_utils.read import card, tfds_meta
+from shard_utils.errors import InternalError, PlanError
+from shard_utils.format import croissant, index, schema
 from shard_utils.format.labels import label_order
-from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, MANIFEST_NAME, REJECTED_NAME,
-                                         SKIPPED_NAME, IndexFile, Manifest, ManifestError, Shard, Split, assemble, load,
-                                         parse)
+from shard_utils.format.layout import (
+    ARRAY_RECORD,
+    ARRAY_RECORD_FILE,
+    CARD_NAME,
+    CROISSANT_NAME,
+    INDEX_FILE,
+    LOCK_NAME,
+    QUALITY_NAME,
+    REPORT_FILE,
+    SHARD_FILE,
+    TEMP_ROOT,
+    TFDS_LABELS_BEFORE,
+)
+from shard_utils.format.manifest import (
+    ARRAY_RECORD_VERSION,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    REJECTED_NAME,
+    SKIPPED_NAME,
+    IndexFile,
+    Manifest,
+    ManifestError,
+    Shard,
+    Split,
+    assemble,
+    load,
+    parse,
+)
 from shard_utils.media.reads import prefetched
 from shard_utils.quality import findings
+from shard_utils.read import card, tfds_meta
 from shard_utils.sharding.writer import ShardResult
-
-from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.errors import UsageError
-from beam_jobs.publish.reports import PIECES_FOLDER, Report, as_report, write_report
-from shard_utils.errors import InternalError, PlanError
+from shard_utils.storage import lock as runlock
 from shard_utils.text import printable
 
 OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds

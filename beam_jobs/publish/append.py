@@ -10,23 +10,41 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Sequence
-
-from shard_utils.format import generations, schema, layout
-from shard_utils.storage import lock as runlock
-from shard_utils import storage
-from shard_utils.format.layout import QUALITY_NAME
-from shard_utils.format.manifest import (ARRAY_RECORD_VERSION, FORMAT_VERSION, REJECTED_NAME, SKIPPED_NAME, Generation,
-                                         Manifest, Shard, Split)
-from shard_utils.sharding.carry import Carried
-from shard_utils.sharding.naming import ShardNaming
+from collections.abc import Sequence
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import (IndexJob, Publication, ShardResult, Tally, twin_entry, failure_message,
-                               is_dataset_file, named_files, quality_section, remove_run_folder, shard_moves,
-                               write_reports)
+from beam_jobs.publish import (
+    IndexJob,
+    Publication,
+    ShardResult,
+    Tally,
+    failure_message,
+    is_dataset_file,
+    named_files,
+    quality_section,
+    remove_run_folder,
+    shard_moves,
+    twin_entry,
+    write_reports,
+)
 from beam_jobs.publish.reports import Report, as_report
+from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
+from shard_utils.format import generations, layout, schema
+from shard_utils.format.layout import QUALITY_NAME
+from shard_utils.format.manifest import (
+    ARRAY_RECORD_VERSION,
+    FORMAT_VERSION,
+    REJECTED_NAME,
+    SKIPPED_NAME,
+    Generation,
+    Manifest,
+    Shard,
+    Split,
+)
+from shard_utils.sharding.carry import Carried
+from shard_utils.sharding.naming import ShardNaming
+from shard_utils.storage import lock as runlock
 
 
 def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:

@@ -13,8 +13,8 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
 
 from shard_utils import storage
 
@@ -56,7 +56,7 @@ class ReportCounts:
     examples: dict[str, tuple[Key, dict]] = field(default_factory=dict)
     sample: list[tuple[bytes, Key]] = field(default_factory=list)
 
-    def add(self, entry: Mapping) -> "ReportCounts":
+    def add(self, entry: Mapping) -> ReportCounts:
         key = sort_key(entry)
         reason = key[1]
         self.count += 1
@@ -67,12 +67,12 @@ class ReportCounts:
         self.sample.append((_hashed(key), key))
         return self.trimmed() if len(self.sample) >= 2 * SAMPLE_KEYS else self
 
-    def trimmed(self) -> "ReportCounts":
+    def trimmed(self) -> ReportCounts:
         """The same, its sample cut to the SAMPLE_KEYS smallest hashes (what any merge would keep)."""
         self.sample = sorted(set(self.sample))[:SAMPLE_KEYS]
         return self
 
-    def merge(self, other: "ReportCounts") -> "ReportCounts":
+    def merge(self, other: ReportCounts) -> ReportCounts:
         self.count += other.count
         self.by_reason.update(other.by_reason)
         for reason, example in other.examples.items():
@@ -95,7 +95,7 @@ class ReportCounts:
         """The entry of that reason with the smallest source."""
         return self.examples[reason][1]
 
-    def brief(self) -> "ReportCounts":
+    def brief(self) -> ReportCounts:
         """Without the sample: what publishing needs."""
         return replace(self, sample=[])
 
@@ -143,7 +143,7 @@ class Report:
         return self.counts.count
 
 
-def as_report(value: "Report | Iterable[Mapping]") -> Report:
+def as_report(value: Report | Iterable[Mapping]) -> Report:
     """A Report from itself, or from entries held in memory."""
     if isinstance(value, Report):
         return value

@@ -18,16 +18,16 @@ import multiprocessing
 import os
 import resource
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from PIL import Image
 
-from shard_utils.sharding import plan
-from shard_utils.format import schema
 from shard_utils import storage
-from shard_utils.format.tfrecord import frame
+from shard_utils.format import schema
 from shard_utils.format.order import sort_key
+from shard_utils.format.tfrecord import frame
+from shard_utils.sharding import plan
 
 
 def files_in(root: Path) -> list[str]:

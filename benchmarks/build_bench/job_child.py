@@ -18,8 +18,8 @@ import time
 
 import apache_beam  # noqa: F401 - imported before the clock starts
 
-from beam_jobs.jobs import build as build_shards
 import beam_jobs.pipeline.dataset  # noqa: F401 - the steps, imported before the clock
+from beam_jobs.jobs import build as build_shards
 
 
 def cpu_seconds() -> float:
@@ -44,7 +44,7 @@ class ThreadProfiles:
         self.profiles: list[cProfile.Profile] = []
         self._original = threading.Thread.run
 
-    def __enter__(self) -> "ThreadProfiles":
+    def __enter__(self) -> ThreadProfiles:
         profiles, original = self.profiles, self._original
 
         def run(thread: threading.Thread) -> None:

@@ -83,7 +83,7 @@ class TreeMemory:
             self.most_processes = max(self.most_processes, count)
             self._stop.wait(POLL_SECONDS)
 
-    def __enter__(self) -> "TreeMemory":
+    def __enter__(self) -> TreeMemory:
         self._thread.start()
         return self
 

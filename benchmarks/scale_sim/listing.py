@@ -20,8 +20,8 @@ import random
 import resource
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 

@@ -25,12 +25,20 @@ import pickle
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from beam_jobs import publish
+from beam_jobs.jobs.checks import prepare_output
+from beam_jobs.jobs.config import BuildConfig, RunInfo
+from beam_jobs.pipeline.common import SINGLETON_FANOUT
+from beam_jobs.pipeline.encode import assign_runs
+from beam_jobs.pipeline.layout import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
+from beam_jobs.pipeline.listing import LIST_CHUNK
+from beam_jobs.pipeline.shards import RunSummary, plan_shards
 from shard_utils import storage
 from shard_utils.format import schema
 from shard_utils.format.layout import shard_name
@@ -45,15 +53,6 @@ from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 from shard_utils.sharding.shards import Piece, ShardPlan
 from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 from shard_utils.storage import _local
-
-from beam_jobs import publish
-from beam_jobs.jobs.checks import prepare_output
-from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import SINGLETON_FANOUT
-from beam_jobs.pipeline.encode import assign_runs
-from beam_jobs.pipeline.layout import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
-from beam_jobs.pipeline.listing import LIST_CHUNK
-from beam_jobs.pipeline.shards import RunSummary, plan_shards
 
 SPLIT = "train"
 LABELS = 100

@@ -15,8 +15,8 @@ and by the simulator, whose `Client` stands where google-cloud-storage's would a
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 MAX_RESULTS = 1000  # the JSON API's cap on entries per page
 
@@ -82,13 +82,13 @@ class _Listing:
     """What google-cloud-storage's list_blobs returns, as far as shard_utils uses it: iterable over blobs,
     `.pages` (each iterable, with `.prefixes`), `.prefixes` gathered and `.next_page_token`."""
 
-    def __init__(self, client: "Client", kwargs: dict):
+    def __init__(self, client: Client, kwargs: dict):
         self._client, self._kwargs = client, kwargs
         self.prefixes: set[str] = set()
         self.next_page_token: str | None = None
         self.pages = self._pages()
 
-    def _pages(self) -> Iterator["_Page"]:
+    def _pages(self) -> Iterator[_Page]:
         k = self._kwargs
         left = k.get("max_results")
         token = None

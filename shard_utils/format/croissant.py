@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from shard_utils.format import json_text, schema
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME

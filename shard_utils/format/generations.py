@@ -19,13 +19,13 @@ manifest names the old ones, which must stay as they are until the new manifest 
 from __future__ import annotations
 
 import dataclasses
-from typing import IO, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import IO
 
-from shard_utils.format import index
 from shard_utils import storage
+from shard_utils.format import index
 from shard_utils.format.labels import label_order  # noqa: F401 - an append's label ids, beside its other rules
 from shard_utils.format.manifest import Generation, IndexFile, Manifest
-
 
 
 def host_offset(shard_records: Sequence[int], unit: int) -> int:

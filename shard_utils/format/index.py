@@ -29,13 +29,14 @@ import io
 import json
 import re
 import struct
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 from shard_utils import storage
 from shard_utils.format import avro_blocks, names
-from shard_utils.format.manifest import IndexFile
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
+from shard_utils.format.manifest import IndexFile
 from shard_utils.format.schema import LABEL, SOURCE_ID, ExtraSpec, ImageRecord, decode_lists, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
 
@@ -139,7 +140,7 @@ class IndexRow:
         return row
 
     @classmethod
-    def from_avro(cls, row: Mapping[str, Any]) -> "IndexRow":
+    def from_avro(cls, row: Mapping[str, Any]) -> IndexRow:
         extra = row.get("extra")
         return cls(row["source_id"], row["shard"], row["offset"], row["length"], row["label"],
                    tuple(row["labels"]), row["sha256"], row["height"], row["width"],
@@ -157,7 +158,7 @@ def row_from_record(shard: int, offset: int, framed_length: int, record: ImageRe
                 record.extras)
 
 
-def row_from_meta(shard: int, offset: int, meta: "RecordMeta", extras: Sequence[ExtraSpec] = (), *,
+def row_from_meta(shard: int, offset: int, meta: RecordMeta, extras: Sequence[ExtraSpec] = (), *,
                   multi_label: bool) -> IndexRow:
     """The row of a record from the metadata the shard writer holds (`encode.RecordMeta`: 0-based label ids,
     the framed length, and the item's extra values, which `extras` types as the records do). A single-label

@@ -6,10 +6,11 @@ the pure-Python encoder that `indent` selects. The bytes of manifest.json and cr
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
 from json.encoder import encode_basestring
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 

@@ -5,7 +5,8 @@ what it expects or refuses the manifest in one line.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from shard_utils.format import names
 

@@ -8,7 +8,7 @@ append keeps every existing id; its new labels follow, in the same order rule ov
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 _INTEGER = re.compile(r"0|-?[1-9][0-9]*")
 

@@ -8,15 +8,26 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import IO, Any, Callable, Iterator, Mapping, Sequence
+from typing import IO, Any
 
 from shard_utils import storage
-from shard_utils.format import json_text, json_values, names, schema, splits as split_expressions
-from shard_utils.format.tfrecord import FOOTER, HEADER
 from shard_utils.errors import InternalError
-from shard_utils.format.layout import (ARRAY_RECORD, ARRAY_RECORD_PATTERN, MANIFEST_NAME, REJECTED_NAME,  # noqa: F401
-                                       CARD_NAME, CROISSANT_NAME, SHARD_PATTERN, SKIPPED_NAME, array_record_name)
+from shard_utils.format import json_text, json_values, names, schema
+from shard_utils.format import splits as split_expressions
+from shard_utils.format.layout import (  # noqa: F401
+    ARRAY_RECORD,
+    ARRAY_RECORD_PATTERN,
+    CARD_NAME,
+    CROISSANT_NAME,
+    MANIFEST_NAME,
+    REJECTED_NAME,
+    SHARD_PATTERN,
+    SKIPPED_NAME,
+    array_record_name,
+)
+from shard_utils.format.tfrecord import FOOTER, HEADER
 
 FORMAT_VERSION = 2
 ARRAY_RECORD_VERSION = 3  # a dataset of ArrayRecord shards only: readers of versions 1 and 2 must refuse it

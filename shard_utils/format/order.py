@@ -6,13 +6,13 @@ import hashlib
 
 def sort_key(seed: int, key: str) -> int:
     """A 64-bit seeded hash of a record key: the global shuffle order."""
-    return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode("utf-8")).digest()[:8], "big")
+    return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode()).digest()[:8], "big")
 
 
 def split_hash(seed: int, key: str) -> int:
     """A 64-bit seeded hash of a record key that decides its split (by fraction, or its place in its class when
     stratified)."""
-    return int.from_bytes(hashlib.sha256(f"split:{seed}:{key}".encode("utf-8")).digest()[:8], "big")
+    return int.from_bytes(hashlib.sha256(f"split:{seed}:{key}".encode()).digest()[:8], "big")
 
 
 def unit_hash(seed: int, key: str) -> float:

@@ -9,8 +9,9 @@ records never import TensorFlow, and the bytes are the same as TF's own
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Union
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import IO, BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import IO, BinaryIO
 
 from shard_utils.extras import require
 

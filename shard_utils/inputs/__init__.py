@@ -5,7 +5,6 @@ Pure functions over paths relative to the input root, '/'-separated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from shard_utils.format import names
 
@@ -19,7 +18,7 @@ SYSTEM_NAMES = frozenset({"thumbs.db", "desktop.ini", "ehthumbs.db", "icon\r"})
 SYSTEM_DIRS = frozenset({"__macosx", "$recycle.bin", "system volume information"})
 
 
-ExtraValues = tuple[Union[int, float, str], ...]
+ExtraValues = tuple[int | float | str, ...]
 
 
 @dataclass(frozen=True)

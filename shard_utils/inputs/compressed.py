@@ -81,7 +81,7 @@ class _Checked:
     def close(self) -> None:
         self._reader.close()
 
-    def __enter__(self) -> "_Checked":
+    def __enter__(self) -> _Checked:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from shard_utils import storage
 from shard_utils.format import avro_blocks
 from shard_utils.format.avro_blocks import SYNC_SIZE
-from shard_utils.inputs.compressed import CompressionError
 from shard_utils.inputs import listings
+from shard_utils.inputs.compressed import CompressionError
 from shard_utils.inputs.listings import ListingRow
 
 BOM = b"\xef\xbb\xbf"

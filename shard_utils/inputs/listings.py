@@ -11,9 +11,10 @@ import json
 import math
 import posixpath
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from shard_utils import inputs, storage
 from shard_utils.format import names, schema

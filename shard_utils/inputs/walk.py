@@ -5,10 +5,8 @@ from dataclasses import dataclass
 
 from shard_utils import inputs, storage
 from shard_utils.format import names
-from shard_utils.inputs import listings
-from shard_utils.inputs import MediaItem
+from shard_utils.inputs import MediaItem, listings
 from shard_utils.inputs.listings import ListingOptions
-
 
 
 @dataclass

@@ -16,8 +16,9 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 from PIL import Image
@@ -397,7 +398,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-_LOADED: dict["EmbedSpec", Embedder] = {}  # one model per spec per process
+_LOADED: dict[EmbedSpec, Embedder] = {}  # one model per spec per process
 
 
 class EmbedRecords:

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 from typing import Union
 
 from shard_utils.format import schema
+from shard_utils.format.order import choose_split, sort_key
+from shard_utils.format.tfrecord import frame
+from shard_utils.inputs import MediaItem
 from shard_utils.media.budget import OutOfMemory, mib
 from shard_utils.media.images import ImageOptions, Rejected, memory_for, prepare_image
-from shard_utils.inputs import MediaItem
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_source
-from shard_utils.format.tfrecord import frame
 from shard_utils.media.video import VideoOptions, prepare_video
-from shard_utils.format.order import choose_split, sort_key
 from shard_utils.quality.flags import Inspection, flag_findings
 from shard_utils.quality.signature import to_hex
 

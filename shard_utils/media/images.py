@@ -17,8 +17,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end  # noqa: F401 - also named here
-from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, OutOfMemory, decode_bytes, mib
+from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
 
 # Formats we accept, by what Pillow detects in the bytes (not the file name). HEIF needs pillow-heif.
 FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "AVIF"}

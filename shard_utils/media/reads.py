@@ -12,13 +12,14 @@ import collections
 import errno
 import os
 import stat
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import TypeVar
 
 from shard_utils import storage
-from shard_utils.text import printable
 from shard_utils.storage.throttle import GaveUp, Waited, with_retries
+from shard_utils.text import printable
 
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
 READS_IN_FLIGHT = 16  # gs:// reads a worker keeps going while it decodes

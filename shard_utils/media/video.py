@@ -17,8 +17,8 @@ from typing import Union
 from PIL import Image
 
 from shard_utils.extras import require
-from shard_utils.media.images import ImageOptions, Rejected, resize
 from shard_utils.inputs import VIDEO_EXTENSIONS  # noqa: F401 - the video step's extensions, named here too
+from shard_utils.media.images import ImageOptions, Rejected, resize
 
 MAX_FRAMES = 10_000  # per clip: more is a typo, not a dataset
 # The containers we read, told from their first bytes (never from the name, never by FFmpeg's own probing,

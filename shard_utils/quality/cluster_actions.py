@@ -15,8 +15,8 @@ Every cluster is also listed as findings: `near_duplicate` (every member, where 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from shard_utils.quality import findings as found
 from shard_utils.quality.clusters import Cluster, Member

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from math import comb, log
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -202,7 +202,7 @@ class UnionFind:
             lo, hi = (ra, rb) if ra < rb else (rb, ra)
             self.parent[hi] = lo
 
-    def merge(self, other: "UnionFind") -> None:
+    def merge(self, other: UnionFind) -> None:
         for x in other.parent:
             self.union(x, other.find(x))
 
@@ -249,7 +249,7 @@ class Cluster:
 
     @property
     def id(self) -> str:
-        return hashlib.sha256(f"near-dup:{self.kept.source_id}".encode("utf-8")).hexdigest()[:16]
+        return hashlib.sha256(f"near-dup:{self.kept.source_id}".encode()).hexdigest()[:16]
 
     @property
     def splits(self) -> tuple[str, ...]:

@@ -12,8 +12,9 @@ manifest, so making a source reads nothing and each shard is opened on its first
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from shard_utils import storage
 from shard_utils.extras import require

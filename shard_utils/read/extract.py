@@ -10,8 +10,8 @@ import csv
 import os
 import posixpath
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from shard_utils import inputs, storage
 from shard_utils.format.manifest import Manifest, ManifestError, load

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import posixpath
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from shard_utils.format.manifest import Manifest
 from shard_utils.inputs.listings import resolve_path

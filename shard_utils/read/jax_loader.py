@@ -59,7 +59,7 @@ def _jax():
 
 def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_batch_size: int, *, mesh: Any = None,
                   training: bool = True, seed: int | None = None, start_step: int = 0,
-                  image_size: int | Sequence[int] | None = None, decoder: str = "pillow") -> "GlobalBatches":
+                  image_size: int | Sequence[int] | None = None, decoder: str = "pillow") -> GlobalBatches:
     """An iterator of global batches of `split` (a name or an expression, as the loader takes it), `global_batch_size`
     records each, sharded along `mesh`'s `"data"` axis (default: a 1-D mesh over `jax.devices()`; other axes of a
     user mesh hold replicas).
@@ -260,7 +260,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
     global step on any number of processes, so a run saved on P processes resumes exactly on P'.
     """
 
-    def __init__(self, source, plan: _Plan, decode: "Decoder | _TFDecoder", sharding, step: int, split: str):
+    def __init__(self, source, plan: _Plan, decode: Decoder | _TFDecoder, sharding, step: int, split: str):
         self._source, self._plan, self._decode, self._split = source, plan, decode, split
         self.sharding = sharding
         self._step = step
@@ -277,7 +277,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
             raise TypeError("training input is endless; steps_per_epoch is records // global_batch_size")
         return self._plan.steps()
 
-    def __iter__(self) -> "GlobalBatches":
+    def __iter__(self) -> GlobalBatches:
         return self
 
     def __next__(self) -> dict[str, Any]:

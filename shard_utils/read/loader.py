@@ -24,8 +24,8 @@ import math
 import os
 import posixpath
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Union
 
 try:
@@ -36,15 +36,14 @@ except ImportError as _failed:  # one line: not installed, or installed but miss
     raise MissingExtra(import_problem(_failed, "tensorflow", "the loader (shard_utils.loader)", "tf")) from None
 
 from shard_utils import storage
-from shard_utils.format import topology
-from shard_utils.format import schema
+from shard_utils.format import schema, topology
 from shard_utils.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, Shard, read_manifest_bytes
-from shard_utils.format.splits import Selection
-from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.format.manifest import load as _load_manifest
+from shard_utils.format.splits import Selection
 from shard_utils.format.tfrecord import FramingError, count_from_headers
-from shard_utils.read.stated import stored_problems
+from shard_utils.read import epochs, loader_resume, resume
 from shard_utils.read.decode import FEATURE_MODES, LENGTH_SUFFIX, RecordDecoder, feature_spec
+from shard_utils.read.stated import stored_problems
 
 __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_manifest", "make_dataset",
            "parse_spec", "steps_per_epoch"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from shard_utils.read import epochs
 from shard_utils.format.manifest import Manifest
+from shard_utils.read import epochs
 from shard_utils.read.resume import ENDLESS, ShareReader
 
 

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import io
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from shard_utils.format import schema
 from shard_utils import storage
 from shard_utils.extras import require_all
+from shard_utils.format import schema
+from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
 from shard_utils.format.manifest import Manifest, load
-from shard_utils.format.generations import DigestingReader
 from shard_utils.format.tfrecord import FramingError
 from shard_utils.read.array_record_source import array_record_source  # noqa: F401 - public from here too
 from shard_utils.read.stated import drain, size_problem
@@ -55,14 +56,14 @@ class SplitIndex:
         """The shard index of each row."""
         return np.searchsorted(self.starts, rows, side="right") - 1
 
-    def piece(self, shard: int, start: int, stop: int) -> "SplitIndex":
+    def piece(self, shard: int, start: int, stop: int) -> SplitIndex:
         """Records start..stop-1 of one shard, as an index of one shard."""
         first = int(self.starts[shard])
         rows = slice(first + start, first + stop)
         return SplitIndex(np.array([0, stop - start], dtype=np.int64), self.offsets[rows], self.lengths[rows])
 
     @classmethod
-    def joined(cls, parts: Sequence["SplitIndex"]) -> "SplitIndex":
+    def joined(cls, parts: Sequence[SplitIndex]) -> SplitIndex:
         """The indexes one after the other: shard k of the result is the k-th shard of all of them, in order."""
         sizes = np.concatenate([np.diff(p.starts) for p in parts])
         return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
@@ -70,7 +71,7 @@ class SplitIndex:
 
     @classmethod
     def from_places(cls, places, shard_records: Sequence[int], shard_bytes: Sequence[int],
-                    max_record_bytes: int = MAX_RECORD_BYTES, where: str = "index") -> "SplitIndex":
+                    max_record_bytes: int = MAX_RECORD_BYTES, where: str = "index") -> SplitIndex:
         """Build and check from (shard, offset, length) rows in shard order; IndexFormatError names a bad row."""
         flat = np.fromiter((v for place in places for v in place), dtype=np.int64)
         if len(flat) % 3:
@@ -138,7 +139,7 @@ def load_indexes(m: Manifest, max_record_bytes: int = MAX_RECORD_BYTES) -> dict[
     return {name: load_index(m, name, max_record_bytes) for name in m.splits}
 
 
-def sources(dataset: str | Manifest) -> dict[str, "RandomAccessSource"]:
+def sources(dataset: str | Manifest) -> dict[str, RandomAccessSource]:
     """A source per split, their indexes loaded once."""
     m = dataset if isinstance(dataset, Manifest) else load(dataset)
     return {name: RandomAccessSource(m, name, index=idx) for name, idx in load_indexes(m).items()}
@@ -288,14 +289,14 @@ class Decoder:
         self.extras = tuple(extras)
 
     @classmethod
-    def for_manifest(cls, m: Manifest, image_size: tuple[int, int] | None = None) -> "Decoder":
+    def for_manifest(cls, m: Manifest, image_size: tuple[int, int] | None = None) -> Decoder:
         extras = [(k, v["dtype"], v.get("shape") == [schema.VARIABLE]) for k, v in m.features.items()
                   if k.startswith(schema.EXTRA_PREFIX)]
         return cls(m.num_classes, label_offset=m.label_offset, multi_label=m.multi_label, media_key=m.media_key,
                    extras=extras, image_size=image_size)
 
     @classmethod
-    def for_source(cls, src: RandomAccessSource) -> "Decoder":
+    def for_source(cls, src: RandomAccessSource) -> Decoder:
         return cls.for_manifest(src.manifest)
 
     def __call__(self, data: bytes) -> dict[str, Any]:

@@ -5,13 +5,14 @@ to show or to sanitise, never trusted as paths or markup.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
-from shard_utils.format import array_record, schema
 from shard_utils import storage
-from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format import array_record, schema
 from shard_utils.format.layout import ARRAY_RECORD
+from shard_utils.format.manifest import Manifest, Shard
 from shard_utils.format.tfrecord import FramingError, iter_records
 
 

@@ -28,11 +28,9 @@ import posixpath
 import re
 from typing import Any
 
-from shard_utils.format import schema
-from shard_utils.format import layout
-from shard_utils.format.layout import generation_split
+from shard_utils.format import layout, schema
+from shard_utils.format.layout import ARRAY_RECORD, ARRAY_RECORD_PATTERN, SHARD_PATTERN, generation_split
 from shard_utils.format.manifest import Manifest, Shard
-from shard_utils.format.layout import ARRAY_RECORD, ARRAY_RECORD_PATTERN, SHARD_PATTERN
 
 DATASET_INFO, FEATURES, LABELS = layout.TFDS_DATASET_INFO, layout.TFDS_FEATURES, layout.TFDS_LABELS
 GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000

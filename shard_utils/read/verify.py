@@ -8,19 +8,38 @@ import contextlib
 import io
 import math
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from shard_utils import storage
 from shard_utils.format import array_record, croissant, schema
 from shard_utils.format.generations import DigestingReader
-from shard_utils.format.index import (MAX_RECORD_BYTES, NO_LABEL, IndexFormatError, IndexRow, check_header,
-                                     check_place, field_name, read_index, record_identity, row_disagreement, unframe)
-from shard_utils.format.manifest import (MAX_REPORT_LINE, IndexFile, Manifest, ManifestError, Shard, bounded_lines,
-                                         iter_report_entries, load)
+from shard_utils.format.index import (
+    MAX_RECORD_BYTES,
+    NO_LABEL,
+    IndexFormatError,
+    IndexRow,
+    check_header,
+    check_place,
+    field_name,
+    read_index,
+    record_identity,
+    row_disagreement,
+    unframe,
+)
+from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
+from shard_utils.format.manifest import (
+    MAX_REPORT_LINE,
+    IndexFile,
+    Manifest,
+    ManifestError,
+    Shard,
+    bounded_lines,
+    iter_report_entries,
+    load,
+)
+from shard_utils.format.tfrecord import FramingError, iter_records
 from shard_utils.quality import findings
 from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
-from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
-from shard_utils.format.tfrecord import FramingError, iter_records
 
 
 def verify(dataset: str, deep: bool = False) -> list[str]:

@@ -10,8 +10,8 @@ shards, and the replaced shards are removed once the new manifest is in place.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from shard_utils import storage
 from shard_utils.format import generations, schema

@@ -11,16 +11,16 @@ their metadata from their own fields.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
-from shard_utils.format import array_record, schema
 from shard_utils import storage
-from shard_utils.media.encode import RecordMeta
+from shard_utils.format import array_record, schema
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import IndexRow, field_name, identity_problem
 from shard_utils.format.manifest import Shard
-from shard_utils.format.tfrecord import FramingError, frame, iter_records
 from shard_utils.format.order import sort_key
+from shard_utils.format.tfrecord import FramingError, frame, iter_records
+from shard_utils.media.encode import RecordMeta
 
 
 class DamagedShard(ValueError):

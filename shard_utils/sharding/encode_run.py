@@ -2,16 +2,16 @@
 into one run file. No Beam: the build's encode step runs it inline or in local worker processes."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
 
-from shard_utils.media.encode import EncodeSettings, Encoded, Prepared, encode_data, reject, unlabeled_reject
+from shard_utils.errors import InternalError
+from shard_utils.format.order import sort_key
 from shard_utils.inputs import MediaItem
+from shard_utils.media.encode import Encoded, EncodeSettings, Prepared, encode_data, reject, unlabeled_reject
 from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 from shard_utils.storage.throttle import Waited
-from shard_utils.errors import InternalError
-from shard_utils.format.order import sort_key
 
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given

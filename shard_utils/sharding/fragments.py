@@ -10,17 +10,17 @@ and where the metadata lies, so what the job's driver holds does not grow with t
 """
 from __future__ import annotations
 
-import itertools
 import heapq
+import itertools
 import pickle
 import uuid
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Container, Iterable, Iterator, Mapping
 
 from shard_utils import storage
+from shard_utils.errors import InternalError
 from shard_utils.media.encode import Encoded, RecordMeta
 from shard_utils.sharding.plan import SplitPlan
-from shard_utils.errors import InternalError
 
 META_CHUNK = 1024  # records per pickled chunk of a metadata file: a slice reads only the chunks it needs
 READ_BUDGET = 16 * 2**20  # bytes a shard writer holds of its slices at once, shared by all of them

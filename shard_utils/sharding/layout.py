@@ -17,15 +17,15 @@ are then sorted (`BoundaryFinder`).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS, bucket_of
-from shard_utils.errors import InternalError, PlanError
 
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing), when nothing better is known
@@ -58,17 +58,17 @@ class BucketCounts:
         if self.pending_keys >= max(len(self.buckets), PENDING_KEYS):
             self.flush()
 
-    def flush(self) -> "BucketCounts":
+    def flush(self) -> BucketCounts:
         """Merge the pending keys into the histogram (before anything reads it)."""
         if self.pending:
             found, self.pending, self.pending_keys = np.concatenate(self.pending), [], 0
             self._merge(*np.unique(found, return_counts=True))
         return self
 
-    def merge(self, other: "BucketCounts") -> None:
+    def merge(self, other: BucketCounts) -> None:
         self.merge_all([other])
 
-    def merge_all(self, others: Sequence["BucketCounts"]) -> None:
+    def merge_all(self, others: Sequence[BucketCounts]) -> None:
         """Add the counts of many histograms at once: one pass over all of their buckets, not one per histogram."""
         if any(other.bits != self.bits for other in others):
             raise InternalError(f"bucket counts of {self.bits} and {[o.bits for o in others]} bits cannot be merged")
@@ -121,10 +121,10 @@ class ListingTotals:
         self.source_bytes += sum(known)
         self.keys.add_keys(sort_keys)
 
-    def merge(self, other: "ListingTotals") -> None:
+    def merge(self, other: ListingTotals) -> None:
         self.merge_all([other])
 
-    def merge_all(self, others: Sequence["ListingTotals"]) -> None:
+    def merge_all(self, others: Sequence[ListingTotals]) -> None:
         self.count += sum(o.count for o in others)
         self.sized += sum(o.sized for o in others)
         self.source_bytes += sum(o.source_bytes for o in others)
@@ -139,7 +139,7 @@ class SizeSample:
     record_bytes: int = 0
     records: int = 0
 
-    def merge(self, other: "SizeSample") -> "SizeSample":
+    def merge(self, other: SizeSample) -> SizeSample:
         return SizeSample(self.source_bytes + other.source_bytes, self.record_bytes + other.record_bytes,
                           self.records + other.records)
 

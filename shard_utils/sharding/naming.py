@@ -6,8 +6,8 @@ split `train-g00g` and placed after the split's earlier shards, rotated so that 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from shard_utils.format import generations, layout
 from shard_utils.format.layout import SHARD_EXTENSIONS
@@ -37,7 +37,7 @@ class ShardNaming:
         return before + self.position(split, shard, count)
 
     @staticmethod
-    def for_build(extension: str) -> "ShardNaming":
+    def for_build(extension: str) -> ShardNaming:
         if extension not in SHARD_EXTENSIONS:
             raise ValueError(f"shard extension {extension!r} is not one of {', '.join(SHARD_EXTENSIONS)}")
         return ShardNaming(extension)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Mapping, Sequence
 
 from shard_utils.errors import InternalError, PlanError
 
@@ -133,7 +133,7 @@ class SplitPlan:
         """The fields only: the buckets are made again where they are used, not shipped."""
         return {name: value for name, value in self.__dict__.items() if name != "boundary_buckets"}
 
-    def with_boundaries(self, bucket_keys: Mapping[int, Sequence[OrderKey]]) -> "SplitPlan":
+    def with_boundaries(self, bucket_keys: Mapping[int, Sequence[OrderKey]]) -> SplitPlan:
         """The plan with its boundary keys, given the sorted keys of every boundary bucket."""
         try:
             keys = tuple(tuple(bucket_keys[b][i]) for b, i in self.boundary_slots)
@@ -161,7 +161,7 @@ class SplitTotals:
         b = bucket_of(sort_key, bits)
         self.bucket_counts[b] = self.bucket_counts.get(b, 0) + 1
 
-    def merge(self, other: "SplitTotals") -> None:
+    def merge(self, other: SplitTotals) -> None:
         self.num_records += other.num_records
         self.num_bytes += other.num_bytes
         for b, n in other.bucket_counts.items():

@@ -15,16 +15,16 @@ from __future__ import annotations
 import hashlib
 import pickle
 import struct
+from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Sequence
 
 import google_crc32c
 
 from shard_utils import storage
-from shard_utils.media.encode import RecordMeta
 from shard_utils.errors import InternalError
+from shard_utils.media.encode import RecordMeta
 
 CHUNK_BYTES = 16 * 2**20  # gs:// runs are parts of about this size
 TAIL_SUFFIX = ".tail"  # beside a local run whose file became a shard: the bytes past the shard's end
@@ -196,7 +196,7 @@ class Checksums:
     sha256: str
 
     @staticmethod
-    def of_prefix(entry: RunEntry) -> "Checksums":
+    def of_prefix(entry: RunEntry) -> Checksums:
         return Checksums(entry.end, storage.crc32c_base64(entry.crc32c), entry.sha256.hex())
 
 

@@ -10,13 +10,13 @@ same records always give the same shards.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
+from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.layout import SplitLayout
-from shard_utils.errors import InternalError, PlanError
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ with the same 64-bit hash fall on the same side of a cut (odds about n^2 / 2^65 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -8,15 +8,15 @@ run it too.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
 
+from shard_utils import storage
+from shard_utils.errors import InternalError
 from shard_utils.format import array_record, index, layout, schema
 from shard_utils.format.tfrecord import iter_records
-from shard_utils import storage
 from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
 from shard_utils.sharding.shards import ShardPlan
-from shard_utils.errors import InternalError
 
 COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
 

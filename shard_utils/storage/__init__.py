@@ -12,17 +12,34 @@ which share `base`; import this module, not those.
 from __future__ import annotations
 
 import io
-import threading
 import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO
 
 from shard_utils.storage import base, ranges  # noqa: F401
-from shard_utils.storage.base import (GCS, HTTP_CONNECTIONS, LIST_PAGE_SIZE, READ_CHUNK_SIZE, WRITE_CHUNK_SIZE,  # noqa: F401
-                                      Digest, Entry, NotFoundError, StorageError, _one_line, _show, basename,
-                                      crc32c_base64, gcs_client, io_threads, is_gcs, join, parent, split_gcs)
-
-
+from shard_utils.storage.base import (  # noqa: F401
+    GCS,
+    HTTP_CONNECTIONS,
+    LIST_PAGE_SIZE,
+    READ_CHUNK_SIZE,
+    WRITE_CHUNK_SIZE,
+    Digest,
+    Entry,
+    NotFoundError,
+    StorageError,
+    _one_line,
+    _show,
+    basename,
+    crc32c_base64,
+    gcs_client,
+    io_threads,
+    is_gcs,
+    join,
+    parent,
+    split_gcs,
+)
 
 
 def problem(exc: BaseException, uri: str = "") -> str:

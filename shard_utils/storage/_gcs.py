@@ -8,8 +8,8 @@ Functions raise the library's exceptions; `storage` words them with describe().
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Callable, Iterator
 
 from google.api_core import exceptions as api
 from google.cloud.storage.fileio import BlobWriter

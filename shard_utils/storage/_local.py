@@ -14,8 +14,8 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from shard_utils.storage import base as storage
 

@@ -48,7 +48,7 @@ class Lease:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @staticmethod
-    def from_bytes(data: bytes) -> "Lease | None":
+    def from_bytes(data: bytes) -> Lease | None:
         try:
             obj = json.loads(data)
             return Lease(str(obj["run_id"]), str(obj["started"]), str(obj["host"]), int(obj["pid"]),

@@ -11,7 +11,7 @@ hold a '/', so a sub-folder's names always fall in one range with the sub-folder
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 FALLBACK_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"  # in byte order
 SAMPLE = 2000  # names looked at to learn where and with what characters names vary

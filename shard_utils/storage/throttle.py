@@ -15,8 +15,9 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -121,7 +122,7 @@ class RetryPolicy:
         if not (0 < self.initial_s <= self.maximum_s and self.multiplier >= 1 and self.budget_s >= 0):
             raise ValueError(f"not a retry policy: {self}")
 
-    def tries(self, started: float, rng: random.Random | None = None) -> "Tries":
+    def tries(self, started: float, rng: random.Random | None = None) -> Tries:
         return Tries(self, started, rng or random.Random())
 
 

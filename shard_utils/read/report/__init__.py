@@ -7,12 +7,18 @@ Needs the `report` extra (matplotlib); charts are drawn on Agg canvases, never t
 """
 from __future__ import annotations
 
-from shard_utils.read.report.charts import (MANY_CLASSES, as_image, class_chart, rejected_chart, shard_chart,
-                                            size_chart)
+from shard_utils.read.report.charts import MANY_CLASSES, as_image, class_chart, rejected_chart, shard_chart, size_chart
 from shard_utils.read.report.page import CSP, STYLE, render_page, write_report
 from shard_utils.read.report.rejects import FIRST_REJECTED, RejectedRows, first_rejected
-from shard_utils.read.report.sample import (MAX_CLASSES, MAX_RECORDS, PER_CLASS, SplitSample, Tile, sample_split,
-                                            shown_classes)
+from shard_utils.read.report.sample import (
+                                            MAX_CLASSES,
+                                            MAX_RECORDS,
+                                            PER_CLASS,
+                                            SplitSample,
+                                            Tile,
+                                            sample_split,
+                                            shown_classes,
+)
 from shard_utils.read.report.sheets import TILE, Placed, contact_sheet, render_sheet, thumbnail
 
 __all__ = ["PER_CLASS", "MAX_CLASSES", "MAX_RECORDS", "FIRST_REJECTED", "TILE", "MANY_CLASSES", "CSP", "STYLE",

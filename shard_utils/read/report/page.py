@@ -6,14 +6,15 @@ import html
 import json
 import os
 import warnings
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from shard_utils import storage
 from shard_utils.extras import require
 from shard_utils.format import topology
 from shard_utils.format.manifest import Manifest, load
-from shard_utils.read.report.charts import class_chart, plain_text, rejected_chart, shard_chart, size_chart
 from shard_utils.quality import findings
+from shard_utils.read.report.charts import class_chart, plain_text, rejected_chart, shard_chart, size_chart
 from shard_utils.read.report.quality import QualityFindings, cluster_sample, read_findings
 from shard_utils.read.report.rejects import RejectedRows, first_rejected, reason_counts
 from shard_utils.read.report.sample import MAX_CLASSES, MAX_RECORDS, PER_CLASS, SplitSample, sample_split

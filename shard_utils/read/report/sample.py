@@ -3,8 +3,8 @@ seeded hash of the source id is smallest (the same seed gives the same sample, l
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from shard_utils import storage
 from shard_utils.format.manifest import Manifest
