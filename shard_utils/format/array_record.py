@@ -19,6 +19,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from shard_utils import storage
 from shard_utils.extras import require
@@ -151,7 +152,7 @@ def _scratch_file() -> tuple[int, str | None]:
 
 
 @contextlib.contextmanager
-def _opened(uri: str, where: str) -> Iterator[tuple[object, int]]:
+def _opened(uri: str, where: str) -> Iterator[tuple[Any, int]]:
     """(reader, its record count) of an ArrayRecord shard; ArrayRecordError when it cannot be opened."""
     with local_copy(uri) as path:
         reader_cls = module().ArrayRecordReader

@@ -9,7 +9,6 @@ from __future__ import annotations
 import bz2
 import lzma
 import zlib
-from typing import BinaryIO
 
 from shard_utils import storage
 
@@ -24,9 +23,10 @@ class BlockError(ValueError):
 
 class Recent:
     """A read-only stream that keeps the last 16 bytes read (an Avro header ends with its sync marker) and reads a
-    large request in chunks (see storage.read_in_chunks)."""
+    large request in chunks (see storage.read_in_chunks). fastavro reads only a header through it, which needs
+    neither seek nor tell."""
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: storage.Readable):
         self._stream, self.tail = stream, b""
 
     def read(self, n: int = -1) -> bytes:
@@ -34,11 +34,6 @@ class Recent:
         self.tail = (self.tail + data)[-SYNC_SIZE:]
         return data
 
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._stream.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._stream.tell()
 
 
 def read_long(stream: Recent, at_end: bool = False) -> int | None:

@@ -123,7 +123,7 @@ def _split_files(split: str) -> str:
 
 
 def _record_sets(m: Manifest, label_dicts: bool) -> list[dict[str, Any]]:
-    splits = {"@type": "cr:RecordSet", "@id": "splits", "name": "splits", "dataType": "cr:Split",
+    splits: dict[str, Any] = {"@type": "cr:RecordSet", "@id": "splits", "name": "splits", "dataType": "cr:Split",
               "description": "The dataset's splits.", "key": {"@id": "splits/name"},
               "field": [_field("splits", "name", "sc:Text"), _field("splits", "num_records", "sc:Integer")],
               "data": [{"splits/name": n, "splits/num_records": s.num_records} for n, s in m.splits.items()]}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import IO
 
 from shard_utils import storage
 from shard_utils.format import index
@@ -72,7 +71,7 @@ def renumbered(rows: Iterable[index.IndexRow], shard: int) -> Iterator[index.Ind
         yield dataclasses.replace(row, shard=shard)
 
 
-def merge_generation_index(out: IO[bytes], old_uri: str, old: IndexFile, parts: Sequence[tuple[int, str]],
+def merge_generation_index(out: storage.Writable, old_uri: str, old: IndexFile, parts: Sequence[tuple[int, str]],
                            schema: Mapping) -> index.IndexWritten:
     """A split's index over every generation: the old index's rows as they are (its size and CRC32C checked
     against `old`, its manifest entry: ValueError if they differ), then each new part's rows with its
@@ -95,7 +94,7 @@ def merge_generation_index(out: IO[bytes], old_uri: str, old: IndexFile, parts: 
 class DigestingReader:
     """A readable stream that digests (size, CRC32C, SHA-256) every byte read through it."""
 
-    def __init__(self, stream: IO[bytes], digest: storage.Digest | None = None):
+    def __init__(self, stream: storage.Seekable, digest: storage.Digest | None = None):
         self._stream = stream
         self.digest = digest if digest is not None else storage.Digest()
 

@@ -205,7 +205,7 @@ class IndexWritten:
 class _Digesting:
     """A write-only file that digests what passes through it."""
 
-    def __init__(self, fileobj: BinaryIO):
+    def __init__(self, fileobj: storage.Writable):
         self._f = fileobj
         self.digest = storage.Digest()
 
@@ -260,7 +260,7 @@ def _sync_marker(schema: Mapping[str, Any]) -> bytes:
     return hashlib.sha256(b"tpu-shards index\0" + json.dumps(schema, sort_keys=True).encode()).digest()[:16]
 
 
-def write_index(fileobj: BinaryIO, rows: Iterable[IndexRow], schema: Mapping[str, Any]) -> IndexWritten:
+def write_index(fileobj: storage.Writable, rows: Iterable[IndexRow], schema: Mapping[str, Any]) -> IndexWritten:
     """Stream rows into an Avro file (deflate), holding one block at a time; returns counts and checksums.
 
     The file is deterministic: the same rows and schema always give the same bytes.
@@ -318,7 +318,7 @@ def without_header(data: bytes, header: bytes) -> bytes:
     return data
 
 
-def merge_index_parts(fileobj: BinaryIO, parts: Iterable[BinaryIO], schema: Mapping[str, Any]) -> IndexWritten:
+def merge_index_parts(fileobj: storage.Writable, parts: Iterable[BinaryIO], schema: Mapping[str, Any]) -> IndexWritten:
     """One split's index from per-shard index files (each written by its shard's writer), in shard order.
 
     The parts' blocks are copied whole, their rows never turned into objects and encoded again (that cost
@@ -382,7 +382,7 @@ def _rows(reader) -> Iterator[dict[str, Any]]:
         raise IndexFormatError(f"index file is damaged: {storage.problem(exc)}") from None
 
 
-def _bounded_rows(fileobj: BinaryIO, reader_schema: Mapping[str, Any] | None,
+def _bounded_rows(fileobj: storage.Readable, reader_schema: Mapping[str, Any] | None,
                   max_rows: int | None) -> Iterator[dict[str, Any]]:
     """The rows of an index file, block by block. Each block's declared row count (against `max_rows`) and size
     (against MAX_BLOCK_BYTES, compressed and not) are checked before it is read and inflated, so no size written
@@ -418,7 +418,8 @@ def _header(stream: avro_blocks.Recent) -> tuple[dict[str, Any], str]:
     import fastavro
 
     try:
-        header = fastavro.block_reader(cast(IO[bytes], stream))  # reads the header only
+        # reads the header only, which calls nothing but read (the stubs ask for a whole file)
+        header = fastavro.block_reader(cast(IO[bytes], stream))
         written, codec = header.writer_schema, header.metadata.get("avro.codec", "null")
     except Exception as exc:
         raise IndexFormatError(f"not an Avro index file: {storage.problem(exc)}") from None
@@ -436,12 +437,12 @@ def _damaged(problem: str) -> IndexFormatError:
     return IndexFormatError(f"index file is damaged: {problem}")
 
 
-def check_header(fileobj: IO[bytes]) -> None:
+def check_header(fileobj: storage.Readable) -> None:
     """Read only an index file's header: IndexFormatError unless it is a tpu-shards index."""
-    _header(avro_blocks.Recent(cast(BinaryIO, fileobj)))
+    _header(avro_blocks.Recent(fileobj))
 
 
-def read_index(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[IndexRow]:
+def read_index(fileobj: storage.Readable, max_rows: int | None = None) -> Iterator[IndexRow]:
     """Stream an index's rows in file order; IndexFormatError if it is not a readable tpu-shards index, or holds
     more than `max_rows` rows (the manifest's count: pass it whenever the index comes from a dataset)."""
     for row in _rows(_bounded_rows(fileobj, None, max_rows)):
@@ -452,7 +453,7 @@ _PLACE_SCHEMA = {"type": "record", "name": "IndexRow", "namespace": "tpu_shards"
     {"name": "shard", "type": "int"}, {"name": "offset", "type": "long"}, {"name": "length", "type": "long"}]}
 
 
-def read_places(fileobj: BinaryIO, max_rows: int | None = None) -> Iterator[tuple[int, int, int]]:
+def read_places(fileobj: storage.Readable, max_rows: int | None = None) -> Iterator[tuple[int, int, int]]:
     """Stream (shard, offset, length) of each row, decoding only those three fields (`max_rows` as in read_index)."""
     for row in _rows(_bounded_rows(fileobj, _PLACE_SCHEMA, max_rows)):
         yield row["shard"], row["offset"], row["length"]

@@ -5,12 +5,13 @@ Nothing in a manifest is ever evaluated, unpickled or imported: it is plain JSON
 """
 from __future__ import annotations
 
+import io
 import json
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import IO, Any
+from typing import Any
 
 from shard_utils import storage
 from shard_utils.errors import InternalError
@@ -171,8 +172,8 @@ class Manifest:
 
     def num_records(self, split: str | Sequence[str]) -> int:
         """Records of a split, or of what a split expression selects."""
-        if not split_expressions.is_expression(split):
-            return self.split(split).num_records  # type: ignore[arg-type]
+        if isinstance(split, str) and not split_expressions.is_expression(split):
+            return self.split(split).num_records
         return self.select(split).num_records
 
     @property
@@ -191,8 +192,8 @@ class Manifest:
             raise ManifestError(f"split {split!r} holds ArrayRecord shards only (built with --format array_record): "
                                 "read them with grain.sources.ArrayRecordDataSource(manifest.array_record_paths("
                                 f"{split!r})), or reshard to TFRecord")
-        if not split_expressions.is_expression(split):
-            return [storage.join(self.location, s.path) for s in self.split(split).shards]  # type: ignore[arg-type]
+        if isinstance(split, str) and not split_expressions.is_expression(split):
+            return [storage.join(self.location, s.path) for s in self.split(split).shards]
         selection = self.select(split)
         cut = [p for p, whole in zip(selection.pieces, selection.whole) if not whole]
         if cut:
@@ -659,7 +660,7 @@ def parse(text: bytes | str, location: str = "") -> Manifest:
 MAX_REPORT_LINE = 1 << 20  # bytes of one line of a rejected or skipped report (an entry takes a few hundred)
 
 
-def bounded_lines(stream: IO[bytes], limit: int = MAX_REPORT_LINE) -> Iterator[bytes | None]:
+def bounded_lines(stream: io.BufferedIOBase, limit: int = MAX_REPORT_LINE) -> Iterator[bytes | None]:
     """A stream's lines, each read no further than `limit` bytes; a longer line is given as None and ends them (the
     rest is not read: a report holding such a line is damaged, and the line may run to the end of the file)."""
     while line := stream.readline(limit + 1):
@@ -669,7 +670,7 @@ def bounded_lines(stream: IO[bytes], limit: int = MAX_REPORT_LINE) -> Iterator[b
         yield line
 
 
-def iter_report_entries(stream: IO[bytes], path: str) -> Iterator[dict[str, Any]]:
+def iter_report_entries(stream: io.BufferedIOBase, path: str) -> Iterator[dict[str, Any]]:
     """The entries of a dataset's rejected or skipped report, read one line at a time (a line holds at most
     MAX_REPORT_LINE bytes): one JSON object per line, each with a string `source` and `reason`; ManifestError naming
     the first line that is not one."""

@@ -257,6 +257,14 @@ def media_key(features: Mapping[str, Any]) -> str:
     return VIDEO_ENCODED if VIDEO_ENCODED in features and IMAGE_ENCODED not in features else IMAGE_ENCODED
 
 
+def _max_length(key: str, spec: Mapping[str, Any]) -> int:
+    """A variable-length feature's declared 'max_length'; ValueError unless it is a non-negative integer."""
+    max_length = spec.get("max_length")
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 0:
+        raise ValueError(f"feature {key!r} is a variable-length list and needs a non-negative 'max_length'")
+    return max_length
+
+
 def check_features(features: Mapping[str, Any]) -> None:
     """Validate a manifest's feature table; raises ValueError naming the bad entry."""
     if not isinstance(features, Mapping) or not features:
@@ -273,10 +281,7 @@ def check_features(features: Mapping[str, Any]) -> None:
         if not variable and not all(d >= 0 for d in shape):
             raise ValueError(f"feature {key!r} has shape {shape!r}; dimensions must be >= 0, or the shape exactly "
                              f"[{VARIABLE}] for a list of variable length")
-        max_length = spec.get("max_length")
-        if variable and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 0):
-            raise ValueError(f"feature {key!r} is a variable-length list and needs a non-negative 'max_length'")
-        values = max_length if variable else math.prod(shape)
+        values = _max_length(key, spec) if variable else math.prod(shape)
         if values > MAX_FEATURE_VALUES:
             raise ValueError(f"feature {key!r} holds up to {values} values per record, more than {MAX_FEATURE_VALUES}; "
                              "refused (a reader allocates that much per record)")

@@ -8,9 +8,12 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Iterator
-from typing import IO, BinaryIO
+from typing import TYPE_CHECKING
 
 from shard_utils.extras import require
+
+if TYPE_CHECKING:
+    from shard_utils.storage import Readable, Seekable
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = 12  # 8 length bytes + 4 CRC bytes
@@ -40,7 +43,7 @@ def frame(record: bytes) -> bytes:
     return b"".join((length, struct.pack("<I", masked_crc(length)), record, struct.pack("<I", masked_crc(record))))
 
 
-def count_from_headers(stream: IO[bytes], size: int) -> int:
+def count_from_headers(stream: Seekable, size: int) -> int:
     """The records of a TFRecord file of `size` bytes, counted from their headers alone: each length's checksum
     must hold and each record must end inside the file, or FramingError names the first that does not. Reads 12
     bytes per record, so a reader that trusts lengths (TensorFlow's allocates them) can be given the file after."""
@@ -55,7 +58,7 @@ def count_from_headers(stream: IO[bytes], size: int) -> int:
     return index
 
 
-def iter_records(stream: BinaryIO, max_record_bytes: int = 1 << 31) -> Iterator[bytes]:
+def iter_records(stream: Readable, max_record_bytes: int = 1 << 31) -> Iterator[bytes]:
     """Yield each record's data, checking both CRCs; raise FramingError naming the record index."""
     index = 0
     while True:

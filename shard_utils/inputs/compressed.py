@@ -26,16 +26,19 @@ def decompressed(raw: BinaryIO, name: str) -> BinaryIO:
     as it is. Closing the result leaves raw open (close it too)."""
     lower = name.lower()
     source = _Source(raw)
+    # The decompressors only read their file, front to back; the stubs ask for a whole binary file.
+    compressed = cast(BinaryIO, source)
+    reader: io.BufferedIOBase
     if lower.endswith(".gz"):
-        reader: BinaryIO = gzip.GzipFile(fileobj=source, mode="rb")
+        reader = gzip.GzipFile(fileobj=compressed, mode="rb")
     elif lower.endswith(".bz2"):
-        reader = bz2.BZ2File(source)
+        reader = bz2.BZ2File(compressed)
     elif lower.endswith((".xz", ".lzma")):
-        reader = lzma.LZMAFile(source)
+        reader = lzma.LZMAFile(compressed)
     elif lower.endswith((".zst", ".zstd")):
         import zstandard  # Beam's extra for .zst: installed wherever Beam reads them
 
-        reader = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True,
+        reader = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True,
                                                                                closefd=False))
     elif lower.endswith(".deflate"):
         reader = io.BufferedReader(_Inflating(source))
@@ -48,7 +51,8 @@ class _Source:
     """The compressed file, remembering the exception its last read raised."""
 
     def __init__(self, raw: BinaryIO):
-        self._raw, self.failed = raw, None
+        self._raw = raw
+        self.failed: BaseException | None = None
 
     def read(self, n: int = -1) -> bytes:
         try:
@@ -61,7 +65,7 @@ class _Source:
 class _Checked:
     """A decompressing reader whose own failures are CompressionErrors."""
 
-    def __init__(self, reader: BinaryIO, source: _Source):
+    def __init__(self, reader: io.BufferedIOBase, source: _Source):
         self._reader, self._source = reader, source
 
     def read(self, n: int = -1) -> bytes:

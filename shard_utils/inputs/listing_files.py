@@ -12,6 +12,7 @@ import io
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO, cast
 
 from shard_utils import storage
 from shard_utils.format import avro_blocks
@@ -192,7 +193,9 @@ def _read_avro(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:
 
     stream = avro_blocks.Recent(f)
     try:
-        header = fastavro.block_reader(stream)  # reads the header only; blocks are framed here, with bounds
+        # reads the header only, which calls nothing but read (the stubs ask for a whole file); blocks are
+        # framed here, with bounds
+        header = fastavro.block_reader(cast(IO[bytes], stream))
         schema, codec = fastavro.parse_schema(header.writer_schema), header.metadata.get("avro.codec", "null")
     except Exception as exc:  # fastavro raises many types for a bad header
         raise ListingError(f"listing {name} is not a readable Avro file: {storage.problem(exc)}") from None

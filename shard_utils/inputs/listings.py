@@ -156,7 +156,7 @@ def listing_options_from(args: Any) -> ListingOptions:
     if template is not None and template.count("{}") != 1:
         raise ValueError(f"--path-template {template!r} must contain '{{}}' exactly once, where the id goes")
     for name in ("path_column", "label_column", "split_column"):
-        if get(name) is not None and not get(name).strip():
+        if (column := get(name)) is not None and not column.strip():
             raise ValueError(f"--{name.replace('_', '-')} is empty")
     for name in ("extra_separator", "label_separator"):
         if get(name) is not None and get(name) == "":
@@ -165,7 +165,7 @@ def listing_options_from(args: Any) -> ListingOptions:
         listings=listings, format=fmt, path_column=get("path_column"),
         label_column=None if label_from_name is not None else (get("label_column") or DEFAULT_LABEL_COLUMN),
         split_column=get("split_column"), path_template=template,
-        extras=parse_extra_columns(get("extra_columns")) if get("extra_columns") is not None else (),
+        extras=parse_extra_columns(extras) if (extras := get("extra_columns")) is not None else (),
         extra_separator=get("extra_separator") or DEFAULT_EXTRA_SEPARATOR,
         label_separator=get("label_separator"), label_from_name=label_from_name)
 
@@ -500,10 +500,10 @@ def _typed(spec: schema.ExtraSpec, value: Any) -> schema.ExtraValue:
     if spec.dtype == "int64":
         if isinstance(value, float) or (isinstance(value, str) and not _INTEGER.fullmatch(value.strip())):
             raise ValueError(f"{where} {_short(str(value))} is not an integer (int64)")
-        number = int(value)
-        if not INT64_RANGE[0] <= number <= INT64_RANGE[1]:
-            raise ValueError(f"{where} {number} does not fit in int64")
-        return number
+        integer = int(value)
+        if not INT64_RANGE[0] <= integer <= INT64_RANGE[1]:
+            raise ValueError(f"{where} {integer} does not fit in int64")
+        return integer
     try:
         number = float(value.strip() if isinstance(value, str) else value)
     except ValueError:

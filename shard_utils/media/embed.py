@@ -18,7 +18,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 from PIL import Image
@@ -26,6 +26,9 @@ from PIL import Image
 from shard_utils import storage
 from shard_utils.extras import require
 from shard_utils.media.images import resize
+
+if TYPE_CHECKING:
+    from shard_utils.media.encode import Encoded, Prepared
 
 PREPROCESS_MODES = ("scale01", "minus1to1", "imagenet", "none")
 # torchvision's ImageNet statistics, on the [0, 1] scale (RGB): (x / 255 - mean) / std.
@@ -409,7 +412,7 @@ class EmbedRecords:
     def __init__(self, spec: EmbedSpec, key: str):
         self.spec, self.key = spec, key
 
-    def __call__(self, prepared: Sequence) -> list:
+    def __call__(self, prepared: Sequence[Prepared]) -> list[Encoded | dict]:
         from shard_utils.media.encode import framed
 
         if not prepared:
@@ -422,7 +425,8 @@ class EmbedRecords:
             images += frames
             counts.append(len(frames))
         vectors = _LOADED[self.spec].embed(images)
-        out, at = [], 0
+        out: list[Encoded | dict] = []
+        at = 0
         for p, n in zip(prepared, counts):
             rows, at = vectors[at:at + n], at + n
             if nonfinite_rows(rows).any():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Union
+from typing import Any, Union
 
 from shard_utils.format import schema
 from shard_utils.format.order import choose_split, sort_key
@@ -142,7 +142,7 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
     try:
         if settings.video is not None:
             clip = prepare_video(data, settings.video)
-            media = dict(encoded=b"", frames=clip.frames, frame_rate=clip.frame_rate, height=clip.height,
+            media: dict[str, Any] = dict(encoded=b"", frames=clip.frames, frame_rate=clip.frame_rate, height=clip.height,
                          width=clip.width, channels=3)
             passed_through, trailer, inspection = False, 0, None
         else:

@@ -194,7 +194,7 @@ def _scan(av, source: Source, fmt: str, options: VideoOptions) -> _Timeline:
             first = ts if first is None else min(first, ts)
             if last is None or ts >= last:
                 last, last_duration = ts, packet.duration or 0
-        if count == 0:
+        if first is None or last is None:  # no packet had a timestamp: count is 0
             raise Rejected("too_few_frames", "the clip has no video frames")
         step = Fraction(last_duration) if last_duration else _typical_step(first, last, count, stream, base)
         return _Timeline(Fraction(first) * base, (Fraction(last) + step) * base, count)
@@ -211,6 +211,7 @@ def _typical_step(first: int, last: int, count: int, stream, base: Fraction) -> 
 def _targets(timeline: _Timeline, options: VideoOptions) -> list[Fraction]:
     """The times (s) at which frames are taken: the middle of N equal parts of the clip, or start + i / fps."""
     n = options.frames
+    assert n is not None  # VideoOptions refuses a clip option without frames
     duration = timeline.end - timeline.start
     if options.fps is None:
         if timeline.count < n:
@@ -243,7 +244,7 @@ def _sample(av, source: Source, fmt: str, timeline: _Timeline, targets: list[Fra
                 if len(out) == len(targets):
                     return out
             held, held_time, held_jpeg = frame, time, None
-        if held is not None:
+        if held is not None and held_time is not None:  # both were set by the same frame
             step = (timeline.end - timeline.start) / timeline.count
             end = held_time + (Fraction(held.duration) * base if held.duration else step)
             while len(out) < len(targets) and targets[len(out)] < end:

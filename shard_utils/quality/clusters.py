@@ -224,11 +224,11 @@ class UnionFind:
 @dataclass(frozen=True, order=True)
 class Member:
     """A record in a cluster: where it is (`where` is (run, position) of a record this build encoded, None for
-    a record already in the dataset), its split and its labels."""
+    a record already in the dataset), its split and its label ids."""
 
     source_id: str
     split: str
-    labels: tuple[str, ...] = ()
+    labels: tuple[int, ...] = ()
     where: tuple[int, int] | None = None
     sha256: str = ""
 
@@ -256,7 +256,7 @@ class Cluster:
         return tuple(sorted({m.split for m in self.members}))
 
     @property
-    def labels(self) -> tuple[tuple[str, ...], ...]:
+    def labels(self) -> tuple[tuple[int, ...], ...]:
         """The distinct label sets of its members (more than one: a label conflict)."""
         return tuple(sorted({m.labels for m in self.members}))
 

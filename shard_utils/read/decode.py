@@ -163,6 +163,7 @@ class RecordDecoder:
     def _image(self, encoded: tf.Tensor, seeds: tf.Tensor | None) -> tf.Tensor:
         """[H, W, 3] in the output dtype: decoded (or crop-decoded), resized, flipped, scaled, normalized."""
         image = _decode_crop(encoded, _crop_window(encoded, seeds)) if self.crop else tf.io.decode_jpeg(encoded, 3)
+        assert self.size is not None  # set whenever the media is decoded
         image = _resize(image, *self.size)
         if self.flip:
             image = tf.image.stateless_random_flip_left_right(image, seed=_flip_seed(seeds))
@@ -170,6 +171,7 @@ class RecordDecoder:
 
     def _video(self, frames: tf.Tensor, seeds: tf.Tensor | None) -> tf.Tensor:
         """[N, H, W, 3]: every frame of a clip gets the same crop window and the same flip."""
+        assert self.size is not None  # set whenever the media is decoded
         height, width = self.size
         window = _crop_window(frames[0], seeds) if self.crop else None
 
@@ -196,7 +198,7 @@ def _embedding_key(m: Manifest) -> str | None:
     if not m.embedding:
         return None
     key = m.embedding.get("key")
-    entry = m.features.get(key, {})
+    entry = m.features.get(key, {}) if isinstance(key, str) else {}
     if entry.get("dtype") != "float32" or schema.VARIABLE in entry.get("shape", [schema.VARIABLE]):
         raise ManifestError(f"embedding feature {key!r} must be float32 with a fixed shape, got {entry!r}")
     return key

@@ -120,7 +120,7 @@ def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES
     with storage.open_read(uri) as f:
         stream = DigestingReader(f)
         try:
-            index = SplitIndex.from_places(read_places(stream, entry.index.num_rows),  # type: ignore[arg-type]
+            index = SplitIndex.from_places(read_places(stream, entry.index.num_rows),
                                            [s.num_records for s in entry.shards], [s.num_bytes for s in entry.shards],
                                            max_record_bytes, entry.index.path)
         except IndexFormatError as exc:

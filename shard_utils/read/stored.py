@@ -5,9 +5,9 @@ to show or to sanitise, never trusted as paths or markup.
 """
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from shard_utils import storage
 from shard_utils.format import array_record, schema
@@ -84,7 +84,7 @@ def label_texts(m: Manifest, record: StoredRecord) -> list[str]:
     return names
 
 
-def open_shard(m: Manifest, shard: Shard) -> BinaryIO:
+def open_shard(m: Manifest, shard: Shard) -> io.BufferedIOBase:
     """A binary stream over a shard, local or gs:// (read in chunks, never whole)."""
     path = storage.join(m.location, shard.path)
     try:

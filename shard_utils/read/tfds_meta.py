@@ -103,8 +103,13 @@ def _by_generation(shards: list[Shard]) -> dict[int, list[Shard]]:
 def _both(m: Manifest) -> bool:
     """Whether TFDS can read either format: ArrayRecord twins beside `.tfrecord` shards (TFDS names a format by
     its file suffix, so twins of `.tfrec` shards are not offered to it)."""
-    return len(m.formats) == 2 and all(re.match(SHARD_PATTERN, posixpath.basename(s.path))["extension"] == "tfrecord"
-                                       for split in m.splits.values() for s in split.shards)
+    return len(m.formats) == 2 and all(_suffix(s.path) == "tfrecord" for split in m.splits.values() for s in split.shards)
+
+
+def _suffix(path: str) -> str | None:
+    """A TFRecord shard's file suffix (tfrecord or tfrec), or None for a name that is not one."""
+    found = re.match(SHARD_PATTERN, posixpath.basename(path))
+    return found["extension"] if found else None
 
 
 def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:

@@ -252,7 +252,7 @@ def _record_problems(m: Manifest, shard: Shard, deep: bool, stream: DigestingRea
     count = 0
     try:
         limit = min(MAX_RECORD_BYTES, shard.num_bytes)
-        for count, record in enumerate(iter_records(stream, max_record_bytes=limit), start=1):  # type: ignore[arg-type]
+        for count, record in enumerate(iter_records(stream, max_record_bytes=limit), start=1):
             if deep:
                 problems.extend(f"{shard.path}: record {count - 1}: {p}" for p in check_record(m, record))
     except FramingError as exc:
@@ -323,7 +323,7 @@ def _twin_records(m: Manifest, tfrecord: Shard | None) -> Iterator[bytes] | None
     def records() -> Iterator[bytes]:
         try:
             with storage.open_read(path) as f:
-                yield from iter_records(f)  # type: ignore[arg-type]
+                yield from iter_records(f)
         except (FramingError, storage.StorageError):
             return
 
@@ -418,7 +418,7 @@ def check_index(m: Manifest, split_name: str, deep: bool = False, reader=None) -
         with storage.open_read(path) as f:
             stream = DigestingReader(f)
             try:
-                for row in read_index(stream, max_rows=entry.num_rows):  # type: ignore[arg-type]
+                for row in read_index(stream, max_rows=entry.num_rows):
                     rows.check(row)
             except IndexFormatError as exc:
                 rows.problem(f"{entry.path}: {exc}")

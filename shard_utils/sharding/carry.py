@@ -102,7 +102,7 @@ def carry_tasks(m: Manifest, latest: LatestGeneration) -> list[CarryTask]:
     split = m.split(latest.split)
     if split.index is None:
         raise DamagedShard(f"split {latest.split!r} has no index")
-    wanted = {latest.first_place + i: [] for i in range(len(latest.shards))}
+    wanted: dict[int, list[IndexRow]] = {latest.first_place + i: [] for i in range(len(latest.shards))}
     with storage.open_read(storage.join(m.location, split.index.path)) as f:
         for row in read_index(f, max_rows=split.index.num_rows):
             if row.shard in wanted:

@@ -95,7 +95,10 @@ def _outcomes(items: Sequence[MediaItem], settings: EncodeSettings, embed: Embed
     """Every item's outcome in order: a framed record or a rejection (records embedded in batches first)."""
     encoded = (encode_data(item, settings, data) for item, data in read_items(items, settings, waited))
     if settings.frame_now:
-        yield from encoded
+        for outcome in encoded:
+            if isinstance(outcome, Prepared):
+                raise InternalError("a record waits for an embedding, but records are framed as they are encoded")
+            yield outcome
         return
     if embed is None:
         raise InternalError("records wait for an embedding, but no model was given")

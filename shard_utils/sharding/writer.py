@@ -148,7 +148,7 @@ def _records(run: RunFile, entries: Sequence[RunEntry], positions: Sequence[int]
 
 def describe(shard: int, metas: Sequence, extras: Sequence[schema.ExtraSpec]) -> tuple[list, Counter, Counter]:
     """A shard's index rows (its records' metadata in order), records per label, and longest list per feature."""
-    rows, classes, longest, offset = [], Counter(), Counter(), 0
+    rows, classes, longest, offset = [], Counter[int](), Counter[str](), 0
     for meta in metas:
         rows.append(index.row_from_meta(shard, offset, meta, extras, multi_label=True))
         offset += meta.length

@@ -16,7 +16,6 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO
 
 from shard_utils.storage import base, ranges  # noqa: F401
 from shard_utils.storage.base import (  # noqa: F401
@@ -28,7 +27,10 @@ from shard_utils.storage.base import (  # noqa: F401
     Digest,
     Entry,
     NotFoundError,
+    Readable,
+    Seekable,
     StorageError,
+    Writable,
     _one_line,
     _show,
     basename,
@@ -207,7 +209,7 @@ def read_range(uri: str, start: int, length: int) -> bytes:
         return data
 
 
-def open_read(uri: str) -> IO[bytes]:
+def open_read(uri: str) -> io.BufferedIOBase:
     """A seekable binary stream over a large file, read in chunks (one version of it on gs://)."""
     with _failing("read", uri):
         return _Reader(_backend(uri).open_read(uri), uri)
@@ -277,7 +279,7 @@ def write_bytes(uri: str, data: bytes) -> None:
 
 
 @contextmanager
-def open_write(uri: str, durable: bool = True) -> Iterator[IO[bytes]]:
+def open_write(uri: str, durable: bool = True) -> Iterator[Writable]:
     """A binary writer for a large file that appears whole when the block ends, and not at all
     if the block raises (a hidden temp file renamed on close; a resumable upload on gs://).
 

@@ -429,11 +429,12 @@ def describe(exc: BaseException, uri: str) -> str | None:
     if isinstance(exc, auth.TransportError):
         return "cannot reach the token server to refresh the Application Default Credentials"
     response = getattr(exc, "response", None)
-    if not isinstance(exc, api.GoogleAPICallError) and isinstance(getattr(response, "status_code", None), int):
+    status = getattr(response, "status_code", None)
+    if not isinstance(exc, api.GoogleAPICallError) and isinstance(status, int):
         try:  # an upload's InvalidResponse: worded as the same status from any other call
             exc = api.from_http_response(response)
         except Exception:
-            return f"{response.status_code} from Cloud Storage"
+            return f"{status} from Cloud Storage"
     if isinstance(exc, api.NotFound):
         return _not_found(exc, uri, bucket)
     if isinstance(exc, (api.Forbidden, api.Unauthorized)):

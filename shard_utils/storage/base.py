@@ -12,13 +12,37 @@ import posixpath
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from shard_utils.text import printable
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
 
 GCS = "gs://"
 LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
 WRITE_CHUNK_SIZE = 16 * 1024 * 1024  # bytes per resumable-upload request of open_write on gs://
 READ_CHUNK_SIZE = 8 * 1024 * 1024  # bytes per ranged GET of open_read on gs://
+
+
+class Readable(Protocol):
+    """What a reader of a byte stream front to back needs: read(n), fewer than n bytes only at the end."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+class Seekable(Readable, Protocol):
+    """A byte stream read from anywhere: read, seek and tell (a file, an open_read stream, BytesIO)."""
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
+class Writable(Protocol):
+    """What a writer of a byte stream needs: write(data), which takes it all (a file, an open_write stream)."""
+
+    def write(self, data: bytes, /) -> int: ...
 
 
 class StorageError(Exception):
@@ -144,8 +168,10 @@ def gcs_client():
     global _client
     host = os.environ.get("STORAGE_EMULATOR_HOST") or None
     if _client is None or _client[0] != host:
-        from google.cloud import storage
+        import google.cloud.storage as storage
 
+        credentials: Credentials
+        project: str | None
         if host:
             from google.auth.credentials import AnonymousCredentials
 

@@ -62,5 +62,5 @@ def _row(number: int, raw: bytes | None) -> tuple[str, str, str]:
     except (ValueError, RecursionError):
         entry = None
     if isinstance(entry, dict):
-        return tuple(str(entry.get(k, "")) for k in ("source", "reason", "message"))  # type: ignore[return-value]
+        return str(entry.get("source", "")), str(entry.get("reason", "")), str(entry.get("message", ""))
     return (f"line {number}", "(not a JSON object)", line[:300])

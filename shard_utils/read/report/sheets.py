@@ -61,7 +61,8 @@ def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int, keep_end: 
 
 def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int, lines: int) -> list[str]:
     """printable(text) broken into at most `lines` lines of width pixels, the last one cut with an ellipsis."""
-    text, out = printable(text), []
+    text = printable(text)
+    out: list[str] = []
     while text and len(out) < lines - 1:
         cut = len(_fit_text(draw, text, font, width).rstrip("\u2026"))
         if cut >= len(text):
@@ -81,9 +82,9 @@ def thumbnail(jpeg: bytes, size: int = TILE) -> Image.Image | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(jpeg)) as image:
-                image.draft("RGB", (size, size))
-                image = image.convert("RGB")
+            with Image.open(io.BytesIO(jpeg)) as opened:
+                opened.draft("RGB", (size, size))
+                image = opened.convert("RGB")
         factor = size // max(image.width, image.height)
         if factor >= 2:
             return image.resize((image.width * factor, image.height * factor), Image.Resampling.NEAREST)
