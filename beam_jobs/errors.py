@@ -63,14 +63,15 @@ _WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|Stor
 def user_message(exc: BaseException) -> str | None:
     """The one-line message of a known error, even when a Beam runner wrapped it."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, KNOWN):
-            return str(exc).split(" [while running")[0].strip().splitlines()[0]
-        match = _WRAPPED.search(str(exc))
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KNOWN):
+            return str(current).split(" [while running")[0].strip().splitlines()[0]
+        match = _WRAPPED.search(str(current))
         if match:
             return match.group(1).split(" [while running")[0].strip()
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return None
 
 

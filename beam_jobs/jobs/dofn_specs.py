@@ -55,7 +55,9 @@ def read_once() -> None:
     """Make Beam remember a bound method's parameters per function (they are its function's less the first,
     whatever object it is bound to) and a DoFn's specs per DoFn object (they come from its methods' parameters,
     which it keeps for its life): the answers Beam would give, read once. Idempotent."""
+    # Beam's functions replaced by wrappers taking the same one argument (a Callable type cannot name it: ignored)
     if not hasattr(core.get_function_args_defaults, "reads"):
-        core.get_function_args_defaults = _params_once_per_function(core.get_function_args_defaults)
+        core.get_function_args_defaults = _params_once_per_function(  # type: ignore[assignment]
+            core.get_function_args_defaults)
     if not hasattr(userstate.get_dofn_specs, "reads"):
-        userstate.get_dofn_specs = _specs_once_per_dofn(userstate.get_dofn_specs)
+        userstate.get_dofn_specs = _specs_once_per_dofn(userstate.get_dofn_specs)  # type: ignore[assignment]

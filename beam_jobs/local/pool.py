@@ -163,6 +163,7 @@ class LocalPool:
         self._closed = True
         LocalPool._live.discard(self)
         for w in self._workers.values():
+            assert w.proc.stdin is not None  # every worker is spawned with stdin=PIPE
             try:
                 w.proc.stdin.close()
             except OSError:

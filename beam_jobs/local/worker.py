@@ -8,6 +8,7 @@ import pickle
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from beam_jobs.local.wire import receive, send
 
@@ -24,7 +25,7 @@ def _die_with_parent() -> None:
 
 def _resolve(name: str) -> Callable:
     module, _, qualname = name.partition(":")
-    found = importlib.import_module(module)
+    found: Any = importlib.import_module(module)  # a module, then what the dotted name reaches in it
     for part in qualname.split("."):
         found = getattr(found, part)
     return found

@@ -43,6 +43,7 @@ class Chunk(Sequence):
 
     def _elements(self) -> tuple:
         if self._items is None:
+            assert self._packed is not None  # a Chunk holds its items, their pickled bytes, or both
             self._items = pickle.loads(self._packed)
         return self._items
 

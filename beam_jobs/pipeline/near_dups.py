@@ -26,6 +26,7 @@ import apache_beam as beam
 
 from beam_jobs.pipeline.common import count, rejected
 from shard_utils import storage
+from shard_utils.errors import InternalError
 from shard_utils.format.labels import label_order
 from shard_utils.quality import cluster_actions as actions
 from shard_utils.quality import clusters as cl
@@ -201,14 +202,21 @@ def act(cluster: Cluster, mode: str, dedup: bool, known_labels: tuple[str, ...],
         count(f"quality_{finding['kind']}")
         yield beam.pvalue.TaggedOutput("findings", finding)
     for m, twin, reject in decision.dropped:
-        yield (m.split, *m.where)
+        yield _placed(m)
         yield rejected(reject)
         if reject["reason"] == "duplicate" and twin.split != m.split:
             yield beam.pvalue.TaggedOutput("cross_split", "|".join(sorted((m.split, twin.split))))
     for m, target in decision.moved:
         count("near_dup_records_moved")
-        yield (m.split, *m.where)
+        yield _placed(m)
         yield beam.pvalue.TaggedOutput("moved", (target, m))
+
+
+def _placed(m: Member) -> tuple[str, int, int]:
+    """(split, run, position) of a record this build encoded: every member a decision drops or moves is one."""
+    if m.where is None:
+        raise InternalError(f"{m.source_id} is already in the dataset; a decision moves or drops only new records")
+    return (m.split, *m.where)
 
 
 class MoveRecords(beam.PTransform):

@@ -43,7 +43,7 @@ class Stratify(beam.PTransform):
                 | "Table" >> beam.combiners.ToDict())
         return (media
                 | "WithCuts" >> WithSingleton(cuts)
-                | "Assign" >> beam.Map(lambda pair: assign_chunk(*pair, names, seed)))
+                | "Assign" >> beam.Map(lambda pair: assign_chunk(pair[0], pair[1], names, seed)))
 
 
 class HashesFn(beam.CombineFn):
