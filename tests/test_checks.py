@@ -1,4 +1,4 @@
-"""The static checks pyproject.toml configures, run as part of the suite: ruff's lint and mypy on the public modules."""
+"""The static checks pyproject.toml configures, run as part of the suite: ruff's lint and mypy on both packages."""
 from __future__ import annotations
 
 import subprocess
@@ -18,6 +18,6 @@ def test_ruff_finds_nothing():
 
 
 @pytest.mark.slow
-def test_mypy_finds_nothing_in_the_public_modules():
+def test_mypy_finds_nothing_in_either_package():
     done = run("mypy", "--no-incremental")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -41,6 +41,7 @@ from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, new_run_id
 from beam_jobs.publish.append import append_naming, plan_append, with_generation
 from shard_utils import inputs, storage
+from shard_utils.errors import InternalError
 from shard_utils.format import array_record, index, layout, manifest, schema
 from shard_utils.format.generations import next_generation
 from shard_utils.format.layout import generation_split
@@ -98,14 +99,20 @@ def dataset_parts(m: manifest.Manifest) -> list[DatasetPart]:
         parts = [DatasetPart("array_record", storage.join(m.location, shard.path), name)
                  for name, s in m.splits.items() for shard in s.shards]
     else:
-        parts = [DatasetPart("record", storage.join(m.location, s.index.path), name, s.index.num_rows,
-                             tuple((storage.join(m.location, shard.path), shard.num_bytes) for shard in s.shards),
-                             m.label_offset)
-                 for name, s in m.splits.items()]
+        parts = [_indexed_part(m, name, s) for name, s in m.splits.items()]
     for kind, part in (("rejected", m.rejected), ("skipped", m.skipped)):
         if part.get("path") and part.get("count"):
             parts.append(DatasetPart(kind, storage.join(m.location, part["path"])))
     return parts
+
+
+def _indexed_part(m: manifest.Manifest, name: str, s: manifest.Split) -> DatasetPart:
+    """A TFRecord split's index, as the part naming its source ids (check_appendable refused a split without)."""
+    if s.index is None:
+        raise InternalError(f"split {name!r} has no record index; check_appendable refuses such a dataset")
+    return DatasetPart("record", storage.join(m.location, s.index.path), name, s.index.num_rows,
+                       tuple((storage.join(m.location, shard.path), shard.num_bytes) for shard in s.shards),
+                       m.label_offset)
 
 
 def read_part(part: DatasetPart):
@@ -292,7 +299,9 @@ def check_intact(old: manifest.Manifest, config: BuildConfig) -> None:
 
 def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.Manifest:
     """Take the output's lock and load the dataset to grow; UsageError (lock given back) when it cannot be grown."""
-    out = config.output
+    out, run_id = config.output, config.run_id
+    if run_id is None:
+        raise InternalError("an append decides its run id before it opens the dataset")
     if config.input and inside(out, config.input):
         raise UsageError(f"output {out} is inside the input {config.input}; choose another place")
     try:
@@ -303,7 +312,7 @@ def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.M
         raise UsageError(f"--append: there is no dataset at {out} (no {manifest.MANIFEST_NAME}); build it first "
                          "without --append")
     try:
-        runlock.acquire(out, config.run_id, config.created or "")
+        runlock.acquire(out, run_id, config.created or "")
     except runlock.OutputBusy as exc:
         raise UsageError(str(exc)) from None
     except storage.StorageError as exc:
@@ -315,10 +324,10 @@ def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.M
             raise UsageError(f"cannot append to {out}: {exc}") from None
         check_appendable(old, config, given)
         check_intact(old, config)
-        publish.clean_stale_runs(config.temp_root, config.run_id)
+        publish.clean_stale_runs(config.temp_root, run_id)
         publish.remove_unfinished_writes(out)
     except BaseException:
-        runlock.release(out, config.run_id)
+        runlock.release(out, run_id)
         raise
     return old
 
@@ -373,6 +382,7 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
 
 def append_summary(m: manifest.Manifest, seconds: float) -> str:
     """A few lines on the generation just added."""
+    assert m.generations  # the append has just added one
     g = m.generations[-1]
     lines = [f"tpu-shards: appended generation {g.generation} to {m.location} in {seconds:.1f}s"]
     for name, n in g.num_records.items():

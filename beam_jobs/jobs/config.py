@@ -89,7 +89,7 @@ class BuildConfig:
     video: VideoOptions | None = None  # a video dataset: clips sampled into frames
     embed: EmbedSpec | None = None  # a model run on every image (or frame): its embedding goes in the record
     embed_key: str = "image/embedding"
-    embed_info: tuple[tuple[str, object], ...] = ()  # the model's identity (embed.ModelInfo), for the manifest
+    embed_info: tuple[tuple[str, Any], ...] = ()  # the model's identity (embed.ModelInfo), for the manifest
 
     @property
     def splits_from_data(self) -> bool:

@@ -25,7 +25,7 @@ def _params_once_per_function(read: Callable[[Any], ArgsDefaults]) -> Callable[[
             found = _params[f.__func__] = read(f)
         return list(found[0]), list(found[1])  # callers get lists of their own, as from Beam
 
-    get_function_args_defaults.reads = read  # type: ignore[attr-defined]
+    get_function_args_defaults.reads = read  # type: ignore[attr-defined]  # Beam's own, kept on the wrapper
     return get_function_args_defaults
 
 
@@ -39,7 +39,7 @@ def _specs_once_per_dofn(look_up: Callable[[Any], Specs]) -> Callable[[Any], Spe
             _remember(dofn, specs)
         return set(specs[0]), set(specs[1])  # callers get sets of their own, as from Beam
 
-    get_dofn_specs.reads = look_up  # type: ignore[attr-defined]
+    get_dofn_specs.reads = look_up  # type: ignore[attr-defined]  # Beam's own, kept on the wrapper
     return get_dofn_specs
 
 

@@ -25,9 +25,9 @@ def flex_argv(argv: Sequence[str], ap: argparse.ArgumentParser | None = None) ->
     """Rewrite ``--dest=value`` and ``--flag=true|false`` into the job's spellings; leave the rest alone."""
     ap = ap or job_parser()
     known: dict[str, argparse.Action] = {}
-    for action in job_options(ap):
-        known[action.dest] = action
-        known.update({s[2:]: action for s in action.option_strings if s.startswith("--")})
+    for option in job_options(ap):
+        known[option.dest] = option
+        known.update({s[2:]: option for s in option.option_strings if s.startswith("--")})
     out: list[str] = []
     for arg in argv:
         name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
@@ -52,7 +52,7 @@ def _raise_usage(message: str) -> NoReturn:
 def check_options(argv: Sequence[str]) -> None:
     """Parse the job's options once with errors as one line (argparse would print its usage block first)."""
     ap = job_parser()
-    ap.error = _raise_usage  # type: ignore[method-assign]
+    ap.error = _raise_usage  # type: ignore[method-assign]  # this one parser's errors: one line, no usage block
     ap.parse_known_args(list(argv))
 
 

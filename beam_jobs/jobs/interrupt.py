@@ -12,10 +12,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.local.pool import LocalPool
 from shard_utils import storage
+from shard_utils.errors import InternalError
 from shard_utils.format import manifest
 from shard_utils.text import printable
 
@@ -45,8 +48,11 @@ class LocalInterrupts:
 
     def __init__(self, config: BuildConfig, had_dataset: bool, abandon: Callable[[BuildConfig, str], None]):
         """`abandon(config, run_id)` removes the run's temporary data and gives its lock back."""
+        if config.run_id is None:
+            raise InternalError("a run without its id (a template) has no local run to interrupt")
         self.config, self.had_dataset, self.abandon = config, had_dataset, abandon
-        self._previous = None
+        self.run_id: str = config.run_id
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def __enter__(self) -> LocalInterrupts:
         if threading.current_thread() is threading.main_thread():
@@ -64,7 +70,7 @@ class LocalInterrupts:
 
         def clean() -> None:
             state.append(describe_output(self.config, self.had_dataset))
-            self.abandon(self.config, self.config.run_id)
+            self.abandon(self.config, self.run_id)
 
         worker = threading.Thread(target=clean, daemon=True)
         worker.start()

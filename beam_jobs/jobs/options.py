@@ -464,9 +464,9 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
                          "--validate structure leave out; give --quality-checks on --validate decode, or --near-dups "
                          "report")
     shard_format = check_format(args.format, args.shard_extension)
-    background = _int_list(args.background, "--background", (3,), 0, 255)
+    red, green, blue = _int_list(args.background, "--background", (3,), 0, 255)
     image = ImageOptions(size=size, resize=args.resize, quality=args.jpeg_quality, max_pixels=args.max_pixels,
-                         background=background, validate=args.validate, memory=memory,
+                         background=(red, green, blue), validate=args.validate, memory=memory,
                          inspect=args.quality_checks == "on")
     video = video_options(args, image)
     embed = embed_spec(args)

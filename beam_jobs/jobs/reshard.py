@@ -45,7 +45,7 @@ from shard_utils.errors import PlanError
 from shard_utils.format import generations, index, manifest, schema
 from shard_utils.format.index import IndexFormatError, IndexRow
 from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
-from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format.manifest import IndexFile, Manifest, Shard
 from shard_utils.inputs import listings
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.media.encode import Encoded
@@ -101,19 +101,19 @@ def split_tasks(split: str, source: Manifest, digest: str):
             yield ShardTask(split, i, shard, None)
         return
     try:
-        yield from _indexed_tasks(source, split)
+        yield from _indexed_tasks(source, split, entry.index)
     except (IndexFormatError, storage.StorageError, DamagedShard) as exc:
         yield beam.pvalue.TaggedOutput("damaged", f"{entry.index.path}: {storage.problem(exc)}")
 
 
-def _indexed_tasks(source: Manifest, split: str):
+def _indexed_tasks(source: Manifest, split: str, index_file: IndexFile):
     entry = source.split(split)
-    uri = storage.join(source.location, entry.index.path)
+    uri = storage.join(source.location, index_file.path)
     digest = storage.Digest()
     rows: list[IndexRow] = []
     shard = 0
     with storage.open_read(uri) as raw:
-        for row in index.read_index(generations.DigestingReader(raw, digest), max_rows=entry.index.num_rows):
+        for row in index.read_index(generations.DigestingReader(raw, digest), max_rows=index_file.num_rows):
             if row.shard != shard:
                 if row.shard != shard + 1 or not rows or shard + 1 >= len(entry.shards):
                     raise DamagedShard(f"a row of shard {row.shard} follows shard {shard}; rows are not in shard order")
@@ -124,9 +124,9 @@ def _indexed_tasks(source: Manifest, split: str):
             rows.append(row)
     if shard != len(entry.shards) - 1 or not rows:
         raise DamagedShard(f"rows end at shard {shard}, the split has {len(entry.shards)} shards")
-    if (digest.size, digest.crc32c) != (entry.index.num_bytes, entry.index.crc32c):
+    if (digest.size, digest.crc32c) != (index_file.num_bytes, index_file.crc32c):
         raise DamagedShard(f"size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
-                           f"{entry.index.num_bytes} / {entry.index.crc32c}")
+                           f"{index_file.num_bytes} / {index_file.crc32c}")
     yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
 
 
@@ -166,19 +166,19 @@ class _CopyFn(beam.DoFn):
         try:
             for meta, framed in records:
                 if self._buffer.add(Encoded(task.split, meta, framed, passed_through=True)):
-                    yield from self._flush()
+                    yield from self._flush(self._run)
         except DamagedShard as exc:
             yield beam.pvalue.TaggedOutput("damaged", str(exc))
         count("shards_read")
 
     def finish_bundle(self):
         if self._run is not None:
-            for info in self._flush():
+            for info in self._flush(self._run):
                 yield GlobalWindows.windowed_value(info)
 
-    def _flush(self):
+    def _flush(self, run: RunInfo):
         copied = len(self._buffer.records)
-        for info in self._buffer.flush(self._run.temp_dir):
+        for info in self._buffer.flush(run.temp_dir):
             count("records_copied", copied)
             yield info
 

@@ -64,7 +64,7 @@ class Chunk(Sequence):
     def __eq__(self, other) -> bool:
         return isinstance(other, (Chunk, list, tuple)) and self._elements() == tuple(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as the list it stands for (typeshed: a method)
 
     def __repr__(self) -> str:
         return f"Chunk({list(self._elements())!r})"

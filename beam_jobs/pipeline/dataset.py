@@ -54,7 +54,8 @@ class ShardMedia(beam.PTransform):
         dropped, cross_split = acted.dropped, acted.cross_split
         moved = (encoded.runs | "MoveRecords" >> MoveRecords(acted.moved, self.run, cfg.run_part_bytes)
                  if cfg.near_dups == "group" else None)
-        carried, latest, carry_failures = None, None, ()
+        carried, latest = None, None
+        carry_failures: tuple[beam.PCollection, ...] = ()
         if self.grows is not None:
             latest = latest_generations(self.grows, cfg.num_cores * cfg.num_hosts)
             carry = encoded.runs | "CarryLatest" >> CarryLatest(cfg, self.grows, latest, self.run, dropped)

@@ -12,6 +12,7 @@ with no other task in flight, and if that fails too the build stops naming the f
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import apache_beam as beam
 
@@ -20,11 +21,15 @@ from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.layout import Keyed, encode_settings
 from beam_jobs.pipeline.start import keep_lease
+from shard_utils.errors import InternalError
 from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
+
+if TYPE_CHECKING:
+    from shard_utils.media.embed import EmbedRecords, EmbedSpec
 
 __all__ = ["EncodeRuns"]
 
@@ -51,7 +56,7 @@ class EncodeRuns(beam.PTransform):
                                          beam.pvalue.AsSingleton(self.run)).with_outputs("rejected", "quality", main="runs"))
 
 
-def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple[str, int], list[MediaItem]]]:
+def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple[str, int], Chunk]]:
     """((split, run), items) for the items of a chunk, grouped by run."""
     for found in layouts:  # none when planning failed
         by_run: dict[tuple[str, int], list[MediaItem]] = {}
@@ -88,14 +93,15 @@ class _EncodeRunFn(PooledDoFn):
         yield from self._encode(task, ())
 
     def _encode(self, task: RunTask, crashed: tuple[dict, ...], alone: bool = False):
-        kwargs = {"embed": self._embedder(), "embed_batch": self.config.embed.batch_size} \
-            if self.config.embed is not None else {}
+        spec = self.config.embed
+        kwargs = {"embed": _embedder(spec, self.config.embed_key), "embed_batch": spec.batch_size} \
+            if spec is not None else {}
         kwargs["chunk_bytes"] = self.config.run_part_bytes
-        yield from self.run(encode_run, (task, self._settings, self._run.temp_dir), kwargs,
+        yield from self.run(encode_run, (task, self.settings(), self._run.temp_dir), kwargs,
                             ("run", task, crashed, alone), alone=alone)
 
     def _probe(self, key, item: MediaItem, alone: bool):
-        yield from self.run(probe_item, (item, self._settings), {}, ("probe", key, item, alone), alone=alone)
+        yield from self.run(probe_item, (item, self.settings()), {}, ("probe", key, item, alone), alone=alone)
 
     def call(self, element, *side):  # process() is overridden
         raise NotImplementedError
@@ -150,7 +156,7 @@ class _EncodeRunFn(PooledDoFn):
             return
         if kind == "probe":
             if killed:
-                raise OutOfMemory(killed_message(extra, self._settings))
+                raise OutOfMemory(killed_message(extra, self.settings()))
             yield from self._probed(task, extra, crashed=why)
             return
         if len(task.items) == 0:
@@ -177,7 +183,15 @@ class _EncodeRunFn(PooledDoFn):
         rest = RunTask(task.split, task.run, tuple(i for i in task.items if i.source_id not in gone))
         yield from self._encode(rest, (*state["earlier"], *culprits))
 
-    def _embedder(self):
-        from shard_utils.media.embed import EmbedRecords
+    def settings(self) -> EncodeSettings:
+        """How items are encoded: made by the first process() of the DoFn, once the labels are known (a method,
+        not a property: Beam reads a DoFn's attributes when it builds the graph)."""
+        if self._settings is None:
+            raise InternalError("an item is encoded before the labels are known")
+        return self._settings
 
-        return EmbedRecords(self.config.embed, self.config.embed_key)
+
+def _embedder(spec: EmbedSpec, key: str) -> EmbedRecords:
+    from shard_utils.media.embed import EmbedRecords
+
+    return EmbedRecords(spec, key)

@@ -125,6 +125,15 @@ class SmallestFn(beam.CombineFn):
         return [item for _, item in acc]
 
 
+def _embedding_bytes(config: BuildConfig) -> int:
+    """What an embedding adds to a record: 4 bytes a value, a vector per frame, 24 of framing (0 without one)."""
+    if not config.embed:
+        return 0
+    frames = config.video.frames if config.video else 1
+    assert frames is not None  # VideoOptions refuses a clip option without frames
+    return 4 * int(dict(config.embed_info).get("embedding_dim", 0)) * frames + 24
+
+
 def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
     """What the sample's files and records weigh (rejected files are left out). Label ids do not change a
     record's size enough to matter, so the sample does not wait for the label set."""
@@ -132,8 +141,7 @@ def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
         return SizeSample()
     settings = replace(encode_settings(config, {name: 0 for item in items for name in item.labels}), frame_now=True)
     source = record = records = 0
-    per_record = 4 * int(dict(config.embed_info).get("embedding_dim", 0)) * (config.video.frames if config.video
-                                                                             else 1) + 24 if config.embed else 0
+    per_record = _embedding_bytes(config)
     for item, data in read_items(items, settings):
         outcome = encode_data(item, settings, data)
         if isinstance(outcome, Encoded):

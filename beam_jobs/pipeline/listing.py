@@ -21,6 +21,7 @@ from beam_jobs.pipeline.common import Chunk, count, rejected
 from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
 from beam_jobs.publish import Tally
 from shard_utils import storage
+from shard_utils.errors import InternalError
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs import walk as media_listing
 from shard_utils.storage import ranges
@@ -75,7 +76,7 @@ class ListMedia(beam.PTransform):
 def list_task(task: ListTask, config: BuildConfig, final: bool) -> Iterator:
     """The entries a task finds (chunks of storage.Entry) and, tagged `tasks`, the tasks it leaves: its
     sub-folders, and the ranges of names it did not finish."""
-    root, follow = config.input, config.follow_symlinks
+    root, follow = input_folder(config), config.follow_symlinks
     if final:
         walked = storage.walk(root, follow, start=task.folder, after=task.after, end=task.end) \
             if (task.after or task.end) else storage.walk(root, follow, start=task.folder)
@@ -127,6 +128,13 @@ def listed(chunks: Iterable[list]) -> Iterator[Chunk]:
         yield Chunk(chunk)
 
 
+def input_folder(config: BuildConfig) -> str:
+    """The folder ListMedia walks: --input (a build from listings reads them instead, and walks nothing)."""
+    if config.input is None:
+        raise InternalError("the input folder is walked, but the build has none (it reads listings)")
+    return config.input
+
+
 def chunked(entries: Iterable, size: int = LIST_CHUNK) -> Iterator[list]:
     it = iter(entries)
     while chunk := list(itertools.islice(it, size)):
@@ -135,7 +143,7 @@ def chunked(entries: Iterable, size: int = LIST_CHUNK) -> Iterator[list]:
 
 def classify_chunk(entries: list[storage.Entry], config: BuildConfig):
     """A chunk of walked entries as ListMedia's outputs: tagged rejects, skipped names and tally, then its media."""
-    found = media_listing.sort_chunk(entries, config.split_dirs, config.input, config.listing,
+    found = media_listing.sort_chunk(entries, config.split_dirs, input_folder(config), config.listing,
                                      config.video is not None)
     tally = Tally(seen=found.seen)
     count("files_matched", found.seen)

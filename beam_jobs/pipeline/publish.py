@@ -37,7 +37,7 @@ class Publish(beam.PTransform):
     `publish.plan_publication`) decides the Publication; it gets the reports (rejected, skipped_files, quality) as
     `reports.Report`s. About `piece_lines` report lines per piece."""
 
-    def __init__(self, config: BuildConfig, planner: Callable[..., publish.Publication] | None = None,
+    def __init__(self, config: BuildConfig, planner: Callable[..., publish.Publication | None] | None = None,
                  piece_lines: int = PIECE_LINES):
         super().__init__()
         self.config = config

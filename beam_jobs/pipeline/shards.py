@@ -100,7 +100,7 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
                 files = {s.run: s.file for s in summaries if s.split == split and s.run != MOVED}
                 split_drops = {run: frozenset(drops[(split, run)]) for run in range(layout.num_runs)
                                if drops.get((split, run))}
-                counts = [RunCount(run, (files[run].count if files.get(run) else 0) - len(split_drops.get(run, ())),
+                counts = [RunCount(run, (file.count if (file := files.get(run)) else 0) - len(split_drops.get(run, ())),
                                    min(split_drops[run]) if run in split_drops else None)
                           for run in range(layout.num_runs)]
                 layout, files, counts = with_moved(layout, files, counts, summaries)
@@ -115,7 +115,7 @@ def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list,
                     raise PlanError(f"split {split!r} is not in the dataset (it has {', '.join(sorted(latest))}); an "
                                     "append adds records to the dataset's splits")
                 split_naming, carry = naming, None
-                if split in joining and split in latest:
+                if latest is not None and split in joining and split in latest:
                     head = latest[split]
                     mine = sorted((c for c in carried if c.split == split), key=lambda c: c.position)
                     if len(mine) < len(head.shards):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.publish import (
     IndexJob,
+    Move,
     Publication,
     ShardResult,
     Tally,
@@ -64,7 +66,7 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     PlanError saying why nothing can be appended. Report entries carry their generation (`with_generation`)."""
     rejected, skipped_files = as_report(rejected), as_report(skipped_files)
     report = storage.join(run.temp_dir, "report")
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for r in results:
         counts[r.split] += r.num_records
     unknown = sorted(set(counts) - set(old.splits))
@@ -118,7 +120,8 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
     tfrecord = "tfrecord" in config.formats
-    splits, moves, indexes, gen_records, gen_shards, gen_carried = {}, [], [], {}, {}, {}
+    splits, indexes, gen_records, gen_shards, gen_carried = {}, [], {}, {}, {}
+    moves: list[Move] = []
     for split_name, split in old.splits.items():
         mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.place)
         if not mine:
@@ -227,7 +230,7 @@ def _cumulative(old: Manifest, old_path: str | None, report: Report, g: int) -> 
     return dataclasses.replace(report, before=storage.join(old.location, old_path) if old_path else None)
 
 
-def with_generation(entry: dict, g: int) -> dict:
+def with_generation(entry: Mapping[str, Any], g: int) -> dict:
     """A report entry of generation g."""
     return {**entry, "generation": g}
 

@@ -130,13 +130,14 @@ def _read_gcs(uri: str, max_bytes: int, size_hint: int, waited: Waited | None) -
 
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-def prefetched(items: Iterable[T], read: Callable[[T], object], size: Callable[[T], int], *,
-               in_flight: int = READS_IN_FLIGHT, budget: int = BYTES_IN_FLIGHT) -> Iterator[tuple[T, object]]:
+def prefetched(items: Iterable[T], read: Callable[[T], R], size: Callable[[T], int], *,
+               in_flight: int = READS_IN_FLIGHT, budget: int = BYTES_IN_FLIGHT) -> Iterator[tuple[T, R]]:
     """(item, read(item)) in the items' order, with up to `in_flight` reads (holding about `budget` bytes)
     running ahead of the one handed out. An exception of a read is raised when its item's turn comes."""
-    pending: collections.deque[tuple[T, Future, int]] = collections.deque()
+    pending: collections.deque[tuple[T, Future[R], int]] = collections.deque()
     queued = 0
     source = iter(items)
     exhausted = False
