@@ -11,7 +11,7 @@ from conftest import run_job
 from beam_jobs.cli import main
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
-from beam_jobs.jobs.config import RejectLimit
+from beam_jobs.run.config import RejectLimit
 from shard_utils.errors import InternalError
 
 

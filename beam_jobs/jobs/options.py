@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import shard_utils
 from beam_jobs import progress
 from beam_jobs.errors import OneLineParser, UsageError, unknown_option
-from beam_jobs.jobs.config import BuildConfig, RejectLimit
 from beam_jobs.pipeline import listing_sources as listing_io
+from beam_jobs.run.config import BuildConfig, RejectLimit
 from shard_utils import inputs, storage
 from shard_utils.format import names, schema, topology
 from shard_utils.format.layout import FORMATS, SHARD_EXTENSIONS
