@@ -13,6 +13,7 @@ from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
 from beam_jobs.run.config import RejectLimit
 from shard_utils.errors import InternalError
+from shard_utils.format.image_size import ImageSize, parse_image_size
 
 
 def one_line_error(capsys, argv, *fragments, code=2):
@@ -60,12 +61,21 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--worker-memory-mb", "100"], "--worker-memory-mb 100 must be in 1024..1048576"),
     (["--max-pixels", "300000000"], "--max-pixels 300000000 is more than any image fits in --worker-memory-mb 1024"),
     (["--near-dups", "merge"], "argument --near-dups: invalid choice: 'merge'"),
+    (["--image-size", "0"], "--image-size '0' must be 1 or 2 integers in 1..65535"),
+    (["--image-size", "16,16,3"], "--image-size '16,16,3' must be 1 or 2 integers in 1..65535"),
+    (["--image-size", "20000,20000"], "--image-size 20000x20000 is more than 268435456 pixels per image"),
     (["--near-dups", "group", "--quality-checks", "off"], "--near-dups group needs every image's signature"),
     (["--near-dups", "drop", "--validate", "structure"], "--near-dups drop needs every image's signature"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_image_size_is_parsed_once_into_the_form_it_is_carried_in():
+    """--image-size "H" or "H,W" becomes (height, width) at parsing; the manifest records it as [height, width]."""
+    assert parse_image_size("224") == ImageSize(224, 224) and parse_image_size("224,160") == ImageSize(224, 160)
+    assert list(parse_image_size("32,16")) == [32, 16]
 
 
 def test_a_missing_required_option_is_one_line(capsys, images):
