@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from beam_jobs.publish.assembly import in_place_order, named_files, quality_section, twin_entry
-from beam_jobs.publish.plan import IndexJob, Publication, shard_moves
+from beam_jobs.publish.plan import IndexJob, Move, Publication, shard_moves
 from beam_jobs.run.claim import is_dataset_file, let_go
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.failure import failed
@@ -55,7 +55,7 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     """The new generation's publication; None when nothing is new (the run then lets go of the output); or
     PlanError saying why nothing can be appended. Report entries carry their generation (`with_generation`)."""
     rejected, skipped_files = as_report(rejected), as_report(skipped_files)
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for r in results:
         counts[r.split] += r.num_records
     unknown = sorted(set(counts) - set(old.splits))
@@ -105,7 +105,8 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
     tfrecord = "tfrecord" in config.formats
-    splits, moves, indexes, gen_records, gen_shards, gen_carried = {}, [], [], {}, {}, {}
+    moves: list[Move] = []
+    splits, indexes, gen_records, gen_shards, gen_carried = {}, [], {}, {}, {}
     for split_name, split in old.splits.items():
         mine = in_place_order(results, split_name)
         if not mine:
@@ -214,7 +215,7 @@ def _cumulative(old: Manifest, old_path: str | None, report: Report, g: int) -> 
     return dataclasses.replace(report, before=storage.join(old.location, old_path) if old_path else None)
 
 
-def with_generation(entry: dict, g: int) -> dict:
+def with_generation(entry: Mapping, g: int) -> dict:
     """A report entry of generation g."""
     return {**entry, "generation": g}
 

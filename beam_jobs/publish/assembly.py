@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import RunInfo
@@ -63,9 +64,9 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
     image = config.image
     multi_label = config.listing.multi_label or longest[schema.LABEL] > 1
     video = config.video
-    embedding = None
+    embedding: dict[str, Any] | None = None
     if config.embed is not None:
-        info = dict(config.embed_info)
+        info: dict[str, Any] = dict(config.embed_info)
         dim = int(info["embedding_dim"])
         shape = [video.frames, dim] if video else [dim]
         embedding = {"key": config.embed_key, "shape": shape, **info}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import BinaryIO, cast
 
 from beam_jobs.publish.plan import IndexJob
 from shard_utils import storage
@@ -30,10 +31,10 @@ def write_index_file(job: IndexJob, folder: str) -> IndexFile:
             digest.update(data)
 
         put(header)
-        if base is not None:
+        if base is not None and job.base is not None:
             _copy_base(base, job.base, header, put)
         for _, data in prefetched(job.parts, storage.read_bytes, lambda _: 0):
-            put(index.without_header(data, header))
+            put(index.without_header(cast(bytes, data), header))
     return IndexFile(job.name, job.rows + (job.base.num_rows if job.base else 0), digest.size, digest.crc32c,
                      digest.sha256)
 
@@ -73,5 +74,5 @@ def _rewritten_index(job: IndexJob, folder: str, base: str, idx_schema) -> Index
             yield from index.read_index(io.BytesIO(header + index.without_header(storage.read_bytes(part), header)))
 
     with storage.open_write(storage.join(folder, job.name)) as out:
-        written = index.write_index(out, rows(), idx_schema)
+        written = index.write_index(cast(BinaryIO, out), rows(), idx_schema)
     return written.index_file(job.name)
