@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.config import DatasetSpec
 from beam_jobs.run.identity import RunInfo
 from beam_jobs.run.tally import Tally
 from shard_utils.errors import InternalError
@@ -32,7 +32,7 @@ __all__ = ["build_manifest", "quality_section", "twin_entry", "in_place_order", 
            "tfds_files", "described_files"]
 
 
-def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardResult], plans: Mapping,
+def build_manifest(config: DatasetSpec, run: RunInfo, results: Sequence[ShardResult], plans: Mapping,
                    rejected: Mapping[str, int], tally: Tally, labels: Sequence[str], has_skipped_files: bool,
                    known_labels: Sequence[str] = ()) -> Manifest:
     """The manifest of a finished build, without its splits' index entries (see `commit`); InternalError if a

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from beam_jobs.publish.assembly import build_manifest, in_place_order, quality_section
-from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.config import DatasetSpec
 from beam_jobs.run.failure import failed
 from beam_jobs.run.identity import RunInfo
 from beam_jobs.run.reports import Report, as_report
@@ -63,7 +63,7 @@ class Publication:
         return frozenset([m.name for m in self.moves] + [j.name for j in self.indexes] + [n for n, _ in self.reports])
 
 
-def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, plans: Sequence[Mapping],
+def plan_publication(results: Sequence[ShardResult], config: DatasetSpec, *, plans: Sequence[Mapping],
                      failure: Sequence[str],
                      rejected: Report | Sequence[dict], skipped_files: Report | Sequence[dict], tally: Tally,
                      labels: Sequence[str], run: RunInfo, cross_split: Sequence[str] = (),
