@@ -4,6 +4,7 @@ These run the command line in this process (no Beam subprocess): errors found be
 built need no runner.
 """
 import logging
+from dataclasses import fields, replace
 
 import pytest
 from conftest import run_job
@@ -11,7 +12,7 @@ from conftest import run_job
 from beam_jobs.cli import main
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
-from beam_jobs.run.config import RejectLimit
+from beam_jobs.run.config import BuildConfig, DatasetSpec, RejectLimit, RunSettings
 from shard_utils.errors import InternalError
 from shard_utils.format.image_size import ImageSize, parse_image_size
 
@@ -76,6 +77,17 @@ def test_an_image_size_is_parsed_once_into_the_form_it_is_carried_in():
     """--image-size "H" or "H,W" becomes (height, width) at parsing; the manifest records it as [height, width]."""
     assert parse_image_size("224") == ImageSize(224, 224) and parse_image_size("224,160") == ImageSize(224, 160)
     assert list(parse_image_size("32,16")) == [32, 16]
+
+
+def test_the_config_is_what_shapes_the_dataset_and_how_the_run_executes():
+    """BuildConfig's two halves share no field, and nothing of how the run executes reaches the manifest."""
+    dataset, execution = {f.name for f in fields(DatasetSpec)}, {f.name for f in fields(RunSettings)}
+    assert not dataset & execution and {f.name for f in fields(BuildConfig)} == dataset | execution
+    config = BuildConfig(input="in", output="out", temp_root="tmp")
+    other = replace(config, output="elsewhere", temp_root="t2", run_id="r", created="c", lease_seconds=1,
+                    overwrite=True, workers=7, bucket_bits=3, fragment_bytes=5, run_part_bytes=9, local=True)
+    assert other.manifest_options() == config.manifest_options()
+    assert not set(config.manifest_options()) & execution
 
 
 def test_a_missing_required_option_is_one_line(capsys, images):
