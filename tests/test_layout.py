@@ -156,8 +156,11 @@ def test_no_import_cycle(graph):
     assert cycles == []
 
 
-def test_shard_utils_never_imports_beam(graph):
-    assert sorted(m for m, deps in graph.items() if m.startswith("shard_utils") and "apache_beam" in deps) == []
+def test_shard_utils_and_the_floors_of_beam_jobs_never_import_beam(graph):
+    """shard_utils, the run floor and publishing are plain Python: Beam is the pipeline's and the jobs'."""
+    beam_free = ("shard_utils", "beam_jobs.run", "beam_jobs.publish")
+    assert sorted(m for m, deps in graph.items() if part_of(m) and part_of(m).startswith(beam_free)
+                  and "apache_beam" in deps) == []
 
 
 def test_nothing_imports_the_command_line(graph):
