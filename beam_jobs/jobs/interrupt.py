@@ -15,8 +15,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.local.pool import LocalPool
+from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.format import manifest
