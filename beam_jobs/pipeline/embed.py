@@ -130,7 +130,7 @@ class EmbedImages(beam.PTransform):
         self.spec = spec
 
     def expand(self, images):
-        handler = KeyedModelHandler(EmbeddingModelHandler(self.spec)).with_no_batching()
+        handler: ModelHandler = KeyedModelHandler(EmbeddingModelHandler(self.spec)).with_no_batching()
         return (images
                 | "Batch" >> KeyedBatches(self.spec.batch_size)
                 | "RunInference" >> RunInference(handler)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import BinaryIO, cast
 
 from beam_jobs.publish.plan import IndexJob
 from shard_utils import storage
@@ -21,9 +20,9 @@ def write_index_file(job: IndexJob, folder: str) -> IndexFile:
     then the parts' blocks. The parts are read several at a time."""
     idx_schema = index.index_schema(job.extras)
     header = index.index_header(idx_schema)
-    base = storage.join(folder, job.base.path) if job.base is not None else None
-    if base is not None and (job.base_rows is not None or storage.read_range(base, 0, len(header)) != header):
-        return _rewritten_index(job, folder, base, idx_schema)
+    base = storage.join(folder, job.base.path) if job.base is not None else ""
+    if job.base is not None and (job.base_rows is not None or storage.read_range(base, 0, len(header)) != header):
+        return _rewritten_index(job, job.base, folder, base, idx_schema)
     digest = storage.Digest()
     with storage.open_write(storage.join(folder, job.name)) as out:
         def put(data: bytes) -> None:
@@ -31,10 +30,10 @@ def write_index_file(job: IndexJob, folder: str) -> IndexFile:
             digest.update(data)
 
         put(header)
-        if base is not None and job.base is not None:
+        if job.base is not None:
             _copy_base(base, job.base, header, put)
         for _, data in prefetched(job.parts, storage.read_bytes, lambda _: 0):
-            put(index.without_header(cast(bytes, data), header))
+            put(index.without_header(data, header))
     return IndexFile(job.name, job.rows + (job.base.num_rows if job.base else 0), digest.size, digest.crc32c,
                      digest.sha256)
 
@@ -53,7 +52,7 @@ def _copy_base(uri: str, entry: IndexFile, header: bytes, put: Callable[[bytes],
                         "was published")
 
 
-def _rewritten_index(job: IndexJob, folder: str, base: str, idx_schema) -> IndexFile:
+def _rewritten_index(job: IndexJob, entry: IndexFile, folder: str, base: str, idx_schema) -> IndexFile:
     """The base index's rows (the first `job.base_rows` of them, when given) decoded and written again, then the
     parts': for a base written by another version of the writer, or cut where the replaced generation starts."""
     from shard_utils.format.generations import DigestingReader
@@ -62,17 +61,17 @@ def _rewritten_index(job: IndexJob, folder: str, base: str, idx_schema) -> Index
     header = index.index_header(idx_schema)
 
     def rows():
-        keep = job.base.num_rows if job.base_rows is None else job.base_rows
+        keep = entry.num_rows if job.base_rows is None else job.base_rows
         with storage.open_read(base) as raw:
-            for i, row in enumerate(index.read_index(DigestingReader(raw, digest), max_rows=job.base.num_rows)):
+            for i, row in enumerate(index.read_index(DigestingReader(raw, digest), max_rows=entry.num_rows)):
                 if i < keep:
                     yield row
-        if (digest.size, digest.crc32c) != (job.base.num_bytes, job.base.crc32c):
-            raise PlanError(f"{job.base.path}: size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
-                            f"{job.base.num_bytes} / {job.base.crc32c}; the index is damaged; nothing was published")
+        if (digest.size, digest.crc32c) != (entry.num_bytes, entry.crc32c):
+            raise PlanError(f"{entry.path}: size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
+                            f"{entry.num_bytes} / {entry.crc32c}; the index is damaged; nothing was published")
         for part in job.parts:
             yield from index.read_index(io.BytesIO(header + index.without_header(storage.read_bytes(part), header)))
 
     with storage.open_write(storage.join(folder, job.name)) as out:
-        written = index.write_index(cast(BinaryIO, out), rows(), idx_schema)
+        written = index.write_index(out, rows(), idx_schema)
     return written.index_file(job.name)

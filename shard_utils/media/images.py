@@ -169,7 +169,7 @@ def _too_complex(exc: TooManyScans) -> Rejected:
 
 def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions) -> PreparedImage:
     """Decode, convert to RGB, resize (in stored orientation, then orient the small result), encode."""
-    target = options.size
+    target: tuple[int, int] | None = options.size
     if target is not None and orientation in _SWAPS_SIDES:
         target = (target[1], target[0])  # the displayed height is the stored width
     draft = None
