@@ -1,6 +1,7 @@
 """A local worker process: answers (ticket, function name, args, kwargs) messages until its input closes.
 
-Started as `python -m beam_jobs.local.worker` by LocalPool; imports no Beam."""
+Started as `python -m beam_jobs.local.worker [MODULE...]` by LocalPool; imports the modules named (the tasks'
+own, so their import overlaps the build's graph construction, not its first task), and no Beam."""
 from __future__ import annotations
 
 import importlib
@@ -30,6 +31,15 @@ def _resolve(name: str) -> Callable:
     return found
 
 
+def _preload(modules: list[str]) -> None:
+    """Import the modules the tasks will need; one that fails is left to fail the task that needs it."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the task importing it reports the error where it is raised
+            pass
+
+
 def _picklable(exc: BaseException) -> BaseException:
     try:
         pickle.loads(pickle.dumps(exc))
@@ -43,6 +53,7 @@ def main() -> None:
     _die_with_parent()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but answers may go to the pipe
+    _preload(sys.argv[1:])
     functions: dict[str, Callable] = {}
     while True:
         try:
