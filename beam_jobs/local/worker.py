@@ -4,7 +4,9 @@ Started as `python -m beam_jobs.local.worker [MODULE...]` by LocalPool; imports 
 own, so their import overlaps the build's graph construction, not its first task), and no Beam."""
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import pickle
 import signal
 import sys
@@ -70,5 +72,14 @@ def main() -> None:
         del args, kwargs, answer  # nothing held while waiting for the next task
 
 
+def _exit_now() -> None:
+    """Exit as soon as the input closes: the exit handlers run and the streams are flushed, but the modules
+    (NumPy, Pillow, protobuf) are not torn down one by one while the build waits for its workers to end."""
+    atexit._run_exitfuncs()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main()
+    _exit_now()
