@@ -6,16 +6,16 @@ in parallel, all of them by the same few steps.
 
 Output: a dict with `counts` (one {report: ReportCounts}, without their samples) and `pieces` ((report, piece,
 path) of each piece written). Publish joins only those under its one key and composes each report's pieces,
-in range order, into the report (`beam_jobs.publish.reports`). One count, join and grouping serve every
+in range order, into the report (`beam_jobs.run.reports`). One count, join and grouping serve every
 report: each report of its own would add their stages to every build.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.jobs.config import RunInfo
 from beam_jobs.pipeline.common import WithSingleton
-from beam_jobs.publish.reports import PIECE_LINES, ReportCounts, piece_of, write_piece
+from beam_jobs.run.identity import RunInfo
+from beam_jobs.run.reports import PIECE_LINES, ReportCounts, piece_of, write_piece
 
 __all__ = ["WriteReports"]
 
