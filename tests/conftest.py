@@ -61,10 +61,10 @@ SEAMS = REPO / "tests" / "seams"  # sitecustomize.py: faults installed in a buil
 KILL_AT = {
     "encode": "shard_utils.sharding.encode_run:encode_run",
     "write": "shard_utils.sharding.writer:write_shard",
-    "publish-start": "beam_jobs.publish:clear_output",
-    "publish-old-removed": "beam_jobs.publish:move_shard",
-    "publish-renaming": "beam_jobs.publish:move_shard:2",
-    "publish-before-manifest": "beam_jobs.publish:commit",
+    "publish-start": "beam_jobs.publish.steps:clear_output",
+    "publish-old-removed": "beam_jobs.publish.steps:move_shard",
+    "publish-renaming": "beam_jobs.publish.steps:move_shard:2",
+    "publish-before-manifest": "beam_jobs.publish.steps:commit",
     # The second ArrayRecord twin: locally while its temporary file is written, on gs:// as its upload starts.
     "array-record-write": "shard_utils.format.array_record:write_shard:2",
     "array-record-upload": "shard_utils.format.array_record:upload:2",
