@@ -24,6 +24,7 @@ import os
 import platform
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -138,14 +139,24 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def header(args: argparse.Namespace, argv: list[str], missing: dict[str, str]) -> str:
+def pillow_versions(peers_python: str) -> str:
+    """Pillow's version here and in the peers' environment (they should be the same: every tool decodes with it)."""
+    import PIL
+
+    theirs = subprocess.run([peers_python, "-c", "import PIL; print(PIL.__version__)"], capture_output=True,
+                            text=True).stdout.strip() or "absent"
+    return f"Pillow {PIL.__version__} (tpu-shards), {theirs} (peers)" + ("" if theirs == PIL.__version__ else
+                                                                          ": NOT THE SAME")
+
+
+def header(args: argparse.Namespace, argv: list[str], missing: dict[str, str], pillows: str) -> str:
     load = os.getloadavg()
     lines = [f"command: {shlex.join(['python', 'benchmarks/bench_peers.py', *argv])}",
              f"{args.count} images ({args.kind}: {'~400x400' if args.kind == 'jpg' else 'phone-size'} JPEGs), fixed "
              f"cost from {args.tiny}; {args.workers} workers where the tool has them (TFDS: one process); medians of "
              f"{args.rounds} alternating rounds",
              f"machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; load average "
-             f"at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"]
+             f"at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {pillows}"]
     lines += [f"missing: {tool} ({why})" for tool, why in missing.items()]
     return "\n".join(lines)
 
@@ -156,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(args)
     big = data.input_folder(runner.work, args.kind, args.count, args.workers)
     tiny = data.input_folder(runner.work, args.kind, args.tiny, args.workers)
+    pillows = pillow_versions(args.peers_python)
     missing = runner.probe(["tpu-shards", *args.peers], tiny, args.tiny)
     tools = ["tpu-shards", *(p for p in args.peers if p not in missing)]
     for r in range(args.rounds):
@@ -165,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 runner.measure(tool, mode, big, args.count)
                 runner.measure(tool, mode, tiny, args.tiny)
         log(f"after round {r + 1}:\n" + table(runner.runs, tools, args.modes, args.count, args.tiny))
-    print(header(args, argv, missing))
+    print(header(args, argv, missing, pillows))
     print(table(runner.runs, tools, args.modes, args.count, args.tiny))
     for failure in runner.failed:
         print(f"FAILED: {failure}")
