@@ -69,7 +69,7 @@ def mds(paths: list[str], labels: dict[str, int], mode: str, out: str, workers: 
     from streaming.base.util import merge_index
 
     in_parts(_mds_part, [(k, paths[k::workers], labels, mode, out) for k in range(workers)])
-    merge_index([os.path.join(out, str(k)) for k in range(workers)], out, keep_local=True)
+    merge_index(out, keep_local=True)  # the partitions under out, into out/index.json
 
 
 def _litdata_item(path: str, labels: dict[str, int], mode: str) -> dict:
