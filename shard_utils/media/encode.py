@@ -195,8 +195,3 @@ def killed_message(item: MediaItem, settings: EncodeSettings) -> str:
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:
     values = dict(item.extras)
     return tuple((spec, tuple(values.get(spec.name, ()))) for spec in specs)
-
-
-def encode_batch(items: list[MediaItem], settings: EncodeSettings) -> list[Outcome]:
-    """encode_item over a batch, in order: the unit of work of a pool worker."""
-    return [encode_item(item, settings) for item in items]

@@ -1,4 +1,5 @@
-"""How records become exactly balanced shards: pure functions over counts and keys, no Beam, no I/O.
+"""How records become exactly balanced shards, without Beam: the plan (pure functions over counts and keys)
+and the writers that follow it (run files, shard files, their copies), through `shard_utils.storage`.
 
 - `layout`: before anything is encoded, each split's listing is cut into runs (contiguous ranges of its
   seeded key order) and its shard count is chosen.

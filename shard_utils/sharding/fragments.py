@@ -1,4 +1,4 @@
-"""Sorted runs of framed records ("fragments") and how shards are cut from them. Pure functions.
+"""Sorted runs of framed records ("fragments") and how shards are cut from them and written.
 
 An encoder buffers its records, sorts them by (split, sort key, source id) and writes them as one
 fragment file, and their metadata (RecordMeta) beside it in chunks. Because a shard is a contiguous

@@ -30,10 +30,6 @@ class OutputBusy(ValueError):
     """Another live run holds the output's lock."""
 
 
-class LockLost(RuntimeError):
-    """This run's lock was taken over (its lease ran out) before it could publish."""
-
-
 @dataclass(frozen=True)
 class Lease:
     """Who holds an output and until when (seconds since the epoch)."""
