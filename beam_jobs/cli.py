@@ -10,6 +10,12 @@ from typing import NamedTuple
 from beam_jobs.errors import OneLineParser, UsageError, exit_now, guarded
 from shard_utils.text import printable
 
+__all__ = [
+    "verify_command", "intact_line", "inspect_command", "describe", "extract_command", "build_command",
+    "reshard_command", "Command", "COMMANDS", "USAGE_LINE", "overview", "version_line", "unknown_command", "console",
+    "main"
+]
+
 
 def verify_command(argv: Sequence[str] | None) -> None:
     from shard_utils.read.verify import verify

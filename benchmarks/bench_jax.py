@@ -136,8 +136,8 @@ def report(results: dict[str, list[tuple[float, float]]], header: str) -> list[s
                      f"{statistics.median(r[1] for r in runs):13.2f}   {' '.join(f'{r[0]:.0f}' for r in runs)}")
     for top, bottom, target in TARGETS:
         if top in results and bottom in results:
-            ratio = statistics.median(a[0] / b[0] for a, b in zip(results[top], results[bottom]))
-            cpu = statistics.median(b[1] / a[1] for a, b in zip(results[top], results[bottom]))
+            ratio = statistics.median(a[0] / b[0] for a, b in zip(results[top], results[bottom], strict=True))
+            cpu = statistics.median(b[1] / a[1] for a, b in zip(results[top], results[bottom], strict=True))
             lines.append(f"{top} / {bottom}: {ratio:.2f}x images/s (target >= {target}), {cpu:.2f}x images per "
                          f"CPU-second{'' if ratio >= target else '  BELOW TARGET'}")
     return lines

@@ -101,7 +101,7 @@ def run_strategy_checks(*checks) -> list[dict]:
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *words],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and len(lines) == len(checks), proc.stderr[-3000:]
     return [json.loads(line[len("RESULT "):]) for line in lines]
 

@@ -119,7 +119,7 @@ def test_manifest_crc32c_is_what_gcs_reports(gcs, built):
 
 def test_local_run_prints_beam_counters(built):
     m = built.manifest
-    line = next(l for l in built.stdout.splitlines() if l.strip().startswith("counters:"))
+    line = next(text for text in built.stdout.splitlines() if text.strip().startswith("counters:"))
     counters = dict((k, int(v)) for k, v in (item.strip().rsplit(" ", 1) for item in line.split(":", 1)[1].split(", ")))
     total = sum(s.num_records for s in m.splits.values())
     assert counters["files_matched"] == m.files_seen == 20
@@ -252,7 +252,7 @@ def test_a_burst_of_429s_on_reads_is_ridden_out_and_the_shards_are_the_same(gcs,
         m = run_job(source.uri, out, *OPTS, "--workers", "1")
     assert_same_dataset(m, source.manifest)
     assert_same_shards(gcs, out, source.local)
-    line = next(l for l in printed.getvalue().splitlines() if l.strip().startswith("counters:"))
+    line = next(text for text in printed.getvalue().splitlines() if text.strip().startswith("counters:"))
     counters = dict((k, int(v)) for k, v in (item.strip().rsplit(" ", 1) for item in line.split(":", 1)[1].split(", ")))
     read = m.files_seen - m.skipped["count"]  # the .DS_Store is skipped unread
     assert counters["source_reads_retried"] == 2 * read == 38

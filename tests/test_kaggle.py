@@ -134,7 +134,7 @@ def test_listing_rows_without_labels_build_unlabeled_and_an_unlabeled_dataset_ta
     ids = [row["id"] for row in csv.DictReader(open(comp / "train.csv"))]
     cells = ['"label": []', '"label": null', '"label": ""', '"label": " "']
     (tmp_path / "rows.jsonl").write_text("".join(f'{{"path": "train_images/{i}.jpg", {cell}}}\n'
-                                                 for i, cell in zip(ids, cells)))
+                                                 for i, cell in zip(ids, cells, strict=False)))
     out = tmp_path / "out"
     options = ("--splits", "test=1", "--num-cores", 2)
     m = run_job(comp, out, "--listing", tmp_path / "rows.jsonl", *options)

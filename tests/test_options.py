@@ -18,7 +18,7 @@ from shard_utils.errors import InternalError
 def one_line_error(capsys, argv, *fragments, code=2):
     assert main(argv) == code
     err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: "), err
     for fragment in fragments:
         assert fragment in lines[0], lines[0]

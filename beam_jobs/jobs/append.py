@@ -51,6 +51,12 @@ from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.text import printable, printable_lines
 
+__all__ = [
+    "AppendConfig", "ReadDataset", "DatasetPart", "dataset_parts", "read_part", "ROWS_CHECKED_PER_SPLIT",
+    "dataset_member", "KeepNew", "keep_new", "build_append_pipeline", "check_appendable", "check_intact",
+    "open_dataset", "recorded_options", "run_append", "append_summary"
+]
+
 
 class AppendConfig(BuildConfig):
     """A build's config for an append: a split that gets no new records is fine (it keeps its shards)."""

@@ -22,6 +22,11 @@ from shard_utils import inputs, storage
 from shard_utils.storage import lock as runlock
 from shard_utils.text import printable
 
+__all__ = [
+    "LOCAL_RUNNER", "prepare_inputs", "check_listing_root", "check_input", "inside", "prepare_output",
+    "check_models_and_codecs", "pipeline_options", "check_with_beam", "beam_logs_held", "check_runner"
+]
+
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
 

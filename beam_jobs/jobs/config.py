@@ -15,6 +15,8 @@ from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS
 from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.storage.lock import LEASE_SECONDS
 
+__all__ = ["RejectLimit", "RunInfo", "BuildConfig"]
+
 
 @dataclass(frozen=True)
 class RejectLimit:

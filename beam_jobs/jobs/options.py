@@ -28,6 +28,13 @@ from shard_utils.quality.cluster_actions import MODES as NEAR_DUP_MODES
 from shard_utils.sharding import plan
 from shard_utils.sharding.runs import CHUNK_BYTES
 
+__all__ = [
+    "LOCAL_RUNNERS", "DEFAULT_MAX_REJECTED", "parser", "described_options", "MAX_DESCRIBED", "described", "normalise",
+    "given", "beam_option_strings", "check_beam_args", "parse", "check_job_path", "reject_limit", "available_cores",
+    "available_memory", "worker_memory", "build_workers", "local_workers", "listing_options", "video_options",
+    "embed_spec", "check_format", "tpu_layout", "check_stratify", "make_config"
+]
+
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
 

@@ -53,6 +53,12 @@ from shard_utils.sharding import fragments, plan
 from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
 from shard_utils.text import printable_lines
 
+__all__ = [
+    "NO_REJECT_LIMIT", "ShardTask", "ListSourceShards", "split_tasks", "CopyRecords", "CarryOver", "carried",
+    "Carried", "listed_counts", "plan_reshard", "build_reshard_pipeline", "parser", "parse", "source_extras",
+    "source_format", "make_config", "load_source", "run", "main"
+]
+
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
 

@@ -23,6 +23,11 @@ from shard_utils.errors import PlanError
 from shard_utils.format import manifest
 from shard_utils.storage import lock as runlock
 
+__all__ = [
+    "guard_interrupts", "execute", "long_lived_objects_left_alone", "start_local_pool", "LeaseKeeper", "abandon",
+    "raise_job_failure", "still_running", "remove_if_empty"
+]
+
 
 def guard_interrupts(config: BuildConfig, local: bool):
     """Within the block, Ctrl-C ends a local run in one line saying what state the output is in."""

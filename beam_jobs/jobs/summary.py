@@ -5,6 +5,11 @@ from shard_utils import inputs, storage
 from shard_utils.format import labels, manifest
 from shard_utils.text import printable
 
+__all__ = [
+    "COUNTER_ORDER", "counter_totals", "metrics_summary", "FORMAT_NAMES", "formats_text", "shard_kind", "twins_line",
+    "shard_noun", "counted", "shards_of", "split_name_notes", "label_ids_line", "summary"
+]
+
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
                  "images_passed_through", "images_reencoded", "jpeg_trailers_dropped", "fragment_bytes_read",
                  "shard_bytes_copied")

@@ -25,6 +25,11 @@ from shard_utils import storage
 from shard_utils.format.labels import label_order  # noqa: F401 - an append's label ids, beside its other rules
 from shard_utils.format.manifest import Generation, Manifest
 
+__all__ = [
+    "label_order", "host_offset", "position", "generations_of", "next_generation", "DigestingReader", "merged_counts",
+    "merged_features"
+]
+
 
 def host_offset(shard_records: Sequence[int], unit: int) -> int:
     """Where a new generation's larger shards should start so that hosts stay within one record of each other.

@@ -34,11 +34,19 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.format import avro_blocks, names
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.schema import LABEL, SOURCE_ID, ExtraSpec, ImageRecord, decode_lists, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
+
+__all__ = [
+    "index_name", "MIN_FRAMED", "MAX_RECORD_BYTES", "MAX_BLOCK_BYTES", "NO_LABEL", "IndexFormatError", "field_name",
+    "index_schema", "IndexRow", "row_from_record", "row_from_meta", "IndexWritten", "write_index", "index_header",
+    "index_blocks", "without_header", "check_header", "read_index", "read_places", "check_place", "record_identity",
+    "row_disagreement", "identity_problem", "DATA_CHECKSUM_MISMATCH", "unframe"
+]
 
 if TYPE_CHECKING:
     from shard_utils.media.encode import RecordMeta
@@ -54,7 +62,7 @@ _BQ_RESERVED = ("_table_", "_file_", "_partition", "_row_timestamp", "__root__",
 _MAX_NAME = 300  # BigQuery's column-name limit
 
 
-class IndexFormatError(ValueError):
+class IndexFormatError(ValueError, TpuShardsError):
     """An index file is not a tpu-shards index, or a row does not fit its dataset; the message says which."""
 
 

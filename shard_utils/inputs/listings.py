@@ -20,6 +20,15 @@ from shard_utils import inputs, storage
 from shard_utils.format import names, schema
 from shard_utils.inputs import MediaItem
 
+__all__ = [
+    "FORMATS", "EXTENSIONS", "COMPRESSED", "DELIMITERS", "PATH_COLUMNS", "DEFAULT_LABEL_COLUMN",
+    "DEFAULT_EXTRA_SEPARATOR", "EXTRA_TYPES", "FLOAT32_MAX", "INT64_RANGE", "NAME_TAKEN", "Rejection",
+    "ListingOptions", "ListingRow", "add_arguments", "listing_options_from", "format_of", "check_name_pattern",
+    "quoted", "parse_extra_columns", "choose_path_column", "check_columns", "item_from_row", "classify_entry",
+    "item_from_walk", "unlabeled_item", "label_from_name", "labels_of", "check_split", "resolve_path", "extra_values",
+    "duplicate_key", "pick_first", "missing"
+]
+
 FORMATS = ("csv", "tsv", "jsonl", "avro")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
               ".avro": "avro"}

@@ -9,6 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shard_utils.errors import TpuShardsError
+
+__all__ = [
+    "NEAR_DUPLICATE", "LABEL_CONFLICT", "SMALL", "ASPECT", "BLUR", "OVEREXPOSED", "UNDEREXPOSED", "GRAYSCALE",
+    "CLUSTER_KINDS", "IMAGE_KINDS", "KINDS", "BadFinding", "finding", "check", "leaks", "from_line", "counts"
+]
+
 NEAR_DUPLICATE = "near_duplicate"  # images whose signatures are within NEAR_DISTANCE bits
 LABEL_CONFLICT = "label_conflict"  # near-duplicates with different labels
 SMALL = "small"
@@ -22,7 +29,7 @@ IMAGE_KINDS = (SMALL, ASPECT, BLUR, OVEREXPOSED, UNDEREXPOSED, GRAYSCALE)
 KINDS = CLUSTER_KINDS + IMAGE_KINDS
 
 
-class BadFinding(ValueError):
+class BadFinding(ValueError, TpuShardsError):
     """A finding (or a line of quality.jsonl) that does not have the shape above."""
 
 
@@ -56,7 +63,7 @@ def leaks(made: dict) -> bool:
     """Whether the finding's sources lie in more than one split (a near-duplicate across train and test); its
     sources `rejected` (--near-dups drop, --dedup) are in none."""
     gone = set(made.get("rejected", ()))
-    return len({split for source, split in zip(made["sources"], made["splits"]) if source not in gone}) > 1
+    return len({split for source, split in zip(made["sources"], made["splits"], strict=True) if source not in gone}) > 1
 
 
 def from_line(line: str) -> dict:

@@ -6,3 +6,5 @@ and the writers that follow it (run files, shard files, their copies), through `
 - `shards`: once every run is encoded, each shard of the split is described as pieces of the runs: most
   shards are a prefix of one run (written once), the rest are copied from the runs' tails.
 """
+
+__all__: list[str] = []

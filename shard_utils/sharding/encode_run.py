@@ -13,6 +13,8 @@ from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 from shard_utils.storage.throttle import Waited
 
+__all__ = ["Embed", "EMBED_BATCH", "RunTask", "EncodeTally", "EncodedRun", "item_order", "encode_run", "read_items"]
+
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given
 

@@ -14,6 +14,12 @@ from functools import cached_property
 
 from shard_utils.errors import InternalError, PlanError
 
+__all__ = [
+    "MB", "BUILD_REMEDY", "RESHARD_REMEDY", "num_shards", "shard_sizes", "shard_starts", "shard_of_rank", "OrderKey",
+    "DEFAULT_BUCKET_BITS", "bucket_of", "locate_rank", "locate_ranks", "shard_of_key", "SplitPlan", "SplitTotals",
+    "plan_split", "plan_splits"
+]
+
 MB = 1_000_000
 BUILD_REMEDY = "add images, lower --num-cores/--num-hosts, or change --splits"
 RESHARD_REMEDY = "reshard to fewer shards per step: lower --num-cores/--num-hosts"
