@@ -74,8 +74,8 @@ def inspect_command(argv: Sequence[str] | None) -> None:
           f"{cores_x_hosts(m.num_cores, m.num_hosts)}, {formats_text(m)}")
     for name, split in m.splits.items():
         unlabeled = "" if split.labeled else " (unlabeled)"
-        print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, {counted(len(split.shards), shard_noun(m))}, "
-              f"{split.num_bytes / 1e6:.1f} MB")
+        print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, "
+              f"{counted(len(split.shards), shard_noun(m))}, {split.num_bytes / 1e6:.1f} MB")
         for line in twins_line(split.array_record_shards):
             print(line)
     print(f"  files seen {m.files_seen}, rejected {m.rejected['count']}, skipped {m.skipped['count']}")

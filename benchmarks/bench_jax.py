@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"\n{m.num_records(split)} records in {len(m.split(split).shards)} shards per format, "
               f"{args.source_size}x{args.source_size} JPEG -> {args.resize}x{args.resize} float32, batch {args.batch}, "
               f"{len(jax.devices())} {jax.devices()[0].platform} device(s); jax {jax.__version__}, {os.cpu_count()} "
-              f"CPUs, Grain mp_prefetch {args.grain_workers} workers, resumed at step {late}; median of {args.rounds} alternating rounds")
+              f"CPUs, Grain mp_prefetch {args.grain_workers} workers, resumed at step {late}; "
+              f"median of {args.rounds} alternating rounds")
     print("\n".join(report(results, header)))
     return 0
 

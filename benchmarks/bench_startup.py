@@ -51,7 +51,8 @@ def timed(cmd: list[str], **extra) -> tuple[float, float, subprocess.CompletedPr
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
-        raise SystemExit(f"{' '.join(cmd[:4])}... failed ({done.returncode}): {done.stdout[-1500:]}{done.stderr[-1500:]}")
+        raise SystemExit(f"{' '.join(cmd[:4])}... failed ({done.returncode}): "
+                         f"{done.stdout[-1500:]}{done.stderr[-1500:]}")
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
 
 
@@ -79,7 +80,8 @@ def phases(marks: dict[str, float]) -> list[tuple[str, float]]:
     spans = (("interpreter start", None, "interpreter up"), ("imports", "interpreter up", "imports done"),
              ("options, input and output checks", "imports done", "graph begun"),
              ("graph construction", "graph begun", "graph built"),
-             ("translation + optimisation", "run begun", "steps begun"), ("steps (the run)", "steps begun", "steps done"),
+             ("translation + optimisation", "run begun", "steps begun"),
+             ("steps (the run)", "steps begun", "steps done"),
              ("after the steps (manifest, summary)", "steps done", "command done"),
              ("pool start (call, overlapped)", "pool start begun", "pool start returned"))
     return [(name, marks[end] - (marks[start] if start else 0.0)) for name, start, end in spans

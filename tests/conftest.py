@@ -146,9 +146,9 @@ def pytest_collection_modifyitems(config, items):
 
 # The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
 # test in it that uses more CPU than FAST_TEST_CPU_S (its call and its own fixtures, its subprocesses included)
-# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total, fixtures shared by several tests (module or
-# session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU time, not wall time: on cores shared
-# with other work a test's wall time grows, its CPU time hardly does.
+# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total,
+# fixtures shared by several tests (module or session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU
+# time, not wall time: on cores shared with other work a test's wall time grows, its CPU time hardly does.
 FAST_TEST_CPU_S = 3.0
 FAST_SUBSET_CPU_S = 170.0  # one process: under 3 minutes of wall time whatever the other core does
 SUBSET_MARKERS = ("slow", "gcs", "tf")

@@ -409,8 +409,9 @@ def test_inspect_names_the_formats_and_the_twins_size(datasets):
         lines = done.stdout.splitlines()
         assert done.returncode == 0 and lines[0].endswith(f" 2 cores x 1 host, {formats}"), (done.stdout, done.stderr)
         for name, split in m.splits.items():
-            at = lines.index(f"  {name}: {split.num_records} records, {len(split.shards)}"
-                             f"{' ArrayRecord' if fmt == 'array_record' else ''} shards, {split.num_bytes / 1e6:.1f} MB")
+            kind = " ArrayRecord" if fmt == "array_record" else ""
+            at = lines.index(f"  {name}: {split.num_records} records, {len(split.shards)}{kind} shards, "
+                             f"{split.num_bytes / 1e6:.1f} MB")
             twins = sum(t.num_bytes for t in split.array_record_shards or ())
             assert (lines[at + 1] == f"    and their ArrayRecord twins, {twins / 1e6:.1f} MB") == (fmt == "both"), lines
 

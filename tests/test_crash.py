@@ -9,8 +9,8 @@ from readers import shard_bytes
 
 from shard_utils.read.verify import verify
 
-DATASET_FILES = ["manifest.json", "rejected.jsonl", "quality.jsonl", "train.index.avro", "dataset_info.json", "features.json",
-                 "image.class.label.labels.txt", "croissant.json", "README.md"]
+DATASET_FILES = ["manifest.json", "rejected.jsonl", "quality.jsonl", "train.index.avro", "dataset_info.json",
+                 "features.json", "image.class.label.labels.txt", "croissant.json", "README.md"]
 STAGES = ["encode", "write", "publish-start", "publish-old-removed", "publish-renaming", "publish-before-manifest"]
 
 
@@ -22,7 +22,8 @@ def inputs(tmp_path_factory):
     write_images(base / "new", {"a": 14, "b": 13, "c": 9}, seed=7)
     reference = base / "reference"
     assert run_cli("build", "--input", base / "new", "--output", reference).returncode == 0
-    assert run_cli("build", "--input", base / "old", "--output", base / "old_built", "--num-shards", "16").returncode == 0
+    old = run_cli("build", "--input", base / "old", "--output", base / "old_built", "--num-shards", "16")
+    assert old.returncode == 0
     return base, shard_bytes(reference)
 
 

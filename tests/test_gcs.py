@@ -165,7 +165,8 @@ def test_verify_reports_each_problem_in_one_line(gcs, built, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4, lines
     assert lines[0].startswith(f"tpu-shards: {train0}: crc32c ") and "manifest says" in lines[0]
-    assert lines[1] == f"tpu-shards: {train1}: size 5 bytes, manifest says {built.manifest.splits['train'].shards[1].num_bytes}"
+    stated = built.manifest.splits["train"].shards[1].num_bytes
+    assert lines[1] == f"tpu-shards: {train1}: size 5 bytes, manifest says {stated}"
     assert lines[2].startswith(f"tpu-shards: {train1}: crc32c ")
     assert lines[3] == f"tpu-shards: {validation0}: missing"
 
@@ -340,7 +341,8 @@ def test_cli_builds_and_verifies_a_bucket_without_printing_credentials(gcs, sour
     missing = run_cli("build", "--input", "gs://no-such-bucket-here/x", "--output", out + "2")
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
-        "tpu-shards: error: cannot list input gs://no-such-bucket-here/x: bucket gs://no-such-bucket-here does not exist"]
+        "tpu-shards: error: cannot list input gs://no-such-bucket-here/x: "
+        "bucket gs://no-such-bucket-here does not exist"]
     everything = built.stdout + built.stderr + checked.stdout + checked.stderr + missing.stderr
     for secret in gcs.tokens.secrets():
         assert secret not in everything
@@ -420,7 +422,8 @@ def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishe
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: 503 ")
-    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]  # retried on its own, then given up
+    # retried on its own, then given up
+    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]
     assert proxy.counts["503"] > 1  # retried before giving up
     bucket, prefix = storage.split_gcs(out)
     assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object

@@ -69,7 +69,8 @@ def test_the_header_is_the_same_whatever_the_process_string_hashing():
     code = ("import sys; from shard_utils.format import index; from shard_utils.format.schema import ExtraSpec; "
             "sys.stdout.write(index.index_header(index.index_schema([ExtraSpec('note', 'string')])).hex())")
     headers = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+                              cwd=Path(__file__).resolve().parents[1],
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout
                for seed in ("0", "1")}
     assert headers == {index.index_header(index.index_schema([ExtraSpec("note", "string")])).hex()}
 

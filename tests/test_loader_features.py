@@ -178,7 +178,8 @@ def test_multi_label_gives_static_multi_hot_vectors(multi):
     assert evaluation.element_spec["label"] == tf.TensorSpec([4, 3], tf.float32)
     seen = 0
     for batch in evaluation:
-        for source, label, weight in zip(batch["source_id"].numpy(), batch["label"].numpy(), batch["weight"].numpy(), strict=True):
+        for source, label, weight in zip(batch["source_id"].numpy(), batch["label"].numpy(), batch["weight"].numpy(),
+                                         strict=True):
             if not weight:
                 assert not label.any()  # padding: no class
                 continue

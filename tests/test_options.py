@@ -209,7 +209,8 @@ def test_options_beams_validator_refuses_are_one_line_before_any_work(beam_args,
 def test_the_jobs_own_options_are_checked_before_beams(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "no-gcloud"))
     assert main(["build", "--output", str(tmp_path / "out"), "--runner", "DataflowRunner", "--project", "p"]) == 2
-    assert capsys.readouterr().err.strip() == "tpu-shards: error: the following arguments are required: --input (or --listing)"
+    assert capsys.readouterr().err.strip() == \
+        "tpu-shards: error: the following arguments are required: --input (or --listing)"
 
 
 def test_beams_warnings_about_options_it_accepts_are_still_shown(caplog):

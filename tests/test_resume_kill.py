@@ -59,7 +59,8 @@ def test_keras_killed_at_random_steps_resumes_with_backup_and_restore_on_8_devic
 
     rng = random.Random()
     train = split_rows(small_dataset, "train")
-    fingerprint = {str(int(f)): s for s, f in zip(train, tf.strings.to_hash_bucket_fast(list(train), 2**62).numpy(), strict=True)}
+    hashed = tf.strings.to_hash_bucket_fast(list(train), 2**62).numpy()
+    fingerprint = {str(int(f)): s for s, f in zip(train, hashed, strict=True)}
     kills, pieces = [rng.randrange(1, 4) for _ in range(2)], []
     for i, kill in enumerate([*kills, None]):
         log = tmp_path / f"piece{i}.log"

@@ -132,8 +132,8 @@ def refused(clock: Clock, fraction: float, seed: int = 2) -> Throttle:
 def retried(send, clock: Clock, policy: RetryPolicy | None = None, throttle: Throttle | None = None,
             waited: Waited | None = None):
     return with_retries(send, transient=_gcs.transient, overloaded=_gcs.overloaded,
-                        throttle=throttle or refused(clock, 0.0), policy=policy or RetryPolicy(), waited=waited, sleep=clock.sleep,
-                        rng=random.Random(4))
+                        throttle=throttle or refused(clock, 0.0), policy=policy or RetryPolicy(), waited=waited,
+                        sleep=clock.sleep, rng=random.Random(4))
 
 
 def test_an_object_answered_429_and_503_is_tried_again_and_its_wait_is_counted_as_throttled():

@@ -169,8 +169,8 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
 def check_with_beam(opts: PipelineOptions) -> None:
     """Beam's own checks of its options for the runner (a Dataflow project id, its region and temporary
     locations...), for a job to run after its own checks and before any work (Beam runs them when the pipeline
-    is made): a UsageError naming everything Beam refused, in one line. Beam logs warnings about the same options while it checks: they are dropped when
-    it refuses (the line says it) and shown when it accepts."""
+    is made): a UsageError naming everything Beam refused, in one line. Beam logs warnings about the same options while
+    it checks: they are dropped when it refuses (the line says it) and shown when it accepts."""
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner
 

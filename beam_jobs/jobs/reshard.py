@@ -412,7 +412,8 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     with guard_interrupts(config, local):
         created = prepare_output(config)
         started = time.monotonic()
-        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source, digest), created_output=created)
+        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source, digest),
+                         created_output=created)
         if result is None:
             return None
         built = manifest.load(args.dst)

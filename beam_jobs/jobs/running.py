@@ -103,8 +103,8 @@ def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
     steps will run in this thread: Beam's in-process runner in its default single-threaded mode."""
     runner = opts.view_as(StandardOptions).runner or ""
     direct = opts.view_as(DirectOptions)
-    if (config.workers > 1 and runner in options.LOCAL_RUNNERS and not opts.view_as(GoogleCloudOptions).template_location
-            and (direct.direct_num_workers or 1) <= 1):
+    if (config.workers > 1 and runner in options.LOCAL_RUNNERS
+            and not opts.view_as(GoogleCloudOptions).template_location and (direct.direct_num_workers or 1) <= 1):
         LocalPool.shared(config.workers)
 
 

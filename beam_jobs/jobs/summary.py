@@ -85,8 +85,10 @@ def split_name_notes(split_names) -> list[str]:
 def label_ids_line(names: list[str]) -> list[str]:
     """The line saying which id each numeric label got, when an id is not the label itself; none otherwise."""
     mapping = labels.renumbered(names)
-    return [f"  label ids: {printable(mapping)} (ids follow the labels' numeric order; manifest.labels[id] is the label)"] \
-        if mapping else []
+    if not mapping:
+        return []
+    return [f"  label ids: {printable(mapping)} "
+            "(ids follow the labels' numeric order; manifest.labels[id] is the label)"]
 
 
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:

@@ -50,7 +50,8 @@ class PlanLayout(beam.PTransform):
                   | "EncodeSample" >> beam.Map(sample_sizes, cfg))
         planned = ({"totals": totals, "sample": sample}
                    | "CountsAndSample" >> Joined()
-                   | "Plan" >> beam.FlatMap(lambda found: layouts_or_failure(found["totals"][0], found["sample"][0], cfg))
+                   | "Plan" >> beam.FlatMap(lambda found: layouts_or_failure(found["totals"][0], found["sample"][0],
+                                                                           cfg))
                    .with_outputs("failure", main="drafts"))
         drafts = collected(planned.drafts, "Drafts")
         picks = (keyed
@@ -60,7 +61,8 @@ class PlanLayout(beam.PTransform):
                  | "Pick" >> beam.FlatMap(pick_boundaries, beam.pvalue.AsList(drafts)))
         layouts = ({"drafts": drafts, "picks": picks}
                    | "DraftsAndPicks" >> Joined()
-                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"]) for d in found["drafts"])))
+                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"])
+                                                               for d in found["drafts"])))
         return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
 
 

@@ -91,7 +91,8 @@ def passthrough(bench: Bench) -> str:
             target = verdict(wall, 0.8) if path == "decode" else "(no target)"
             lines.append(f"  job --validate {path} steady / {floor}, {w} process(es): {fmt(wall, 2)}x {target}; "
                          f"CPU per image ({floor} / job steady) {fmt(cpu, 2)}x")
-    for path, floor, one_pass in (("decode", "balanced", "floor"), ("structure", "balanced-nodecode", "floor-nodecode")):
+    for path, floor, one_pass in (("decode", "balanced", "floor"),
+                                  ("structure", "balanced-nodecode", "floor-nodecode")):
         for w in _ends(bench):
             wall = ratio(bench.steady(("job", path, w)), bench.rate((floor, "jpg", w, n)))
             cost = ratio(bench.rate((floor, "jpg", w, n)), bench.rate((one_pass, "jpg", w, n)))
@@ -164,8 +165,8 @@ def scaling(bench: Bench) -> str:
         for path in ("reencode", "decode", "structure"):
             driver = bench.steady_driver_ms(("job", path, high))
             lines.append(f"  job {path}: the driver's own CPU per image, steady, {high} workers: {fmt(driver, 3)} ms; "
-                         f"its work is serial, so no number of workers takes this path past {fmt(ratio(1e3, driver), 0)} "
-                         "img/s on such cores")
+                         "its work is serial, so no number of workers takes this path past "
+                         f"{fmt(ratio(1e3, driver), 0)} img/s on such cores")
         for name, key in (("Pillow loop", lambda w: ("pillow", w, n)), ("floor", lambda w: ("floor", "jpg", w, n))):
             scaled = ratio(bench.rate(key(high)), bench.rate(key(low)))
             lines.append(f"  {name}: {high} / {low} processes: {fmt(scaled, 2)}x (what the machine gave the baselines)")

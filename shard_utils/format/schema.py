@@ -248,7 +248,8 @@ def feature_table(*, media: str = "image", multi_label: bool = False, num_frames
             table[key] = {**table[key], "shape": [VARIABLE], "max_length": int(max_lengths.get(key, 0))}
     for spec in extras:
         if spec.dtype not in DTYPES:
-            raise ValueError(f"extra column {spec.name!r} has dtype {spec.dtype!r}; expected one of {', '.join(DTYPES)}")
+            raise ValueError(f"extra column {spec.name!r} has dtype {spec.dtype!r}; "
+                             f"expected one of {', '.join(DTYPES)}")
         entry: dict[str, Any] = {"dtype": spec.dtype, "shape": []}
         if spec.is_list:
             entry = {"dtype": spec.dtype, "shape": [VARIABLE], "max_length": int(max_lengths.get(spec.key, 0))}

@@ -137,7 +137,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--extra-separator", help="separator of list items in a CSV cell (default: whitespace)")
     g.add_argument("--label-separator", help="separator of several labels in one label cell (multi-label)")
     g.add_argument("--label-from-name", metavar="REGEX",
-                   help=r"label from the file name by a regex with a group (?P<label>...), e.g. '^(?P<label>.+)_\d+\.\w+$'")
+                   help=r"label from the file name by a regex with a group (?P<label>...), "
+                        r"e.g. '^(?P<label>.+)_\d+\.\w+$'")
 
 
 def listing_options_from(args: Any) -> ListingOptions:

@@ -2,7 +2,8 @@
 
 Every finding names its kind, the source ids it is about and the split of each (`sources` and `splits`, the
 same length, in the same order), plus what was measured. One image's flags name one source; a near-duplicate
-cluster or a label conflict names all its members (the first sorts the file: put the one kept first). A finding whose sources lie in several splits is a leak.
+cluster or a label conflict names all its members (the first sorts the file: put the one kept first). A finding whose
+sources lie in several splits is a leak.
 """
 from __future__ import annotations
 

@@ -170,13 +170,13 @@ def make_dataset(
     (plain Keras, JAX/NumPy per host) it is the batch of this host. Elements are
     `(input, label)` when training, `(input, label, weight)` when evaluating, or dicts when
     `as_dict=True`; a split without labels (an unlabeled build) gives `(input, source_id)` with
-    `training=False` (padding: source_id b"", weight 0), every record once per pass; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
-    `features="embedding"`, the precomputed embedding (no media decoded). Labels are indices into
-    `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to [0, 1], then
-    normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and
-    `random_flip` apply only when training, identically to every frame of a clip. Training
-    repeats forever; evaluation repeats its exact pass of `eval_steps(...)` batches unless
-    `repeat=False`. Pass Keras' `steps_per_execution` here and to `eval_steps` alike.
+    `training=False` (padding: source_id b"", weight 0), every record once per pass; the input is the image
+    (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with `features="embedding"`, the precomputed embedding (no media
+    decoded). Labels are indices into `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to
+    [0, 1], then normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and `random_flip`
+    apply only when training, identically to every frame of a clip. Training repeats forever; evaluation repeats its
+    exact pass of `eval_steps(...)` batches unless `repeat=False`. Pass Keras' `steps_per_execution` here and to
+    `eval_steps` alike.
 
     `start_step` (0 for a new run) makes training resumable: with a `seed`, global step k holds exactly the
     records `shard_utils.epochs` assigns it, on any number of pipelines, and the dataset starts at step
@@ -431,8 +431,9 @@ def _selected_bytes(m: Manifest, selection: Selection) -> int:
                                                                                    _shards(m, selection), strict=True))
 
 
-def _resumable_records(m: Manifest, selection: Selection, n: int, index: int, seed: int | None, per_step: int, training: bool,
-                       buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
+def _resumable_records(m: Manifest, selection: Selection, n: int, index: int, seed: int | None, per_step: int,
+                       training: bool, buffer: int | None, start_step: int | None,
+                       start_example: int | None) -> tf.data.Dataset:
     """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
     if not training:
         raise ValueError("start_step and start_example are for training; an evaluation pass is exact and "

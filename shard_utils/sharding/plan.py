@@ -33,9 +33,11 @@ def num_shards(num_records: int, num_bytes: int, *, num_cores: int = 8, num_host
     where = f"split {split!r}: " if split else ""
     if forced is not None:
         if forced <= 0 or forced % unit:
-            raise PlanError(f"{where}--num-shards {forced} is not a positive multiple of num_cores x num_hosts = {unit}")
+            raise PlanError(f"{where}--num-shards {forced} is not a positive multiple of "
+                            f"num_cores x num_hosts = {unit}")
         if forced > num_records:
-            raise PlanError(f"{where}--num-shards {forced} is more than its {num_records} records; shards would be empty")
+            raise PlanError(f"{where}--num-shards {forced} is more than its {num_records} records; "
+                            "shards would be empty")
         return forced
     if num_records < unit:
         raise PlanError(
@@ -82,7 +84,7 @@ def locate_rank(rank: int, bucket_counts: Mapping[int, int]) -> tuple[int, int]:
 
 
 def locate_ranks(ranks: Sequence[int], bucket_counts: Mapping[int, int]) -> list[tuple[int, int]]:
-    """`locate_rank` of each rank: the buckets sorted and their counts summed once, then each rank found by bisection."""
+    """`locate_rank` of each rank: the buckets sorted and their counts summed once, each rank found by bisection."""
     buckets = sorted(bucket_counts)
     ends = list(itertools.accumulate(bucket_counts[b] for b in buckets))
     total = ends[-1] if ends else 0

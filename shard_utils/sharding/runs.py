@@ -137,7 +137,8 @@ class RunWriter:
             return
         path = storage.join(self.path, f"part-{len(self._parts):05d}")
         self._wait_upload()
-        self._upload = storage.io_threads("upload", UPLOAD_THREADS).submit(storage.write_bytes, path, b"".join(self._buffer))
+        uploads = storage.io_threads("upload", UPLOAD_THREADS)
+        self._upload = uploads.submit(storage.write_bytes, path, b"".join(self._buffer))
         self._parts.append((path, self._buffered))
         self._buffer, self._buffered = [], 0
 

@@ -75,7 +75,8 @@ td.num,th.num{text-align:right}
 
 
 def render_page(m: Manifest, samples: Sequence[SplitSample], charts: dict[str, str], sheets: list[str],
-                rejected: RejectedRows, quality: QualityFindings | None = None, quality_sheet: str | None = None) -> str:
+                rejected: RejectedRows, quality: QualityFindings | None = None,
+                quality_sheet: str | None = None) -> str:
     """index.html: every value escaped; images referenced by the file names given (beside the page)."""
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

@@ -74,7 +74,8 @@ def cluster_sample(m: Manifest, clusters: list[dict]) -> SplitSample:
     """The clusters as a sheet's groups: one row each (named by its number, kind and splits), its members' stored
     images, each captioned with its split and source id; members not found in the dataset are left out (a
     `drop` kept one), named in `problems`."""
-    wanted = {(split, source) for made in clusters for source, split in zip(made["sources"], made["splits"], strict=True)}
+    wanted = {(split, source) for made in clusters
+              for source, split in zip(made["sources"], made["splits"], strict=True)}
     sample = SplitSample("near-duplicates", 0, {}, {})
     try:
         images = _stored_images(m, wanted)
