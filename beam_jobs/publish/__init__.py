@@ -10,7 +10,7 @@ once), the middle two in parallel over shards and splits:
     commit (once)            reports, TFDS and Croissant metadata, the card README.md, and the manifest last;
                              temporary data removed, lock released
 
-A reader starting from `manifest.json` never sees a partial dataset. An append (`append_publish`) plans
+A reader starting from `manifest.json` never sees a partial dataset. An append (`beam_jobs.publish.append`) plans
 differently and leaves the old manifest and every file it names alone until its new manifest replaces it.
 A build that cannot publish leaves its reports in its temporary folder and fails with one line saying why.
 """
@@ -66,8 +66,8 @@ from shard_utils.text import printable
 OWN_NAMES = (TEMP_ROOT + "/", LOCK_NAME)  # what the job itself keeps in an output between builds
 REPORTED_REASONS = 3  # reasons named in a failure's one line
 # Files of a published dataset besides shards and indexes: removed before a new one is published.
-_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, QUALITY_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES, tfds_meta.LABELS,
-                  TFDS_LABELS_BEFORE, CROISSANT_NAME, CARD_NAME)
+_DATASET_FILES = (REJECTED_NAME, SKIPPED_NAME, QUALITY_NAME, tfds_meta.DATASET_INFO, tfds_meta.FEATURES,
+                  tfds_meta.LABELS, TFDS_LABELS_BEFORE, CROISSANT_NAME, CARD_NAME)
 
 __all__ = ["ShardResult", "Tally", "Move", "IndexJob", "Publication", "plan_publication", "clear_output",
            "move_shard", "merge_index", "commit", "finish", "published_by"]
@@ -183,7 +183,8 @@ def failure_message(why: str, rejected: Report | Sequence[dict], tally: Tally, r
     parts = [why]
     counts = as_report(rejected).counts
     if counts.by_reason:
-        shown = [printable(f"{n} {reason} (e.g. {counts.example(reason)['source']}: {counts.example(reason)['message']})")
+        shown = [printable(f"{n} {reason} (e.g. {counts.example(reason)['source']}: "
+                           f"{counts.example(reason)['message']})")
                  for reason, n in counts.by_reason.most_common(REPORTED_REASONS)]
         more = len(counts.by_reason) - REPORTED_REASONS
         parts.append("rejected: " + ", ".join(shown) + (f" and {more} more reasons" if more > 0 else ""))
@@ -261,8 +262,9 @@ class Publication:
         return frozenset([m.name for m in self.moves] + [j.name for j in self.indexes] + [n for n, _ in self.reports])
 
 
-def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, plans: Sequence[Mapping], failure: Sequence[str],
-                     rejected: Report | Sequence[dict], skipped_files: Report | Sequence[dict], tally: Tally,
+def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, plans: Sequence[Mapping],
+                     failure: Sequence[str], rejected: Report | Sequence[dict],
+                     skipped_files: Report | Sequence[dict], tally: Tally,
                      labels: Sequence[str], run: RunInfo, cross_split: Sequence[str] = (),
                      known_labels: Sequence[str] = (), adjust: Callable[[Manifest], Manifest] | None = None,
                      quality: Report | Sequence[dict] | None = None) -> Publication:
@@ -527,8 +529,8 @@ def commit(pub: Publication, config: BuildConfig, indexes: Mapping[str, IndexFil
 
 
 def switch(pub: Publication, manifest: Manifest, out: str, text: str) -> None:
-    """The manifest written (TFDS's files, croissant.json and the card before it for a build, after it for an append, with the files only the
-    old manifest named removed); `text`: the manifest's JSON."""
+    """The manifest written (TFDS's files, croissant.json and the card before it for a build, after it for an append,
+    with the files only the old manifest named removed); `text`: the manifest's JSON."""
     if pub.grows is None:
         for name, data in described_files(manifest, out).items():
             storage.write_bytes(storage.join(out, name), data)
