@@ -9,12 +9,11 @@ from __future__ import annotations
 from shard_utils.errors import TpuShardsError
 
 __all__ = [
-    "DEFAULT_WORKER_MEMORY", "MIN_WORKER_MEMORY", "OVERHEAD", "FULL_SIZE_OUT", "RESIZING", "TARGET_OUT", "CHEAPEST",
+    "DEFAULT_WORKER_MEMORY", "OVERHEAD", "FULL_SIZE_OUT", "RESIZING", "TARGET_OUT", "CHEAPEST",
     "OutOfMemory", "decode_bytes", "largest_image", "mib"
 ]
 
 DEFAULT_WORKER_MEMORY = 1 << 30  # bytes one worker may spend decoding, converting and encoding one image
-MIN_WORKER_MEMORY = 256 << 20
 OVERHEAD = 64 << 20  # the encoder's buffers and the record's framing around an image's pixels
 # Bytes per pixel Pillow stores for a decoded image of each mode (the others take 4).
 _STORED = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
