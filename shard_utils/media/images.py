@@ -49,6 +49,8 @@ _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _HEVC_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs"}
 _GENERIC_HEIF_BRANDS = {b"mif1", b"msf1"}
 _AVIF_BRANDS = {b"avif", b"avis"}
+
+
 class Rejected(TpuShardsError):
     """An input that cannot become a record; `reason` is a short category for the manifest."""
 

@@ -127,7 +127,6 @@ def stores_checksums(uri: str) -> bool:
 # ---------------------------------------------------------------------------------------------- client
 
 
-
 def exists(uri: str) -> bool:
     """Whether a file, a folder (on gs://: any object under uri + '/') or a bucket is there."""
     with _failing("stat", uri):
