@@ -120,7 +120,7 @@ def main(argv=None) -> None:
     print(f"{args.count} images {size[0]}x{size[1]}, batch {args.batch_size}, model {Path(path).name}, "
           f"input {'JPEG bytes' if args.jpeg else 'uint8 arrays'}; TF {tf.__version__}, {os.cpu_count()} CPUs; "
           f"median of {args.rounds} alternating rounds")
-    median = {k: float(np.median(v)) for k, v in rounds.items()}
+    median = {k: float(np.median(v)) for k, v in rounds.items() if v}
     rows = [("model.predict", "predict", ""),
             ("Embedder, end to end", "total", f"incl. loading the model ({median['load']:.1f} s)"),
             ("Embedder, inside batches", "inside", "resize + preprocess + model")]
