@@ -7,8 +7,6 @@ from shard_utils.format.manifest import (
     CROISSANT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
-    MAX_IMAGE_PIXELS,
-    MAX_IMAGE_SIDE,
     MAX_MANIFEST_BYTES,
     MAX_REPORT_LINE,
     MEDIA,
@@ -41,7 +39,7 @@ from shard_utils.format.manifest import (
 __all__ = [
     "ARRAY_RECORD", "ARRAY_RECORD_PATTERN", "CARD_NAME", "CROISSANT_NAME", "MANIFEST_NAME", "REJECTED_NAME",
     "SHARD_PATTERN", "SKIPPED_NAME", "array_record_name", "FORMAT_VERSION", "ARRAY_RECORD_VERSION",
-    "READABLE_VERSIONS", "SHARD_FORMATS", "MEDIA", "MAX_MANIFEST_BYTES", "MAX_IMAGE_SIDE", "MAX_IMAGE_PIXELS",
+    "READABLE_VERSIONS", "SHARD_FORMATS", "MEDIA", "MAX_MANIFEST_BYTES",
     "ManifestError", "Shard", "Generation", "IndexFile", "Split", "Manifest", "unknown_split", "safe_relative_path",
     "from_dict", "check_generations", "parse", "MAX_REPORT_LINE", "bounded_lines", "iter_report_entries",
     "read_report", "manifest_path", "read_manifest_bytes", "load", "assemble"
