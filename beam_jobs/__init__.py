@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
 
         return UsageError
     if name == "TpuShardsError":
-        from shard_utils.errors import TpuShardsError
+        from beam_jobs.errors import TpuShardsError
 
         return TpuShardsError
     raise AttributeError(f"module 'beam_jobs' has no attribute {name!r}")
