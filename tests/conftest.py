@@ -61,10 +61,10 @@ SEAMS = REPO / "tests" / "seams"  # sitecustomize.py: faults installed in a buil
 KILL_AT = {
     "encode": "shard_utils.sharding.encode_run:encode_run",
     "write": "shard_utils.sharding.writer:write_shard",
-    "publish-start": "beam_jobs.publish:clear_output",
-    "publish-old-removed": "beam_jobs.publish:move_shard",
-    "publish-renaming": "beam_jobs.publish:move_shard:2",
-    "publish-before-manifest": "beam_jobs.publish:commit",
+    "publish-start": "beam_jobs.publish.steps:clear_output",
+    "publish-old-removed": "beam_jobs.publish.steps:move_shard",
+    "publish-renaming": "beam_jobs.publish.steps:move_shard:2",
+    "publish-before-manifest": "beam_jobs.publish.steps:commit",
     # The second ArrayRecord twin: locally while its temporary file is written, on gs:// as its upload starts.
     "array-record-write": "shard_utils.format.array_record:write_shard:2",
     "array-record-upload": "shard_utils.format.array_record:upload:2",
@@ -228,6 +228,21 @@ def fast_subset_cpu() -> float:
     return sum(_fast_cpu.values()) + _shared["fast"]
 
 
+def hand_fast_cpu_to_controller(config) -> None:
+    """Under pytest-xdist (`-n 2`, the README's full run) a worker hands its fast tests' CPU to the controller, which
+    prints and holds the subset's total as one process does."""
+    config.workeroutput["fast_cpu"] = json.dumps({"tests": _fast_cpu, "shared": _shared["fast"]})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller's side: a worker's fast tests join this process's count."""
+    counted = json.loads(getattr(node, "workeroutput", {}).get("fast_cpu", "null") or "null")
+    if counted:
+        _fast_cpu.update(counted["tests"])
+        _shared["fast"] += counted["shared"]
+
+
 def pytest_terminal_summary(terminalreporter):
     if _fast_cpu:
         top = sorted(_fast_cpu.items(), key=lambda kv: -kv[1])[:5]
@@ -238,5 +253,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller adds up and holds the total
+        hand_fast_cpu_to_controller(session.config)
+        return
     if _enforced["on"] and fast_subset_cpu() > FAST_SUBSET_CPU_S:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the summary above says why

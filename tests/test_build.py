@@ -1,7 +1,10 @@
 """The core job on the real Beam runner: balance, determinism, labels, splits, accounting."""
+import contextlib
+import io
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import install_faults, run_cli, run_job, write_images
@@ -15,10 +18,19 @@ from shard_utils.format.order import choose_split, sort_key
 from shard_utils.sharding import plan
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> SimpleNamespace:
+    """The `images` fixture's folder built once with the default options, for the tests that only read it."""
+    base = tmp_path_factory.mktemp("built")
+    write_images(base / "images", {"cat": 12, "dog": 12, "fish": 12})
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        m = run_job(base / "images", base / "out")
+    return SimpleNamespace(images=base / "images", out=base / "out", manifest=m, printed=printed.getvalue())
+
+
 @pytest.mark.slow
-def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
-    out = tmp_path / "out"
-    m = run_job(images, out)
+def test_shards_are_balanced_multiples_of_cores_and_accounted(built):
+    out, m = built.out, built.manifest
     shards = m.splits["train"].shards
     assert [s.path for s in shards] == [shard_name("train", i, 8) for i in range(8)]
     counts = [len(records(out / s.path)) for s in shards]
@@ -105,9 +117,8 @@ def test_seed_changes_order_not_content(images, tmp_path):
 
 
 @pytest.mark.slow
-def test_labels_are_sorted_names_and_records_carry_the_schema(images, tmp_path):
-    out = tmp_path / "out"
-    run_job(images, out)
+def test_labels_are_sorted_names_and_records_carry_the_schema(built):
+    images, out = built.images, built.out
     recs = by_source(out)
     assert len(recs) == 36
     rec = recs["dog/img0003.jpg"]
@@ -185,9 +196,8 @@ def test_overwrite_replaces_the_whole_dataset(images, tmp_path):
 
 
 @pytest.mark.slow
-def test_summary_is_printed(images, tmp_path, capsys):
-    run_job(images, tmp_path / "out")
-    text = capsys.readouterr().out
+def test_summary_is_printed(built):
+    text = built.printed
     assert "train: 36 records in 8 shards of 4/5 records" in text and "files seen 36" in text
 
 

@@ -243,10 +243,10 @@ def test_a_burst_of_429s_on_reads_is_ridden_out_and_the_shards_are_the_same(gcs,
     from shard_utils.storage.throttle import Throttle
 
     monkeypatch.setattr(_storage_gcs, "READ_THROTTLE", Throttle(delay_s=0.1))
-    # Backoff from 1 s: an object's two waits, one after the other, are U(0, 1) + U(0, 2) s, so the runs of 19
-    # objects wait well over the counter's whole second however their reads overlap, and the longest chain of
-    # waits (each size-sample read, then each run, in turn) stays near 3 s.
-    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=1.0, budget_s=60.0))
+    # Backoff from 0.25 s: an object's two waits, one after the other, are U(0, 0.25) + U(0, 0.5) s, so the 19
+    # objects wait about 7 s in all (well over the counter's whole second: below it lies 8 standard deviations
+    # away), read one after another on one worker.
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=0.25, budget_s=60.0))
     out = f"gs://{gcs.new_bucket('burst')}/ds"
     printed = io.StringIO()
     with BurstOf429(gcs.url, source.bucket) as proxy, storage_host(proxy.url), contextlib.redirect_stdout(printed):

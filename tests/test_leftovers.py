@@ -62,7 +62,7 @@ def test_a_reshard_that_fails_before_its_manifest_leaves_an_empty_output(tmp_pat
     source = build_valid(tmp_path / "valid")
     out, hold = tmp_path / "out", tmp_path / "hold"
     proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.cli", "reshard", str(source), str(out)], cwd=REPO,
-                            env={**os.environ, **faults(hold=f"beam_jobs.publish:commit={hold}")},
+                            env={**os.environ, **faults(hold=f"beam_jobs.publish.steps:commit={hold}")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not Path(f"{hold}.reached").exists():
