@@ -101,7 +101,7 @@ def run_strategy_checks(*checks) -> list[dict]:
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *words],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and len(lines) == len(checks), proc.stderr[-3000:]
     return [json.loads(line[len("RESULT "):]) for line in lines]
 
@@ -146,9 +146,9 @@ def pytest_collection_modifyitems(config, items):
 
 # The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
 # test in it that uses more CPU than FAST_TEST_CPU_S (its call and its own fixtures, its subprocesses included)
-# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total, fixtures shared by several tests (module or
-# session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU time, not wall time: on cores shared
-# with other work a test's wall time grows, its CPU time hardly does.
+# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total,
+# fixtures shared by several tests (module or session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU
+# time, not wall time: on cores shared with other work a test's wall time grows, its CPU time hardly does.
 FAST_TEST_CPU_S = 3.0
 FAST_SUBSET_CPU_S = 170.0  # one process: under 3 minutes of wall time whatever the other core does
 SUBSET_MARKERS = ("slow", "gcs", "tf")

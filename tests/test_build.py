@@ -288,7 +288,7 @@ def test_skipped_files_are_named_with_their_extensions(images, tmp_path, capsys)
     m = run_job(images, out)
     assert m.skipped["by_reason"] == {"hidden": 1, "not_media": 3}
     assert m.skipped["by_extension"] == {".mov": 1, ".mp4": 1, ".txt": 1}
-    listed = [json.loads(l)["source"] for l in (out / "skipped.jsonl").read_text().splitlines()]
+    listed = [json.loads(line)["source"] for line in (out / "skipped.jsonl").read_text().splitlines()]
     assert listed == ["cat/CLIP2.MOV", "cat/clip.mp4", "cat/notes.txt"]  # hidden files stay counts
     printed = capsys.readouterr().out
     assert "not media: .mov 1, .mp4 1, .txt 1" in printed and "skipped.jsonl" in printed
@@ -335,7 +335,7 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
     (src / "a" / "zz_again.jpg").write_bytes((src / "a" / "img0001.jpg").read_bytes())
     out = tmp_path / "out"
     m = run_job(src, out, "--dedup", "--splits", "train=0.5,validation=0.5", "--num-cores", "2")
-    rejected_lines = [json.loads(l) for l in (out / "rejected.jsonl").read_text().splitlines()]
+    rejected_lines = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     assert {(r["source"], r["reason"]) for r in rejected_lines} == {("a/zz_again.jpg", "duplicate"),
                                                                    ("b/img0003.jpg", "duplicate")}
     assert f"same bytes as {copy}" in next(r["message"] for r in rejected_lines if r["source"] == "b/img0003.jpg")

@@ -11,8 +11,8 @@ from readers import shard_bytes
 
 from shard_utils.read.verify import verify
 
-DATASET_FILES = ["manifest.json", "rejected.jsonl", "quality.jsonl", "train.index.avro", "dataset_info.json", "features.json",
-                 "image.class.label.labels.txt", "croissant.json", "README.md"]
+DATASET_FILES = ["manifest.json", "rejected.jsonl", "quality.jsonl", "train.index.avro", "dataset_info.json",
+                 "features.json", "image.class.label.labels.txt", "croissant.json", "README.md"]
 STAGES = ["encode", "write", "publish-start", "publish-old-removed", "publish-renaming", "publish-before-manifest"]
 
 

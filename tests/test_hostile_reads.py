@@ -578,7 +578,8 @@ def test_a_shard_larger_than_verify_holds_is_streamed_with_its_index_rows(valid,
             pads.append(f.write(tfrecord.frame(record)))
 
     def grown(rows: list, source_ids=lambda i: f"pad/{i}") -> list:
-        added = [IndexRow(source_ids(i), 0, end + sum(pads[:i]), n, 0, (0,), "0" * 64, 1, 1) for i, n in enumerate(pads)]
+        added = [IndexRow(source_ids(i), 0, end + sum(pads[:i]), n, 0, (0,), "0" * 64, 1, 1)
+                 for i, n in enumerate(pads)]
         return [*[r for r in rows if r.shard == 0], *added, *[r for r in rows if r.shard != 0]]
 
     def change(obj: dict) -> None:

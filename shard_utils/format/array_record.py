@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
@@ -33,7 +34,7 @@ __all__ = ["WRITER_OPTIONS", "Written", "module", "write_shard", "read_records",
            "ArrayRecordError"]
 
 
-class ArrayRecordError(ValueError):
+class ArrayRecordError(ValueError, TpuShardsError):
     """An ArrayRecord shard cannot be read (truncated, not ArrayRecord); the message names it."""
 
 

@@ -10,7 +10,10 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require
+
+__all__ = ["HEADER", "FOOTER", "FramingError", "masked_crc", "frame", "count_from_headers", "iter_records"]
 
 if TYPE_CHECKING:
     from shard_utils.storage import Readable, Seekable
@@ -20,7 +23,7 @@ HEADER = 12  # 8 length bytes + 4 CRC bytes
 FOOTER = 4
 
 
-class FramingError(ValueError):
+class FramingError(ValueError, TpuShardsError):
     """A TFRecord file is truncated or fails a length or data checksum."""
 
 

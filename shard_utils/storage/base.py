@@ -14,10 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.text import printable
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
+
+__all__ = [
+    "GCS", "LIST_PAGE_SIZE", "WRITE_CHUNK_SIZE", "READ_CHUNK_SIZE", "StorageError", "NotFoundError", "is_gcs", "join",
+    "split_gcs", "parent", "basename", "crc32c_base64", "Digest", "io_threads", "HTTP_CONNECTIONS", "gcs_client",
+    "Entry", "Readable", "Seekable", "Writable"
+]
 
 GCS = "gs://"
 LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
@@ -45,7 +52,7 @@ class Writable(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
-class StorageError(Exception):
+class StorageError(TpuShardsError):
     """A path cannot be read or written; the message names the verb, the path and what to check."""
 
     def __init__(self, message: str, *, verb: str | None = None, uri: str | None = None,
