@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from shard_utils import inputs, storage
-from shard_utils.format import labels, manifest
+from shard_utils.format import labels, manifest, shard_formats
 from shard_utils.text import printable
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
@@ -34,18 +34,15 @@ def metrics_summary(result) -> str:
     return ("  counters: " + ", ".join(f"{n} {totals[n]}" for n in names)) if names else ""
 
 
-FORMAT_NAMES = {"tfrecord": "TFRecord", "array_record": "ArrayRecord"}
-
-
 def formats_text(m: manifest.Manifest) -> str:
     """The dataset's shard formats in words: "TFRecord shards", "ArrayRecord shards", "TFRecord and ArrayRecord
     shards"."""
-    return " and ".join(FORMAT_NAMES[f] for f in m.formats) + " shards"
+    return " and ".join(shard_formats.get(f).title for f in m.formats) + " shards"
 
 
 def shard_kind(m: manifest.Manifest) -> str:
     """" ArrayRecord" when a dataset's `shards` are ArrayRecord files, else "" (they are TFRecord)."""
-    return " ArrayRecord" if m.shard_format != "tfrecord" else ""
+    return "" if m.first_format is shard_formats.FIRST else f" {m.first_format.title}"
 
 
 def twins_line(twins: list[manifest.Shard] | None) -> list[str]:

@@ -26,24 +26,19 @@ from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.publish.reports import PIECES_FOLDER, Report, as_report, write_report
 from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
-from shard_utils.format import croissant, index, schema
-from shard_utils.format.labels import label_order
-from shard_utils.format.layout import (
-    ARRAY_RECORD,
-    ARRAY_RECORD_FILE,
+from shard_utils.format import croissant, index, schema, shard_formats
+from shard_utils.format.filenames import (
     CARD_NAME,
     CROISSANT_NAME,
     INDEX_FILE,
     LOCK_NAME,
     QUALITY_NAME,
     REPORT_FILE,
-    SHARD_FILE,
     TEMP_ROOT,
     TFDS_LABELS_BEFORE,
 )
+from shard_utils.format.labels import label_order
 from shard_utils.format.manifest import (
-    ARRAY_RECORD_VERSION,
-    FORMAT_VERSION,
     MANIFEST_NAME,
     REJECTED_NAME,
     SKIPPED_NAME,
@@ -56,6 +51,7 @@ from shard_utils.format.manifest import (
     load,
     parse,
 )
+from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD
 from shard_utils.media.reads import prefetched
 from shard_utils.quality import findings
 from shard_utils.read import card, tfds_meta
@@ -300,7 +296,7 @@ def plan_publication(results: Sequence[ShardResult], config: BuildConfig, *, pla
     extras = tuple(config.listing.extras)
     indexes = tuple(IndexJob(name, index.index_name(name), tuple(r.index_part for r in _in_place_order(results, name)),
                              split.num_records, extras) for name, split in manifest.splits.items()
-                    if "tfrecord" in config.formats)
+                    if TFRECORD.name in config.formats)
     reports = [(REJECTED_NAME, rejected)]
     if len(skipped_files):
         reports.append((SKIPPED_NAME, skipped_files))
@@ -322,9 +318,9 @@ def shard_moves(results: Sequence[ShardResult], formats: Sequence[str]) -> tuple
     TFRecord shards stay in the run's temporary folder (what the twins were written from) and go with it."""
     moves = []
     for r in sorted(results, key=lambda r: r.name):
-        if "tfrecord" in formats:
+        if TFRECORD.name in formats:
             moves.append(Move(r.temp_path, r.name, r.num_bytes))
-        if ARRAY_RECORD in formats:
+        if ARRAY_RECORD.name in formats:
             if r.array_record is None:
                 raise InternalError(f"shard {r.name} has no ArrayRecord twin")
             moves.append(Move(r.array_record.temp_path, r.array_record.name, r.array_record.num_bytes))
@@ -351,6 +347,7 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
     label is an integer; `labels.label_order`), after `known_labels`, which keep theirs. `plans`: each split's plan
     (anything with `num_shards`); `rejected`: the rejects by reason."""
     names = label_order(labels, known_labels)
+    first = shard_formats.get(config.formats[0])  # what `shards` are: TFRecord when published
     splits = {}
     longest: Counter = Counter()
     for r in results:
@@ -364,8 +361,8 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         for r in mine:
             classes.update(dict(r.class_counts))
         tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine]
-        twins = [twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
-        shards = tfrecords if "tfrecord" in config.formats else twins or []
+        twins = [twin_entry(r) for r in mine] if ARRAY_RECORD.name in config.formats else None
+        shards = tfrecords if TFRECORD.name in config.formats else twins or []
         num_records = sum(r.num_records for r in mine)
         splits[split] = Split(
             num_records=num_records, num_bytes=sum(s.num_bytes for s in shards),
@@ -393,8 +390,7 @@ def build_manifest(config: BuildConfig, run: RunInfo, results: Sequence[ShardRes
         media="video" if video else "image", embedding=embedding,
         image_size=list(image.size) if image.size and image.resize != "fit" else None,
         num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset,
-        shard_format="tfrecord" if "tfrecord" in config.formats else ARRAY_RECORD,
-        format_version=FORMAT_VERSION if "tfrecord" in config.formats else ARRAY_RECORD_VERSION)
+        shard_format=first.name, format_version=first.manifest_version)
 
 
 # ---------------------------------------------------------------------------------------------- the steps
@@ -558,7 +554,7 @@ def reports_published(pub: Publication, out: str) -> bool:
 def with_indexes(m: Manifest, indexes: Mapping[str, IndexFile]) -> Manifest:
     """The manifest with the index entries of the splits that got a new one."""
     missing = [name for name, s in m.splits.items() if s.index is None and name not in indexes
-               and m.shard_format == "tfrecord"]
+               and m.first_format.indexed]
     if missing:
         raise InternalError(f"split {missing[0]!r} has no index")
     splits = {name: replace(s, index=indexes.get(name, s.index)) for name, s in m.splits.items()}
@@ -591,6 +587,6 @@ def named_files(m: Manifest) -> set[str]:
 
 def is_dataset_file(name: str) -> bool:
     """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
-    return bool(SHARD_FILE.match(name) or ARRAY_RECORD_FILE.match(name) or INDEX_FILE.match(name)
+    return bool(shard_formats.of_shard(name) or INDEX_FILE.match(name)
                 or REPORT_FILE.match(name)
                 or name in (REJECTED_NAME, SKIPPED_NAME, QUALITY_NAME))

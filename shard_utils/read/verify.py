@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from shard_utils import storage
 from shard_utils.format import array_record, croissant, schema
+from shard_utils.format.filenames import CROISSANT_NAME
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import (
     MAX_RECORD_BYTES,
@@ -26,7 +27,6 @@ from shard_utils.format.index import (
     row_disagreement,
     unframe,
 )
-from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.manifest import (
     MAX_REPORT_LINE,
     IndexFile,
@@ -37,6 +37,7 @@ from shard_utils.format.manifest import (
     iter_report_entries,
     load,
 )
+from shard_utils.format.shard_formats import ARRAY_RECORD
 from shard_utils.format.tfrecord import FramingError, iter_records
 from shard_utils.quality import findings
 from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
@@ -49,12 +50,12 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         m = load(dataset)
     except ManifestError as exc:
         return [str(exc)]
-    if deep and ARRAY_RECORD in m.formats:  # before any work: a deep check reads every ArrayRecord record
+    if deep and ARRAY_RECORD.name in m.formats:  # before any work: a deep check reads every ArrayRecord record
         array_record.check_installed("verify --deep, which reads the ArrayRecord shards' records (plain verify "
                                      "does not),")
     problems: list[str] = []
     for split_name, split in m.splits.items():
-        if m.shard_format == ARRAY_RECORD:
+        if not m.first_format.indexed:  # ArrayRecord shards only: no index, no twins
             problems.extend(p for shard in split.shards for p in check_array_record_shard(m, shard, deep))
             continue
         shard_problems: dict[int, list[str]] = {}

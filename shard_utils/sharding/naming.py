@@ -9,22 +9,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shard_utils.format import generations, layout
-from shard_utils.format.layout import SHARD_EXTENSIONS
+from shard_utils.format import generations
+from shard_utils.format.shard_formats import TFRECORD
 
 
 @dataclass(frozen=True)
 class ShardNaming:
     """Names and places of new shards. `base`: split -> (shards it already has, host offset) for an append."""
 
-    extension: str = "tfrecord"
+    extension: str = TFRECORD.extensions[0]
     generation: int = 0
     base: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def name(self, split: str, shard: int, count: int) -> str:
         """The file name of the planner's shard `shard` of `count`."""
-        return layout.shard_name(split, self.position(split, shard, count), count, self.extension,
-                                 generation=self.generation)
+        return TFRECORD.shard_name(split, self.position(split, shard, count), count, self.extension, self.generation)
 
     def position(self, split: str, shard: int, count: int) -> int:
         """The shard's place within its generation."""
@@ -38,6 +37,6 @@ class ShardNaming:
 
     @staticmethod
     def for_build(extension: str) -> ShardNaming:
-        if extension not in SHARD_EXTENSIONS:
-            raise ValueError(f"shard extension {extension!r} is not one of {', '.join(SHARD_EXTENSIONS)}")
+        if extension not in TFRECORD.extensions:
+            raise ValueError(f"shard extension {extension!r} is not one of {', '.join(TFRECORD.extensions)}")
         return ShardNaming(extension)
