@@ -37,7 +37,7 @@ from shard_utils.format.manifest import (
     iter_report_entries,
     load,
 )
-from shard_utils.format.shard_formats import ARRAY_RECORD
+from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD, ShardFormat, get
 from shard_utils.format.tfrecord import FramingError, iter_records
 from shard_utils.quality import findings
 from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
@@ -50,13 +50,13 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         m = load(dataset)
     except ManifestError as exc:
         return [str(exc)]
-    if deep and ARRAY_RECORD.name in m.formats:  # before any work: a deep check reads every ArrayRecord record
-        array_record.check_installed("verify --deep, which reads the ArrayRecord shards' records (plain verify "
-                                     "does not),")
+    for shard_format in map(get, m.formats) if deep else ():  # before any work: a deep check reads every record
+        shard_format.check_installed(f"verify --deep, which reads the {shard_format.title} shards' records (plain "
+                                     "verify does not),")
     problems: list[str] = []
     for split_name, split in m.splits.items():
         if not m.first_format.indexed:  # ArrayRecord shards only: no index, no twins
-            problems.extend(p for shard in split.shards for p in check_array_record_shard(m, shard, deep))
+            problems.extend(p for shard in split.shards for p in check_unindexed_shard(m, shard, deep, m.first_format))
             continue
         shard_problems: dict[int, list[str]] = {}
 
@@ -71,7 +71,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         for i, shard in enumerate(split.shards):
             problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
         for shard, twin in zip(split.shards, split.array_record_shards or ()):
-            problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
+            problems.extend(check_unindexed_shard(m, twin, deep, ARRAY_RECORD, tfrecord=shard))
         problems.extend(index_problems)
     return _links_outside(m) + problems + check_reports(m) + check_quality(m) + check_croissant(m)
 
@@ -263,10 +263,11 @@ def _record_problems(m: Manifest, shard: Shard, deep: bool, stream: DigestingRea
     return problems
 
 
-def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Shard | None = None) -> list[str]:
-    """Problems with one ArrayRecord shard: size and checksums (object metadata on gs:// unless `deep`), read as
-    bytes, so without the array_record package; with `deep`, every record read with the package and checked, its
-    count, and each record equal to its TFRecord twin's when there is one."""
+def check_unindexed_shard(m: Manifest, shard: Shard, deep: bool, shard_format: ShardFormat,
+                          tfrecord: Shard | None = None) -> list[str]:
+    """Problems with one shard no index describes (an ArrayRecord shard or twin): size and checksums (object
+    metadata on gs:// unless `deep`), read as bytes, so without the format's package; with `deep`, every record
+    read with it and checked, its count, and each record equal to its TFRecord twin's when there is one."""
     path = storage.join(m.location, shard.path)
     if not deep and storage.stores_checksums(path):
         return stored_problems(path, shard)
@@ -276,14 +277,14 @@ def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Sh
         with array_record.local_copy(path) as local:
             problems = _check_file(local, shard)
             try:
-                return problems + _check_records(m, local, shard, tfrecord)
-            except array_record.ArrayRecordError as exc:
+                return problems + _check_records(m, local, shard, shard_format, tfrecord)
+            except shard_format.error as exc:
                 return problems + [str(exc)]
     except storage.NotFoundError:
         return [f"{shard.path}: missing"]
     except storage.StorageError as exc:
         return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
-    except array_record.ArrayRecordError as exc:
+    except shard_format.error as exc:
         return [str(exc)]
 
 
@@ -296,13 +297,14 @@ def _check_file(path: str, shard: Shard) -> list[str]:
     return digest_problems(digest, shard)
 
 
-def _check_records(m: Manifest, local: str, shard: Shard, tfrecord: Shard | None) -> list[str]:
-    """Every record of an ArrayRecord shard checked, and compared with its TFRecord twin's records in order."""
+def _check_records(m: Manifest, local: str, shard: Shard, shard_format: ShardFormat,
+                   tfrecord: Shard | None) -> list[str]:
+    """Every record of a shard checked, and compared with its TFRecord twin's records in order."""
     problems: list[str] = []
     twin = _twin_records(m, tfrecord)
     other = tfrecord.path if tfrecord is not None else ""
     count = 0
-    for count, record in enumerate(array_record.read_records(local, shard.path), start=1):
+    for count, record in enumerate(shard_format.read(local, shard.path), start=1):
         problems.extend(f"{shard.path}: record {count - 1}: {p}" for p in check_record(m, record))
         if twin is not None and next(twin, None) != record:
             problems.append(f"{shard.path}: record {count - 1} differs from record {count - 1} of {other}")
@@ -310,7 +312,7 @@ def _check_records(m: Manifest, local: str, shard: Shard, tfrecord: Shard | None
     if count != shard.num_records:
         problems.append(f"{shard.path}: {count} records, manifest says {shard.num_records}")
     if twin is not None and next(twin, None) is not None:
-        problems.append(f"{shard.path}: {other} holds more records than its ArrayRecord twin")
+        problems.append(f"{shard.path}: {other} holds more records than its {shard_format.title} twin")
     return problems
 
 
@@ -323,9 +325,8 @@ def _twin_records(m: Manifest, tfrecord: Shard | None) -> Iterator[bytes] | None
 
     def records() -> Iterator[bytes]:
         try:
-            with storage.open_read(path) as f:
-                yield from iter_records(f)  # type: ignore[arg-type]
-        except (FramingError, storage.StorageError):
+            yield from TFRECORD.read(path)
+        except (TFRECORD.error, storage.StorageError):
             return
 
     return records()
