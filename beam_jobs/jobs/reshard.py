@@ -49,7 +49,7 @@ from shard_utils.inputs import listings
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.media.encode import Encoded
 from shard_utils.sharding import fragments, plan
-from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
+from shard_utils.sharding.copy_records import DamagedShard, shard_records, unindexed_shard_records
 from shard_utils.text import printable_lines
 
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
@@ -158,8 +158,9 @@ class _CopyFn(beam.DoFn):
         self._run = keep_lease(run, self.config)
         cfg = self.config
         uri = storage.join(self.location, task.shard.path)
-        records = array_record_shard_records(uri, task.shard, seed=cfg.seed, label_offset=cfg.label_offset,
-                                             extras=cfg.listing.extras) if not get(self.shard_format).indexed else \
+        shard_format = get(self.shard_format)
+        records = unindexed_shard_records(uri, task.shard, shard_format, seed=cfg.seed, label_offset=cfg.label_offset,
+                                          extras=cfg.listing.extras) if not shard_format.indexed else \
             shard_records(uri, task.shard, task.rows, seed=cfg.seed, label_offset=cfg.label_offset,
                           extras=cfg.listing.extras)
         try:
