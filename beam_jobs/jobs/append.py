@@ -118,7 +118,7 @@ def read_part(part: DatasetPart):
             yield from _record_ids(shard_formats.get(part.kind), uri, part.split)
         else:
             yield from ((entry["source"], part.kind) for entry in manifest.read_report(uri, uri))
-    except (index.IndexFormatError, storage.StorageError, *shard_formats.READ_ERRORS, ValueError) as exc:
+    except (index.IndexFormatError, storage.StorageError, ValueError) as exc:  # a broken shard: ValueError
         raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
                                      "tpu-shards verify lists every problem") from None
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar
+from typing import BinaryIO, ClassVar, cast
 
 from shard_utils import storage
 from shard_utils.format import array_record, filenames, tfrecord
@@ -106,7 +106,7 @@ class TFRecordFormat(ShardFormat):
     def read(self, uri: str, where: str | None = None) -> Iterator[bytes]:
         with storage.open_read(uri) as f:
             try:
-                yield from tfrecord.iter_records(f)
+                yield from tfrecord.iter_records(cast(BinaryIO, f))
             except tfrecord.FramingError as exc:
                 raise tfrecord.FramingError(f"{where or uri}: {exc}") from None
 
@@ -146,7 +146,7 @@ ARRAY_RECORD = ArrayRecordFormat("array_record", "ArrayRecord", ("array_record",
 # The registry, in the order a dataset lists its formats (the first one's shards are a manifest's `shards`).
 FORMATS: dict[str, ShardFormat] = {f.name: f for f in (TFRECORD, ARRAY_RECORD)}
 FIRST = TFRECORD  # what builds write first, and what a manifest without `shard_format` holds
-READ_ERRORS = tuple(f.error for f in FORMATS.values())  # what reading any shard raises for a broken one
+READ_ERRORS: tuple[type[ValueError], ...] = tuple(f.error for f in FORMATS.values())  # what reading any shard raises for a broken one
 BOTH = "both"  # --format both: TFRecord shards and their ArrayRecord twins
 OPTIONS = (*FORMATS, BOTH)  # the --format values
 

@@ -95,7 +95,9 @@ def iter_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
             yield StoredRecord(split, shard.path, index, fields)
     except ShardReadError:
         raise
-    except (*READ_ERRORS, storage.StorageError) as exc:
+    except READ_ERRORS as exc:
+        raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
+    except storage.StorageError as exc:
         raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
 
 
