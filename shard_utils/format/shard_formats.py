@@ -9,6 +9,7 @@ Adding a format: a subclass here and one line in `FORMATS`.
 """
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ __all__ = ["ShardFormat", "TFRecordFormat", "ArrayRecordFormat", "TFRECORD", "AR
 
 
 @dataclass(frozen=True)
-class ShardFormat:
+class ShardFormat(abc.ABC):
     """What one shard format is to the rest of the package. The methods touch files; the fields only describe."""
 
     name: str  # the manifest's `shard_format`, a --format value, TFDS's FileFormat value, the default extension
@@ -72,20 +73,21 @@ class ShardFormat:
 
     def check_installed(self, needed_for: str) -> None:
         """MissingExtra now, before any work, when the package this format needs is missing (`needed_for`: what the
-        user asked for that needs it)."""
+        user asked for that needs it). A format that needs none has nothing to check."""
+        return None
 
+    @abc.abstractmethod
     def write(self, records: Iterable[bytes], dst: str) -> Written:
         """Write the records, in order, as the shard `dst` (local or gs://), which appears whole or not at all."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read(self, uri: str, where: str | None = None) -> Iterator[bytes]:
-        """Every record of a shard in order, checked as the format allows; an error naming `where` (the shard) when
+        """Every record of a shard in order, checked as the format allows; `error` naming `where` (the shard) when
         it cannot be read."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def count(self, uri: str, where: str | None = None) -> int:
-        """The records a shard holds, checking its structure on the way; an error naming `where` when broken."""
-        raise NotImplementedError
+        """The records a shard holds, checking its structure on the way; `error` naming `where` when broken."""
 
 
 class TFRecordFormat(ShardFormat):
@@ -146,7 +148,7 @@ ARRAY_RECORD = ArrayRecordFormat("array_record", "ArrayRecord", ("array_record",
 # The registry, in the order a dataset lists its formats (the first one's shards are a manifest's `shards`).
 FORMATS: dict[str, ShardFormat] = {f.name: f for f in (TFRECORD, ARRAY_RECORD)}
 FIRST = TFRECORD  # what builds write first, and what a manifest without `shard_format` holds
-READ_ERRORS: tuple[type[ValueError], ...] = tuple(f.error for f in FORMATS.values())  # what reading any shard raises for a broken one
+READ_ERRORS: tuple[type[ValueError], ...] = tuple(f.error for f in FORMATS.values())  # any broken shard's error
 BOTH = "both"  # --format both: TFRecord shards and their ArrayRecord twins
 OPTIONS = (*FORMATS, BOTH)  # the --format values
 
