@@ -2,7 +2,8 @@
 
 A build's shard i of S is `train-0000i-of-0000S` at place i. An append's generation g is named like a
 split `train-g00g` and placed after the split's earlier shards, rotated so that hosts stay balanced
-(`generations.host_offset`). No Beam, no I/O.
+(`generations.host_offset`). The names themselves are made by `format.filenames`, through the TFRecord
+format (the shards a build writes first). No Beam, no I/O.
 """
 from __future__ import annotations
 
