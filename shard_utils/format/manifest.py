@@ -23,6 +23,7 @@ from shard_utils.format.filenames import (  # noqa: F401
     REJECTED_NAME,
     SKIPPED_NAME,
 )
+from shard_utils.format.image_size import MAX_IMAGE_SIDE, ImageSize
 from shard_utils.format.shard_formats import ARRAY_RECORD, FIRST, FORMATS, ShardFormat, get
 
 FORMAT_VERSION = FIRST.manifest_version
@@ -38,8 +39,6 @@ MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest of a quarter of a million shards; a larger one is refused unparsed
-MAX_IMAGE_SIDE = 65535  # JPEG's limit, and --image-size's
-MAX_IMAGE_PIXELS = 2**28  # image_size height x width: what a loader allocates per image (x3 channels, x4 as float)
 
 
 class ManifestError(ValueError):
@@ -492,9 +491,9 @@ def _image_size(value: Any) -> list[int] | None:
             isinstance(d, int) and not isinstance(d, bool) and 0 < d <= MAX_IMAGE_SIDE for d in value)):
         raise ManifestError(f"manifest: image_size must be null or [height, width], each in 1..{MAX_IMAGE_SIDE}, "
                             f"got {names.shown(value)}")
-    if value[0] * value[1] > MAX_IMAGE_PIXELS:
-        raise ManifestError(f"manifest: image_size {value[0]}x{value[1]} is more than {MAX_IMAGE_PIXELS} pixels; "
-                            "refused (a loader would allocate that per image)")
+    problem = ImageSize(*value).problem()
+    if problem is not None:
+        raise ManifestError(f"manifest: image_size {problem}; refused (a loader would allocate that per image)")
     return value
 
 
