@@ -78,7 +78,7 @@ def test_boundaries_give_exact_balance_in_key_order(keys, cores, bits, collide):
         if len(keys) < cores:
             return
     owners, p = exact_shards(keys, cores, bits)
-    by_order = [owner for _, owner in sorted(zip(keys, owners))]
+    by_order = [owner for _, owner in sorted(zip(keys, owners, strict=True))]
     assert by_order == sorted(by_order)  # contiguous runs of the total order
     assert [owners.count(i) for i in range(p.num_shards)] == p.sizes
     assert max(p.sizes) - min(p.sizes) <= 1 and min(p.sizes) >= 1

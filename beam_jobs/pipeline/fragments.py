@@ -47,7 +47,8 @@ class PlanFragmentShards(beam.PTransform):
         plans = ({"plan": planned | "KeyPlan" >> beam.Map(lambda p: (None, p)),
                   "keys": keys | "KeyKeys" >> beam.Map(lambda k: (None, k))}
                  | "PlanAndKeys" >> beam.CoGroupByKey()
-                 | "Boundaries" >> beam.FlatMap(lambda kv: (with_boundaries(p, dict(kv[1]["keys"])) for p in kv[1]["plan"])))
+                 | "Boundaries" >> beam.FlatMap(lambda kv: (with_boundaries(p, dict(kv[1]["keys"]))
+                                                          for p in kv[1]["plan"])))
         return {"plans": plans, "failure": drafts.failure}
 
 

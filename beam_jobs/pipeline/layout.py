@@ -56,7 +56,8 @@ class PlanLayout(beam.PTransform):
                  | "Pick" >> beam.FlatMap(pick_boundaries, beam.pvalue.AsList(drafts)))
         layouts = ({"drafts": drafts, "picks": picks}
                    | "DraftsAndPicks" >> Joined()
-                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"]) for d in found["drafts"])))
+                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"])
+                                                               for d in found["drafts"])))
         return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
 
 

@@ -18,6 +18,11 @@ from shard_utils.format.filenames import CROISSANT_NAME
 from shard_utils.format.manifest import MAX_MANIFEST_BYTES, IndexFile, Manifest, Shard
 from shard_utils.format.shard_formats import ARRAY_RECORD, FORMATS
 
+__all__ = [
+    "CONFORMS_TO", "ENCODINGS", "SHARDS", "SPLIT_OF_SHARD", "MAX_CROISSANT_BYTES", "METADATA", "metadata",
+    "dataset_name", "croissant", "croissant_bytes", "summary", "provenance", "described_files", "file_problems"
+]
+
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 ENCODINGS = {**{f.name: f.mime_type for f in FORMATS.values()}, "index": "application/x-avro"}
 SHARDS = "shards"  # the FileSet of every shard, the records' source

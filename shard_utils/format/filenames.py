@@ -12,6 +12,13 @@ import re
 
 from shard_utils.storage.lock import LOCK_NAME  # noqa: F401 - the output's lock, named by the lock
 
+__all__ = [
+    "LOCK_NAME", "MANIFEST_NAME", "REJECTED_NAME", "SKIPPED_NAME", "QUALITY_NAME", "TEMP_ROOT", "CROISSANT_NAME",
+    "CARD_NAME", "TFDS_DATASET_INFO", "TFDS_FEATURES", "TFDS_LABELS", "TFDS_LABELS_BEFORE", "SHARD_NAME",
+    "INDEX_NAME", "INDEX_PATTERN", "GENERATION_TAG", "REPORT_PATTERN", "INDEX_FILE", "REPORT_FILE",
+    "generation_split", "shard_name", "shard_pattern", "index_name", "report_name"
+]
+
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.jsonl"
 SKIPPED_NAME = "skipped.jsonl"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import IO, Any
 
 from shard_utils import storage
-from shard_utils.errors import InternalError
+from shard_utils.errors import InternalError, TpuShardsError
 from shard_utils.format import json_text, json_values, names, schema
 from shard_utils.format import splits as split_expressions
 from shard_utils.format.filenames import (  # noqa: F401
@@ -24,10 +24,25 @@ from shard_utils.format.filenames import (  # noqa: F401
     SKIPPED_NAME,
 )
 from shard_utils.format.image_size import MAX_IMAGE_SIDE, ImageSize
-from shard_utils.format.shard_formats import ARRAY_RECORD, FIRST, FORMATS, ShardFormat, get
+from shard_utils.format.shard_formats import ARRAY_RECORD as AR
+from shard_utils.format.shard_formats import FIRST, FORMATS, TFRECORD, ShardFormat, get
 
-FORMAT_VERSION = FIRST.manifest_version
-ARRAY_RECORD_VERSION = ARRAY_RECORD.manifest_version  # ArrayRecord shards only: readers of 1 and 2 must refuse it
+__all__ = [
+    "ARRAY_RECORD", "ARRAY_RECORD_PATTERN", "CARD_NAME", "CROISSANT_NAME", "MANIFEST_NAME", "REJECTED_NAME",
+    "SHARD_PATTERN", "SKIPPED_NAME", "array_record_name", "FORMAT_VERSION", "ARRAY_RECORD_VERSION",
+    "READABLE_VERSIONS", "SHARD_FORMATS", "MEDIA", "MAX_MANIFEST_BYTES",
+    "ManifestError", "Shard", "Generation", "IndexFile", "Split", "Manifest", "unknown_split", "safe_relative_path",
+    "from_dict", "check_generations", "parse", "MAX_REPORT_LINE", "bounded_lines", "iter_report_entries",
+    "read_report", "manifest_path", "read_manifest_bytes", "load", "assemble"
+]
+
+FORMAT_VERSION = TFRECORD.manifest_version
+ARRAY_RECORD_VERSION = AR.manifest_version  # ArrayRecord shards only: readers of 1 and 2 must refuse it
+# The names the stable path `shard_utils.manifest` has always exported, now the shard formats' own.
+ARRAY_RECORD = AR.name
+SHARD_PATTERN = TFRECORD.pattern.pattern
+ARRAY_RECORD_PATTERN = AR.pattern.pattern
+array_record_name = AR.twin_name
 READABLE_VERSIONS = (1, 2, 3)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
 # Version 2 also carries, once a dataset has been appended to, `generations` and each later shard's `generation`;
 # both are optional, so a manifest without them (a dataset built once) is unchanged. A dataset built with
@@ -41,7 +56,7 @@ _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest of a quarter of a million shards; a larger one is refused unparsed
 
 
-class ManifestError(ValueError):
+class ManifestError(ValueError, TpuShardsError):
     """A manifest is missing, malformed or unsafe; the message says which field and why."""
 
 
@@ -174,7 +189,7 @@ class Manifest:
     def formats(self) -> tuple[str, ...]:
         """The shard formats the dataset holds: ("tfrecord",), ("array_record",) or both."""
         twins = any(s.array_record_shards for s in self.splits.values())
-        return (self.shard_format, ARRAY_RECORD.name) if twins else (self.shard_format,)
+        return (self.shard_format, AR.name) if twins else (self.shard_format,)
 
     @property
     def first_format(self) -> ShardFormat:
@@ -192,7 +207,7 @@ class Manifest:
         if not split_expressions.is_expression(split):
             return [storage.join(self.location, s.path) for s in self.split(split).shards]  # type: ignore[arg-type]
         selection = self.select(split)
-        cut = [p for p, whole in zip(selection.pieces, selection.whole) if not whole]
+        cut = [p for p, whole in zip(selection.pieces, selection.whole, strict=True) if not whole]
         if cut:
             raise ValueError(f"split expression {selection.expression!r} cuts shard {cut[0].shard} of "
                              f"{cut[0].split!r} (takes its records {cut[0].start}..{cut[0].stop - 1}); shard_paths "
@@ -203,7 +218,7 @@ class Manifest:
     def array_record_shards(self, split: str) -> list[Shard]:
         """A split's ArrayRecord shards in shard order; ManifestError when the dataset has none."""
         entry = self.split(split)
-        if self.shard_format == ARRAY_RECORD.name:
+        if self.shard_format == AR.name:
             return list(entry.shards)
         if entry.array_record_shards is None:
             raise ManifestError(f"split {split!r} has no ArrayRecord shards (build with --format both or "
@@ -380,9 +395,9 @@ def _twins(raw: Any, shards: Sequence[Shard], where: str) -> list[Shard]:
     """A split's ArrayRecord twins: one per TFRecord shard, beside it, named after it, as many records."""
     if not isinstance(raw, list) or len(raw) != len(shards):
         raise ManifestError(f"{where}: array_record_shards must list one ArrayRecord shard per shard ({len(shards)})")
-    twins = [_shard(t, f"{where} array_record shard {i}", ARRAY_RECORD) for i, t in enumerate(raw)]
-    for i, (shard, twin) in enumerate(zip(shards, twins)):
-        twin_name = ARRAY_RECORD.twin_name(posixpath.basename(shard.path))
+    twins = [_shard(t, f"{where} array_record shard {i}", AR) for i, t in enumerate(raw)]
+    for i, (shard, twin) in enumerate(zip(shards, twins, strict=True)):
+        twin_name = AR.twin_name(posixpath.basename(shard.path))
         expected = posixpath.join(posixpath.dirname(shard.path), twin_name)
         if twin.path != expected or twin.num_records != shard.num_records or twin.generation != shard.generation:
             raise ManifestError(f"{where} array_record shard {i}: {twin.path!r} ({twin.num_records} records) is not "

@@ -13,6 +13,8 @@ from shard_utils.format import schema
 from shard_utils.format.manifest import Manifest, Shard
 from shard_utils.format.shard_formats import READ_ERRORS
 
+__all__ = ["ShardReadError", "StoredRecord", "label_texts", "iter_shard", "iter_split"]
+
 
 class ShardReadError(storage.StorageError):
     """A shard cannot be opened, or a record in it does not parse; the message names the shard and record."""

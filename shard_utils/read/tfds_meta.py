@@ -33,6 +33,8 @@ from shard_utils.format.filenames import generation_split
 from shard_utils.format.manifest import Manifest, Shard
 from shard_utils.format.shard_formats import ARRAY_RECORD, FIRST, of_shard
 
+__all__ = ["GENERATION_0", "tfds_files", "class_names", "split_expression", "tfds_split_name", "array_record_builder"]
+
 DATASET_INFO, FEATURES, LABELS = filenames.TFDS_DATASET_INFO, filenames.TFDS_FEATURES, filenames.TFDS_LABELS
 GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000
 _SPLIT = re.compile(r"^[A-Za-z0-9_-]+$")  # TFDS split names: word characters and '-'

@@ -42,6 +42,13 @@ from shard_utils.format.tfrecord import FramingError, iter_records
 from shard_utils.quality import findings
 from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
 
+__all__ = [
+    "verify", "CHEAP_CHECK_THREADS", "check_cheap", "check_reports", "check_quality", "check_croissant",
+    "IN_MEMORY_SHARD_BYTES", "check_shard", "check_unindexed_shard", "check_array_record_shard", "check_record",
+    "MAX_INDEX_PROBLEMS",
+    "check_indexes", "check_index"
+]
+
 
 def verify(dataset: str, deep: bool = False) -> list[str]:
     """All problems found in a dataset (empty when it is intact). With `deep`, a dataset with ArrayRecord shards
@@ -70,7 +77,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         index_problems = check_index(m, split_name, deep, reader=read_and_check)
         for i, shard in enumerate(split.shards):
             problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
-        for shard, twin in zip(split.shards, split.array_record_shards or ()):
+        for shard, twin in zip(split.shards, split.array_record_shards or (), strict=False):
             problems.extend(check_unindexed_shard(m, twin, deep, ARRAY_RECORD, tfrecord=shard))
         problems.extend(index_problems)
     return _links_outside(m) + problems + check_reports(m) + check_quality(m) + check_croissant(m)
@@ -286,6 +293,11 @@ def check_unindexed_shard(m: Manifest, shard: Shard, deep: bool, shard_format: S
         return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
     except shard_format.error as exc:
         return [str(exc)]
+
+
+def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Shard | None = None) -> list[str]:
+    """`check_unindexed_shard` of an ArrayRecord shard (the name the stable path `shard_utils.verify` exports)."""
+    return check_unindexed_shard(m, shard, deep, ARRAY_RECORD, tfrecord)
 
 
 def _check_file(path: str, shard: Shard) -> list[str]:
@@ -527,7 +539,7 @@ class _IndexRows:
         if self.unlabeled != self.split.unlabeled:
             self.problem(f"{self.where}: {self.unlabeled} rows have no label, the manifest says {self.split.unlabeled} "
                          "unlabeled records")
-        for shard, count in zip(self.split.shards, self.counts):
+        for shard, count in zip(self.split.shards, self.counts, strict=True):
             if count != shard.num_records:
                 self.problem(f"{self.where}: {count} rows for {shard.path}, manifest says {shard.num_records} records")
 

@@ -1,4 +1,4 @@
-"""Sorted runs of framed records ("fragments") and how shards are cut from them. Pure functions.
+"""Sorted runs of framed records ("fragments") and how shards are cut from them and written.
 
 An encoder buffers its records, sorts them by (split, sort key, source id) and writes them as one
 fragment file, and their metadata (RecordMeta) beside it in chunks. Because a shard is a contiguous
@@ -21,6 +21,11 @@ from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.media.encode import Encoded, RecordMeta
 from shard_utils.sharding.plan import SplitPlan
+
+__all__ = [
+    "META_CHUNK", "READ_BUDGET", "MIN_WINDOW", "MetaRange", "Section", "FragmentInfo", "Slice", "write_fragment",
+    "FragmentBuffer", "slices", "read_slice", "window_for", "merge", "FragmentShardTask", "write_fragment_shard"
+]
 
 META_CHUNK = 1024  # records per pickled chunk of a metadata file: a slice reads only the chunks it needs
 READ_BUDGET = 16 * 2**20  # bytes a shard writer holds of its slices at once, shared by all of them

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from shard_utils.format import generations
 from shard_utils.format.shard_formats import TFRECORD
 
+__all__ = ["ShardNaming"]
+
 
 @dataclass(frozen=True)
 class ShardNaming:

@@ -14,6 +14,12 @@ from functools import cached_property
 
 from shard_utils.errors import InternalError, PlanError
 
+__all__ = [
+    "MB", "BUILD_REMEDY", "RESHARD_REMEDY", "num_shards", "shard_sizes", "shard_starts", "shard_of_rank", "OrderKey",
+    "DEFAULT_BUCKET_BITS", "bucket_of", "locate_rank", "locate_ranks", "shard_of_key", "SplitPlan", "SplitTotals",
+    "plan_split", "plan_splits"
+]
+
 MB = 1_000_000
 BUILD_REMEDY = "add images, lower --num-cores/--num-hosts, or change --splits"
 RESHARD_REMEDY = "reshard to fewer shards per step: lower --num-cores/--num-hosts"
@@ -27,9 +33,11 @@ def num_shards(num_records: int, num_bytes: int, *, num_cores: int = 8, num_host
     where = f"split {split!r}: " if split else ""
     if forced is not None:
         if forced <= 0 or forced % unit:
-            raise PlanError(f"{where}--num-shards {forced} is not a positive multiple of num_cores x num_hosts = {unit}")
+            raise PlanError(f"{where}--num-shards {forced} is not a positive multiple of "
+                            f"num_cores x num_hosts = {unit}")
         if forced > num_records:
-            raise PlanError(f"{where}--num-shards {forced} is more than its {num_records} records; shards would be empty")
+            raise PlanError(f"{where}--num-shards {forced} is more than its {num_records} records; "
+                            "shards would be empty")
         return forced
     if num_records < unit:
         raise PlanError(
@@ -76,7 +84,7 @@ def locate_rank(rank: int, bucket_counts: Mapping[int, int]) -> tuple[int, int]:
 
 
 def locate_ranks(ranks: Sequence[int], bucket_counts: Mapping[int, int]) -> list[tuple[int, int]]:
-    """`locate_rank` of each rank: the buckets sorted and their counts summed once, then each rank found by bisection."""
+    """`locate_rank` of each rank: the buckets sorted and their counts summed once, each rank found by bisection."""
     buckets = sorted(bucket_counts)
     ends = list(itertools.accumulate(bucket_counts[b] for b in buckets))
     total = ends[-1] if ends else 0

@@ -18,6 +18,8 @@ from shard_utils.sharding import plan
 from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.layout import SplitLayout
 
+__all__ = ["RunCount", "Piece", "ShardPlan", "SplitShards", "shard_count", "plan_split_shards"]
+
 
 @dataclass(frozen=True)
 class RunCount:
@@ -139,7 +141,7 @@ class _Tails:
 
 
 def _tails(runs: Sequence[RunCount], takes: Sequence[int]) -> _Tails:
-    return _Tails(Piece(r.run, take, r.records - take) for r, take in zip(runs, takes) if r.records > take)
+    return _Tails(Piece(r.run, take, r.records - take) for r, take in zip(runs, takes, strict=True) if r.records > take)
 
 
 def _deal(tails: _Tails, n: int) -> list[Piece]:
