@@ -18,7 +18,7 @@ from beam_jobs.pipeline.start import keep_lease
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import RunInfo
 from shard_utils.errors import PlanError
-from shard_utils.format.layout import shard_name
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.sharding import fragments, plan
 from shard_utils.sharding.fragments import FragmentShardTask, write_fragment_shard
 from shard_utils.sharding.writer import ShardResult
@@ -139,7 +139,7 @@ class _WriteFn(PooledDoFn):
     def call(self, grouped, plans: list[dict], run: RunInfo):
         (split, shard), pieces = grouped
         split_plan = plans[0][split]
-        name = shard_name(split, shard, split_plan.num_shards, self.config.shard_extension)
+        name = TFRECORD.shard_name(split, shard, split_plan.num_shards, self.config.shard_extension)
         task = FragmentShardTask(split, shard, tuple(pieces), split_plan, name)
         return write_fragment_shard, (task, keep_lease(run, self.config).temp_dir, self.config.listing.extras), {
             "array_record_twin": self.config.array_record}, None

@@ -228,7 +228,7 @@ class FragmentShardTask:
 def write_fragment_shard(task: FragmentShardTask, folder: str, extras=(), *, array_record_twin: bool = False):
     """Read the shard's slices (in windows), merge them in key order, and write the shard and its index part
     under `folder` (the run's temporary folder); with `array_record_twin`, its ArrayRecord twin too."""
-    from shard_utils.format.layout import array_record_name
+    from shard_utils.format.shard_formats import ARRAY_RECORD
     from shard_utils.sharding.writer import ShardResult, describe, shard_paths, write_twin
 
     pieces = sorted(task.pieces, key=lambda s: (s.fragment, s.start))
@@ -249,7 +249,7 @@ def write_fragment_shard(task: FragmentShardTask, folder: str, extras=(), *, arr
 
     rows, classes, longest = describe(task.shard, metas, extras)
     storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
-    twin = write_twin(path, storage.join(folder, "shards", array_record_name(task.name)),
+    twin = write_twin(path, storage.join(folder, "shards", ARRAY_RECORD.twin_name(task.name)),
                       len(metas)) if array_record_twin else None
     return ShardResult(task.split, task.shard, path, task.name, len(metas), digest.size, digest.crc32c, digest.sha256,
                        tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())),
