@@ -8,11 +8,13 @@ import random
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from conftest import REPO
 
-from shard_utils.sharding import layout as lay
+from shard_utils.errors import InternalError
 from shard_utils.sharding import plan
+from shard_utils.sharding import run_plan as lay
 
 if str(REPO) not in sys.path:  # the simulator lives beside the package, in benchmarks/
     sys.path.insert(0, str(REPO))
@@ -91,14 +93,15 @@ def test_located_ranks_agree_with_walking_the_counts():
                 return bucket, rank - acc
             acc += counts[bucket]
 
-    assert plan.locate_ranks(ranks, counts) == [walked(r) for r in ranks]
-    with pytest.raises(plan.PlanError):
-        plan.locate_ranks([total], counts)
+    histogram = lay.BucketCounts(16, np.array(sorted(counts)), np.array([counts[b] for b in sorted(counts)]))
+    assert histogram.locate(ranks) == [walked(r) for r in ranks]
+    with pytest.raises(InternalError):
+        histogram.locate([total])
 
 
-def test_a_plans_shard_sizes_one_at_a_time():
-    p = plan.SplitPlan("train", 1003, 0, 10)
-    assert [p.size_of(i) for i in range(10)] == p.sizes
+def test_a_layouts_run_sizes_one_at_a_time():
+    layout = lay.SplitLayout("train", 1003, 0, 12, 10)
+    assert [layout.run_size(i) for i in range(10)] == plan.shard_sizes(1003, 10)
 
 
 def test_the_simulator_accounts_for_every_item():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format.order import sort_key
-from shard_utils.sharding import layout as lay
+from shard_utils.sharding import run_plan as lay
 from shard_utils.sharding import plan
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 

@@ -11,7 +11,7 @@ from conftest import write_images
 from shard_utils.format.layout import shard_name
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import EncodeSettings
-from shard_utils.sharding import layout as lay
+from shard_utils.sharding import run_plan as lay
 from shard_utils.sharding.encode_run import RunTask, encode_run, item_order
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask, write_shard

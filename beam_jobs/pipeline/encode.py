@@ -18,7 +18,7 @@ import apache_beam as beam
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
-from beam_jobs.pipeline.layout import Keyed, encode_settings
+from beam_jobs.pipeline.plan_runs import Keyed, encode_settings
 from beam_jobs.pipeline.start import keep_lease
 from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem

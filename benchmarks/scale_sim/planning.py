@@ -36,7 +36,7 @@ from beam_jobs.jobs.checks import prepare_output
 from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import SINGLETON_FANOUT
 from beam_jobs.pipeline.encode import assign_runs
-from beam_jobs.pipeline.layout import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
+from beam_jobs.pipeline.plan_runs import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
 from beam_jobs.pipeline.listing import LIST_CHUNK
 from beam_jobs.pipeline.shards import RunSummary, plan_shards
 from shard_utils import storage
@@ -46,7 +46,7 @@ from shard_utils.format.manifest import IndexFile
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.inputs.walk import sort_chunk
 from shard_utils.media.encode import RecordMeta
-from shard_utils.sharding import layout as lay
+from shard_utils.sharding import run_plan as lay
 from shard_utils.sharding.encode_run import item_order
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter

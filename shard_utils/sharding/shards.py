@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.carry import Carried
-from shard_utils.sharding.layout import SplitLayout
+from shard_utils.sharding.fragments import Slice
+from shard_utils.sharding.run_plan import SplitLayout
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,18 @@ class Piece:
 @dataclass(frozen=True)
 class ShardPlan:
     """One shard: its pieces in the order they are written. `prefix`: it is exactly the first
-    `num_records` records of one run, so that run's first bytes are the shard."""
+    `num_records` records of one run, so that run's first bytes are the shard. A reshard's shard is
+    slices of fragments instead (`fragments.Slice`), whose records interleave: they are merged in key order."""
 
     split: str
     shard: int
     num_shards: int
-    pieces: tuple[Piece, ...]
-    prefix: bool
+    pieces: tuple[Piece, ...] | tuple[Slice, ...]
+    prefix: bool = False
+
+    @property
+    def merged(self) -> bool:
+        return any(isinstance(p, Slice) for p in self.pieces)
 
     @property
     def num_records(self) -> int:

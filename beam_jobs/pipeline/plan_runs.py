@@ -3,13 +3,13 @@
 Every listed item gets its split and its place in the split's order (a seeded hash of its source id). The
 items are counted per split (with a histogram of their keys), a small sample of them (the first in key
 order) is encoded to learn what records their files become, and each split's shard count and runs follow
-(`shard_utils.sharding.layout`). Only the keys of the few hash buckets where a run starts are grouped and
+(`shard_utils.sharding.run_plan`). Only the keys of the few hash buckets where a run starts are grouped and
 sorted, to find the exact key where each run starts.
 """
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import apache_beam as beam
@@ -20,12 +20,12 @@ from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import Encoded, EncodeSettings, encode_data
-from shard_utils.sharding import layout as lay
 from shard_utils.sharding import plan
+from shard_utils.sharding import run_plan as lay
 from shard_utils.sharding.encode_run import item_order, read_items
-from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
+from shard_utils.sharding.run_plan import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
-__all__ = ["PlanLayout", "key_chunk"]
+__all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "key_chunk"]
 
 SAMPLE_SIZE = 32  # items encoded to estimate the records' bytes
 
@@ -52,16 +52,31 @@ class PlanLayout(beam.PTransform):
                    | "CountsAndSample" >> Joined()
                    | "Plan" >> beam.FlatMap(lambda found: layouts_or_failure(found["totals"][0], found["sample"][0], cfg))
                    .with_outputs("failure", main="drafts"))
-        drafts = collected(planned.drafts, "Drafts")
-        picks = (keyed
+        layouts = keyed | "FindBoundaries" >> FindBoundaries(collected(planned.drafts, "Drafts"), boundary_keys)
+        return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
+
+
+class FindBoundaries(beam.PTransform):
+    """The draft layouts ({split: SplitLayout}, once) with their run boundaries, found from the input's keys:
+    `keys_of(element, [drafts])` gives ((split, bucket), order key) of its keys in a bucket where a run starts;
+    only those buckets' keys are grouped and sorted. The build's input is keyed listing chunks, a reshard's its
+    fragments."""
+
+    def __init__(self, drafts, keys_of: Callable[[object, list], Iterable]):
+        super().__init__()
+        self.drafts, self.keys_of = drafts, keys_of
+
+    def expand(self, pcoll):
+        drafts, keys_of = self.drafts, self.keys_of
+        picks = (pcoll
                  | "WithDrafts" >> WithSingleton(drafts)
-                 | "BoundaryKeys" >> beam.FlatMapTuple(lambda chunk, draft: boundary_keys(chunk, [draft]))
+                 | "BoundaryKeys" >> beam.FlatMapTuple(lambda element, draft: keys_of(element, [draft]))
                  | "GroupBucket" >> beam.GroupByKey()
                  | "Pick" >> beam.FlatMap(pick_boundaries, beam.pvalue.AsList(drafts)))
-        layouts = ({"drafts": drafts, "picks": picks}
-                   | "DraftsAndPicks" >> Joined()
-                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"]) for d in found["drafts"])))
-        return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
+        return ({"drafts": drafts, "picks": picks}
+                | "DraftsAndPicks" >> Joined()
+                | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"])
+                                                              for d in found["drafts"])))
 
 
 def key_chunk(chunk: list[MediaItem], splits, seed: int) -> Chunk:
@@ -87,8 +102,11 @@ class ListingTotalsFn(beam.CombineFn):
             keys.append(key)
             sizes.append(item.size)
         for split, (keys, sizes) in by_split.items():
-            acc.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).add(keys, sizes)
+            self.add(acc, split, keys, sizes)
         return acc
+
+    def add(self, acc: dict, split: str, sort_keys: list[int], sizes: list[int]) -> None:
+        acc.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).add(sort_keys, sizes)
 
     def merge_accumulators(self, accs):
         by_split: dict[str, list[ListingTotals]] = {}
