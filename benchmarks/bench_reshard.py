@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -28,16 +29,19 @@ from conftest import write_images  # noqa: E402
 LABELS = ("cat", "dog", "fish", "bird")
 
 
-def cli(tree: Path, *args: str) -> float:
-    """Seconds `tpu-shards ARGS` took, run from `tree` in a fresh process (one line and exit on failure)."""
+def cli(tree: Path, *args: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of it and its worker processes) of `tpu-shards ARGS` run from `tree` in a fresh
+    process (one line and exit on failure). On a shared machine the CPU seconds vary much less than the wall's."""
     env = {**os.environ, "PYTHONPATH": str(tree), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "beam_jobs.cli", *args], capture_output=True, text=True, env=env,
                           cwd=tree)
     took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         sys.exit(f"{tree}: tpu-shards {' '.join(args)} failed: {done.stderr.strip().splitlines()[-1:]}")
-    return took
+    return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def shard_bytes(out: Path) -> dict[str, bytes]:
@@ -66,7 +70,7 @@ def main() -> None:
     if not source.exists():
         cli(args.trees[0], "build", "--input", str(images), "--output", str(source), "--num-cores", "8",
             "--image-size", "64")
-    times: dict[tuple[int, str], list[float]] = {}
+    times: dict[tuple[int, str], list[tuple[float, float]]] = {}
     made: dict[tuple[int, str], dict[str, bytes]] = {}
     for r in range(args.rounds):
         order = (0, 1) if r % 2 == 0 else (1, 0)
@@ -82,13 +86,15 @@ def main() -> None:
             for job in ("reshard", "append"):
                 made[(t, job)] = shard_bytes(out / ("resharded" if job == "reshard" else "appended"))
     print(f"{args.count} images of {args.size[0]}x{args.size[1]} (append: +{args.new}), {args.rounds} rounds, "
-          f"alternating; seconds per job (median; all)")
+          f"alternating; per job: median wall s, median CPU s (all rounds' wall)")
     for job in ("reshard", "append"):
-        base, cand = (statistics.median(times[(t, job)]) for t in (0, 1))
+        (bw, bc), (cw, cc) = ((statistics.median(w for w, _ in times[(t, job)]),
+                               statistics.median(c for _, c in times[(t, job)])) for t in (0, 1))
         same = made[(0, job)] == made[(1, job)]
-        print(f"  {job:8s} {args.trees[0].name}: {base:6.2f} s {[round(x, 2) for x in times[(0, job)]]}  "
-              f"{args.trees[1].name}: {cand:6.2f} s {[round(x, 2) for x in times[(1, job)]]}  "
-              f"ratio {cand / base:.3f}; same shard bytes: {same}")
+        walls = [[round(w, 1) for w, _ in times[(t, job)]] for t in (0, 1)]
+        print(f"  {job:8s} {args.trees[0].name}: {bw:6.2f} s, CPU {bc:6.2f} s {walls[0]}"
+              f"  {args.trees[1].name}: {cw:6.2f} s, CPU {cc:6.2f} s {walls[1]}"
+              f"  ratio wall {cw / bw:.3f}, CPU {cc / bc:.3f}; same shard bytes: {same}")
     if not args.data:
         shutil.rmtree(data, ignore_errors=True)
 

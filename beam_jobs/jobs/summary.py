@@ -6,7 +6,7 @@ from shard_utils.format import labels, manifest
 from shard_utils.text import printable
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
-                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped", "fragment_bytes_read",
+                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped",
                  "shard_bytes_copied")
 
 
