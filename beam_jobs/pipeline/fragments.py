@@ -14,7 +14,7 @@ import apache_beam as beam
 from beam_jobs import progress
 from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import WithSingleton, collected
-from beam_jobs.pipeline.plan_runs import FindBoundaries, ListingTotalsFn
+from beam_jobs.pipeline.plan_runs import FindBoundaries, SplitTotalsFn
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format.layout import shard_name
 from shard_utils.sharding import fragments, plan
@@ -49,7 +49,7 @@ class PlanFragmentShards(beam.PTransform):
         return {"tasks": tasks, "plans": layouts, "failure": planned.failure}
 
 
-class FragmentTotalsFn(ListingTotalsFn):
+class FragmentTotalsFn(SplitTotalsFn):
     """{split: ListingTotals} over every fragment's records: their count, bytes (exact) and hash buckets."""
 
     def add_input(self, acc, info: FragmentInfo):
@@ -94,5 +94,5 @@ def shard_task(grouped, extension: str) -> ShardTask:
     if sum(p.count for p in ordered) != planned:
         raise InternalError(f"shard {shard} of split {split!r} got {sum(p.count for p in ordered)} records, "
                             f"planned {planned}")
-    return ShardTask(ShardPlan(split, shard, num_shards, ordered), shard_name(split, shard, num_shards, extension),
-                     shard)
+    return ShardTask(ShardPlan(split, shard, num_shards, slices=ordered),
+                     shard_name(split, shard, num_shards, extension), shard)

@@ -20,12 +20,11 @@ from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import Encoded, EncodeSettings, encode_data
-from shard_utils.sharding import plan
-from shard_utils.sharding import run_plan as lay
+from shard_utils.sharding import plan, run_plan
 from shard_utils.sharding.encode_run import item_order, read_items
 from shard_utils.sharding.run_plan import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
-__all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "key_chunk"]
+__all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "SplitTotalsFn", "key_chunk"]
 
 SAMPLE_SIZE = 32  # items encoded to estimate the records' bytes
 
@@ -86,14 +85,35 @@ def key_chunk(chunk: list[MediaItem], splits, seed: int) -> Chunk:
                  for item in chunk)
 
 
-class ListingTotalsFn(beam.CombineFn):
-    """{split: ListingTotals} of every keyed item."""
+class SplitTotalsFn(beam.CombineFn):
+    """{split: ListingTotals}: what a subclass's `add_input` adds (`add`), merged split by split."""
 
     def __init__(self, bits: int):
         self.bits = bits
 
     def create_accumulator(self):
         return {}
+
+    def add(self, acc: dict, split: str, sort_keys: list[int], sizes: list[int]) -> None:
+        acc.setdefault(split, ListingTotals(keys=run_plan.BucketCounts(self.bits))).add(sort_keys, sizes)
+
+    def merge_accumulators(self, accs):
+        by_split: dict[str, list[ListingTotals]] = {}
+        for acc in accs:
+            for split, totals in acc.items():
+                by_split.setdefault(split, []).append(totals)
+        out: dict[str, ListingTotals] = {}
+        for split, many in by_split.items():  # each split's histograms added in one pass
+            out[split] = ListingTotals(keys=run_plan.BucketCounts(self.bits))
+            out[split].merge_all(many)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class ListingTotalsFn(SplitTotalsFn):
+    """{split: ListingTotals} of every keyed item."""
 
     def add_input(self, acc, chunk: list[Keyed]):
         by_split: dict[str, tuple[list, list]] = {}
@@ -103,23 +123,6 @@ class ListingTotalsFn(beam.CombineFn):
             sizes.append(item.size)
         for split, (keys, sizes) in by_split.items():
             self.add(acc, split, keys, sizes)
-        return acc
-
-    def add(self, acc: dict, split: str, sort_keys: list[int], sizes: list[int]) -> None:
-        acc.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).add(sort_keys, sizes)
-
-    def merge_accumulators(self, accs):
-        by_split: dict[str, list[ListingTotals]] = {}
-        for acc in accs:
-            for split, totals in acc.items():
-                by_split.setdefault(split, []).append(totals)
-        out: dict[str, ListingTotals] = {}
-        for split, many in by_split.items():  # each split's histograms added in one pass
-            out[split] = ListingTotals(keys=lay.BucketCounts(self.bits))
-            out[split].merge_all(many)
-        return out
-
-    def extract_output(self, acc):
         return acc
 
 
@@ -172,7 +175,7 @@ def encode_settings(config: BuildConfig, label_ids: dict[str, int]) -> EncodeSet
 def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):
     """The splits' layouts, or (tagged `failure`) the PlanError message saying why there are none."""
     try:
-        yield lay.plan_layouts(
+        yield run_plan.plan_layouts(
             totals, sample, expected_splits=[] if config.splits_from_data else [name for name, _ in config.splits],
             num_cores=config.num_cores, num_hosts=config.num_hosts,
             target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards)
@@ -186,7 +189,7 @@ def boundary_keys(chunk: list[Keyed], drafts: list[dict]) -> Iterable:
         for split, order, _ in chunk:
             found = layouts.get(split)
             if found is not None and BoundaryFinder.wanted(found, order[0]):
-                yield (split, lay.bucket_of(order[0], found.bucket_bits)), order
+                yield (split, run_plan.bucket_of(order[0], found.bucket_bits)), order
 
 
 def pick_boundaries(grouped, drafts: list[dict]) -> Iterable:

@@ -4,8 +4,9 @@ A shard that is a prefix of a run is that run's first bytes: moved and cut local
 saved beside it first), composed from the run's parts by Cloud Storage on gs://; any other shard is copied
 from byte ranges of the runs, read in large blocks (`shard_utils.sharding.writer`). The copies are written
 first, from the runs' files; a copy run again after a prefix was taken (the step retried or run twice at
-once) reads the saved tail. Shards are spread over the workers; locally they
-are written in the build's worker processes. With --format array_record or both, each shard's ArrayRecord
+once) reads the saved tail. A reshard's shards are all copies: each merges its slices of every fragment
+(`PlanFragmentShards`). Shards are spread over the workers; locally they are written in the job's worker
+processes. With --format array_record or both, each shard's ArrayRecord
 twin is written from the finished shard by the same call (`writer.write_twin`).
 """
 from __future__ import annotations

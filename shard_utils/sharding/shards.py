@@ -41,22 +41,19 @@ class Piece:
 @dataclass(frozen=True)
 class ShardPlan:
     """One shard: its pieces in the order they are written. `prefix`: it is exactly the first
-    `num_records` records of one run, so that run's first bytes are the shard. A reshard's shard is
-    slices of fragments instead (`fragments.Slice`), whose records interleave: they are merged in key order."""
+    `num_records` records of one run, so that run's first bytes are the shard. A reshard's shard has slices
+    of fragments instead (`fragments.Slice`), whose records interleave: they are merged in key order."""
 
     split: str
     shard: int
     num_shards: int
-    pieces: tuple[Piece, ...] | tuple[Slice, ...]
+    pieces: tuple[Piece, ...] = ()
     prefix: bool = False
-
-    @property
-    def merged(self) -> bool:
-        return any(isinstance(p, Slice) for p in self.pieces)
+    slices: tuple[Slice, ...] = ()
 
     @property
     def num_records(self) -> int:
-        return sum(p.count for p in self.pieces)
+        return sum(p.count for p in self.pieces) + sum(s.count for s in self.slices)
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,8 @@ def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec]
     `array_record_twin`, its ArrayRecord twin too."""
     plan = task.plan
     path, index_part = shard_paths(folder, task.name)
-    if plan.merged:
-        sums, metas = _write(path, _merged(plan.pieces))
+    if plan.slices:
+        sums, metas = _write(path, _merged(plan.slices))
         copied = sums.size
     elif plan.prefix:
         piece = plan.pieces[0]
