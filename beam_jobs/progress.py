@@ -188,7 +188,7 @@ def counter_totals(result: Any, committed: bool = True) -> dict[str, int]:
     (live while a job runs); empty if the runner reports none."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from beam_jobs.pipeline.common import NAMESPACE
+    from beam_jobs.run.tally import NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]

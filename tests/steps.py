@@ -13,8 +13,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from beam_jobs.jobs import options
 from beam_jobs.jobs.checks import prepare_inputs
-from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import NAMESPACE
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.identity import RunInfo
+from beam_jobs.run.tally import NAMESPACE
 from shard_utils import storage
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs import walk as media_listing

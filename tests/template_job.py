@@ -12,11 +12,11 @@ from pathlib import Path
 
 import apache_beam as beam
 
-from beam_jobs import publish
 from beam_jobs.jobs import options
 from beam_jobs.jobs.build import build_pipeline
 from beam_jobs.jobs.checks import prepare_inputs
-from beam_jobs.jobs.config import BuildConfig
+from beam_jobs.run import claim
+from beam_jobs.run.config import BuildConfig
 from shard_utils.storage.lock import LEASE_SECONDS
 
 
@@ -24,7 +24,7 @@ def template_config(input_dir: Path, output: Path, lease_seconds: float = LEASE_
     """The config a template launch builds its graph from: no run id, no creation time, not a local run."""
     args, _ = options.parse(["--input", str(input_dir), "--output", str(output), "--num-cores", "2"])
     listing, split_dirs = prepare_inputs(args)
-    config = options.make_config(args, split_dirs, workers=1, temp_root=publish.temp_root_for(str(output), None),
+    config = options.make_config(args, split_dirs, workers=1, temp_root=claim.temp_root_for(str(output), None),
                                  run_id=None, created=None, listing=listing, local=False)
     return replace(config, lease_seconds=lease_seconds)
 

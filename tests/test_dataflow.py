@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, faults, write_images
 
-from beam_jobs import publish
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs.build import run
+from beam_jobs.run import claim
 from shard_utils import storage
 from shard_utils.format import manifest
 from shard_utils.storage import lock as runlock
@@ -124,13 +124,13 @@ def test_each_template_launch_decides_its_own_run_and_a_retry_of_its_lock_step_r
     step) succeeds; another launch's run is refused while the first holds the lock."""
     from dataclasses import replace
 
-    from beam_jobs.jobs.config import BuildConfig
     from beam_jobs.pipeline.start import decide_run, take_lock
+    from beam_jobs.run.config import BuildConfig
 
     out = tmp_path / "out"
-    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT))
+    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / claim.TEMP_ROOT))
     first = take_lock(decide_run(config), config)
-    assert first.temp_dir == str(out / publish.TEMP_ROOT / first.run_id) and first.created
+    assert first.temp_dir == str(out / claim.TEMP_ROOT / first.run_id) and first.created
     assert runlock.holds(str(out), first.run_id)
     assert take_lock(first, config) == first  # the lock step retried, or run twice at once
     with pytest.raises(UsageError, match=f"being written by another build: run {first.run_id}"):
@@ -177,7 +177,7 @@ def test_a_template_launch_runs_to_the_end_and_publishes(tmp_path):
     assert run_bounded(lambda: run_template_job(config), 120) == []
     built = manifest.load(str(out))
     assert built.num_records("train") == 6 and len(list(out.glob("train-*.tfrecord"))) == 2
-    assert not (out / runlock.LOCK_NAME).exists() and not (out / publish.TEMP_ROOT).exists()
+    assert not (out / runlock.LOCK_NAME).exists() and not (out / claim.TEMP_ROOT).exists()
 
 
 def lease_of(output: Path) -> runlock.Lease | None:
@@ -233,4 +233,4 @@ def test_a_killed_template_launch_leaves_a_lease_that_runs_out(tmp_path):
     built = manifest.load(str(out))
     assert built.num_records("train") == 6 and built.created != first.started
     assert not (out / runlock.LOCK_NAME).exists()
-    assert not (out / publish.TEMP_ROOT / first.run_id).exists()  # the killed run's temporary files are gone
+    assert not (out / claim.TEMP_ROOT / first.run_id).exists()  # the killed run's temporary files are gone

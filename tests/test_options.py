@@ -4,6 +4,7 @@ These run the command line in this process (no Beam subprocess): errors found be
 built need no runner.
 """
 import logging
+from dataclasses import fields, replace
 
 import pytest
 from conftest import run_job
@@ -11,8 +12,9 @@ from conftest import run_job
 from beam_jobs.cli import main
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
-from beam_jobs.jobs.config import RejectLimit
+from beam_jobs.run.config import BuildConfig, DatasetSpec, RejectLimit, RunSettings
 from shard_utils.errors import InternalError
+from shard_utils.format.image_size import ImageSize, parse_image_size
 
 
 def one_line_error(capsys, argv, *fragments, code=2):
@@ -60,12 +62,32 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--worker-memory-mb", "100"], "--worker-memory-mb 100 must be in 1024..1048576"),
     (["--max-pixels", "300000000"], "--max-pixels 300000000 is more than any image fits in --worker-memory-mb 1024"),
     (["--near-dups", "merge"], "argument --near-dups: invalid choice: 'merge'"),
+    (["--image-size", "0"], "--image-size '0' must be 1 or 2 integers in 1..65535"),
+    (["--image-size", "16,16,3"], "--image-size '16,16,3' must be 1 or 2 integers in 1..65535"),
+    (["--image-size", "20000,20000"], "--image-size 20000x20000 is more than 268435456 pixels per image"),
     (["--near-dups", "group", "--quality-checks", "off"], "--near-dups group needs every image's signature"),
     (["--near-dups", "drop", "--validate", "structure"], "--near-dups drop needs every image's signature"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_image_size_is_parsed_once_into_the_form_it_is_carried_in():
+    """--image-size "H" or "H,W" becomes (height, width) at parsing; the manifest records it as [height, width]."""
+    assert parse_image_size("224") == ImageSize(224, 224) and parse_image_size("224,160") == ImageSize(224, 160)
+    assert list(parse_image_size("32,16")) == [32, 16]
+
+
+def test_the_config_is_what_shapes_the_dataset_and_how_the_run_executes():
+    """BuildConfig's two halves share no field, and nothing of how the run executes reaches the manifest."""
+    dataset, execution = {f.name for f in fields(DatasetSpec)}, {f.name for f in fields(RunSettings)}
+    assert not dataset & execution and {f.name for f in fields(BuildConfig)} == dataset | execution
+    config = BuildConfig(input="in", output="out", temp_root="tmp")
+    other = replace(config, output="elsewhere", temp_root="t2", run_id="r", created="c", lease_seconds=1,
+                    overwrite=True, workers=7, bucket_bits=3, fragment_bytes=5, run_part_bytes=9, local=True)
+    assert other.manifest_options() == config.manifest_options()
+    assert not set(config.manifest_options()) & execution
 
 
 def test_a_missing_required_option_is_one_line(capsys, images):

@@ -175,9 +175,9 @@ def test_bars_show_on_a_terminal_with_the_base_install_alone(tmp_path):
 def test_listing_counts_files_as_they_are_listed_not_when_the_listing_ends(tmp_path):
     """A big folder's listing shows its progress chunk by chunk: after the first chunk comes out, the bar
     already counts it, while the rest of the folder is still to be walked."""
-    from beam_jobs.jobs.config import BuildConfig
     from beam_jobs.pipeline import listing
     from beam_jobs.pipeline.listing import ListTask, list_task
+    from beam_jobs.run.config import BuildConfig
 
     for i in range(listing.LIST_CHUNK * 2 + 5):
         (tmp_path / f"{i:05d}.jpg").write_bytes(b"x")

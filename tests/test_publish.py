@@ -10,8 +10,11 @@ import pytest
 
 from beam_jobs import publish
 from beam_jobs.errors import UsageError
-from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import reports
+from beam_jobs.run import claim, reports
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.failure import failure_message
+from beam_jobs.run.identity import RunInfo
+from beam_jobs.run.tally import Tally
 from benchmarks.scale_sim import reports as scale_reports
 from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
@@ -21,13 +24,14 @@ from shard_utils.format.manifest import load
 from shard_utils.format.tfrecord import frame
 from shard_utils.read.verify import verify
 from shard_utils.sharding.run_plan import SplitLayout
+from shard_utils.sharding.writer import ShardResult
 from shard_utils.storage import lock as runlock
 
 
 def make_run(tmp_path, n_shards=2, records=(3, 2)):
     """A config, a run holding the output's lock, and shards written under the run's temp folder."""
     out = tmp_path / "out"
-    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / publish.TEMP_ROOT),
+    config = BuildConfig(input=str(tmp_path / "in"), output=str(out), temp_root=str(out / claim.TEMP_ROOT),
                          num_cores=1, run_id="r1", created="2026-01-01T00:00:00+00:00")
     run = RunInfo("r1", config.temp_dir("r1"), config.created)
     runlock.acquire(str(out), "r1", config.created)
@@ -47,11 +51,11 @@ def make_run(tmp_path, n_shards=2, records=(3, 2)):
         part = storage.join(run.temp_dir, "index", name + ".avro")
         with storage.open_write(part) as out:
             index.write_index(out, rows, index.index_schema())
-        results.append(publish.ShardResult("train", i, temp, name, records[i], d.size, d.crc32c, d.sha256,
+        results.append(ShardResult("train", i, temp, name, records[i], d.size, d.crc32c, d.sha256,
                                            ((0, records[i]),), part))
         total += records[i]
     plans = {"train": SplitLayout("train", total, 0, n_shards, n_shards)}
-    tally = publish.Tally(seen=total + 1)
+    tally = Tally(seen=total + 1)
     rejected = [{"source": "a/bad.jpg", "reason": "corrupt", "message": "broken"}]
     return config, run, results, plans, tally, rejected
 
@@ -105,7 +109,7 @@ def test_too_many_rejects_fail_with_reasons_and_reports(tmp_path):
     config, run, results, plans, tally, rejected = make_run(tmp_path)
     from dataclasses import replace
 
-    from beam_jobs.jobs.config import RejectLimit
+    from beam_jobs.run.config import RejectLimit
 
     strict = replace(config, max_rejected=RejectLimit(count=0))
     with pytest.raises(PlanError) as err:
@@ -124,7 +128,7 @@ def test_a_planning_failure_names_the_top_reasons(tmp_path):
                 for i in range(96)] + [{"source": "x/l.jpg", "reason": "symlink", "message": "dangling"}]
     with pytest.raises(PlanError) as err:
         publish.finish([], config, plans=[], failure=["no input file could be used (0 records)"], rejected=rejected,
-                       skipped_files=[], tally=publish.Tally(seen=97), labels=[], run=run)
+                       skipped_files=[], tally=Tally(seen=97), labels=[], run=run)
     assert str(err.value).startswith("no input file could be used (0 records); rejected: 96 no_label (e.g. "
                                      "img000.jpg: file sits directly in the input folder), 1 symlink")
 
@@ -141,19 +145,19 @@ def test_a_run_that_lost_its_lock_publishes_nothing(tmp_path):
 
 def test_output_content_ignores_the_jobs_own_bookkeeping(tmp_path):
     out = tmp_path / "out"
-    (out / publish.TEMP_ROOT / "old-run").mkdir(parents=True)
+    (out / claim.TEMP_ROOT / "old-run").mkdir(parents=True)
     runlock.acquire(str(out), "r", "now")
-    assert publish.output_content(str(out)) == []
+    assert claim.output_content(str(out)) == []
     (out / "notes.txt").write_text("mine")
-    assert publish.output_content(str(out)) == ["notes.txt"]
+    assert claim.output_content(str(out)) == ["notes.txt"]
 
 
 def test_temp_data_follows_temp_location_on_the_same_kind_of_storage():
-    assert publish.temp_root_for("gs://b/out", None) == "gs://b/out/.tpu-shards-tmp"
-    root = publish.temp_root_for("gs://b/out", "gs://tmp-bucket/dataflow")
-    assert root.startswith("gs://tmp-bucket/dataflow/tpu-shards/") and root != publish.temp_root_for(
+    assert claim.temp_root_for("gs://b/out", None) == "gs://b/out/.tpu-shards-tmp"
+    root = claim.temp_root_for("gs://b/out", "gs://tmp-bucket/dataflow")
+    assert root.startswith("gs://tmp-bucket/dataflow/tpu-shards/") and root != claim.temp_root_for(
         "gs://b/other", "gs://tmp-bucket/dataflow")
-    assert publish.temp_root_for("/data/out", "gs://tmp/x") == "/data/out/.tpu-shards-tmp"
+    assert claim.temp_root_for("/data/out", "gs://tmp/x") == "/data/out/.tpu-shards-tmp"
 
 
 def publication(tmp_path):
@@ -264,8 +268,8 @@ def test_a_report_written_in_range_pieces_is_the_one_sort_of_its_lines_whatever_
     assert made[0][2] == one_sort
     counts = made[0][1]
     assert (counts.count, counts.by_reason) == (3070, Counter(e["reason"] for e in entries))
-    tally = publish.Tally(seen=4000)
-    assert publish.failure_message("why", reports.Report(counts), tally, "r") == publish.failure_message(
+    tally = Tally(seen=4000)
+    assert failure_message("why", reports.Report(counts), tally, "r") == failure_message(
         "why", entries, tally, "r")  # the failure line from the counts alone
 
 

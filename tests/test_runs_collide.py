@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, faults, run_cli, write_images
 from readers import dataset_files, shard_bytes
 
-from beam_jobs import publish
+from beam_jobs.run import claim
 from shard_utils import storage
 from shard_utils.read.verify import verify
 from shard_utils.storage import lock as runlock
@@ -80,12 +80,12 @@ def test_a_second_build_into_a_live_output_is_refused_and_the_first_completes(re
 @pytest.mark.slow
 def test_a_build_removes_only_dead_runs_temporary_folders(photos, tmp_path):
     out = tmp_path / "out"
-    stale = out / publish.TEMP_ROOT / "20200101T000000-deadbeef" / "fragments"
+    stale = out / claim.TEMP_ROOT / "20200101T000000-deadbeef" / "fragments"
     stale.mkdir(parents=True)
     (stale / "x.records").write_bytes(b"left by a crashed run")
     done = run_cli("build", "--input", photos, "--output", out)
     assert done.returncode == 0, done.stderr  # only the job's own bookkeeping was there: not "not empty"
-    assert not (out / publish.TEMP_ROOT).exists()
+    assert not (out / claim.TEMP_ROOT).exists()
     assert sorted(p.name for p in out.iterdir()) == sorted([*shard_bytes(out), *dataset_files()])
 
 

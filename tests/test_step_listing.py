@@ -9,7 +9,7 @@ from conftest import write_images
 from steps import counters, pipeline, run, step_config
 
 from beam_jobs.pipeline.listing import ListListedMedia, ListMedia
-from beam_jobs.publish import sum_tallies
+from beam_jobs.run.tally import sum_tallies
 
 
 def folder(tmp_path):

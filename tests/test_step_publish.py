@@ -33,12 +33,13 @@ from steps import (
     twice_at_once,
 )
 
-from beam_jobs.jobs.config import RejectLimit
-from beam_jobs.pipeline.common import FAILURE_METRIC
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.write import WriteShards
-from beam_jobs.publish import Tally, plan_publication
+from beam_jobs.publish import plan_publication
+from beam_jobs.run.config import RejectLimit
+from beam_jobs.run.failure import FAILURE_METRIC
+from beam_jobs.run.tally import Tally
 from shard_utils.format import schema
 from shard_utils.format.manifest import load
 from shard_utils.read.verify import verify

@@ -26,11 +26,10 @@ from dataclasses import dataclass, replace
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
 
-from beam_jobs import progress, publish
+from beam_jobs import progress
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import inherit, options
 from beam_jobs.jobs.checks import check_with_beam, inside, pipeline_options, prepare_inputs
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.jobs.summary import counted, counter_totals, label_ids_line, shard_noun, shards_of, twins_line
 from beam_jobs.pipeline.common import count
@@ -38,8 +37,12 @@ from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMedia, ListMedia
 from beam_jobs.pipeline.near_dups import packed, signature_of
 from beam_jobs.pipeline.publish import Publish
-from beam_jobs.pipeline.start import StartRun, new_run_id
+from beam_jobs.pipeline.start import StartRun
 from beam_jobs.publish.append import append_naming, plan_append, with_generation
+from beam_jobs.run import claim
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.identity import new_run_id
+from beam_jobs.run.tally import Tally
 from shard_utils import inputs, storage
 from shard_utils.format import array_record, index, layout, manifest, schema
 from shard_utils.format.generations import next_generation
@@ -212,7 +215,7 @@ def keep_new(grouped):
         progress.expect("encode", -len(items))  # the lister expected them to be encoded
         yield beam.pvalue.TaggedOutput("present", n)
         return
-    tally = publish.Tally(seen=n)
+    tally = Tally(seen=n)
     for s in skips:
         tally.skip(s["reason"], inputs.extension_of(s["source"]))
         yield beam.pvalue.TaggedOutput("skipped_files", s)
@@ -303,9 +306,7 @@ def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.M
         raise UsageError(f"--append: there is no dataset at {out} (no {manifest.MANIFEST_NAME}); build it first "
                          "without --append")
     try:
-        runlock.acquire(out, config.run_id, config.created or "")
-    except runlock.OutputBusy as exc:
-        raise UsageError(str(exc)) from None
+        claim.take(out, config.run_id, config.created or "")
     except storage.StorageError as exc:
         raise UsageError(f"output {out} is not writable: {exc.reason}") from None
     try:
@@ -315,8 +316,7 @@ def open_dataset(config: BuildConfig, given: Collection[str] = ()) -> manifest.M
             raise UsageError(f"cannot append to {out}: {exc}") from None
         check_appendable(old, config, given)
         check_intact(old, config)
-        publish.clean_stale_runs(config.temp_root, config.run_id)
-        publish.remove_unfinished_writes(out)
+        claim.clear_leftovers(out, config.temp_root, config.run_id)
     except BaseException:
         runlock.release(out, config.run_id)
         raise
@@ -350,7 +350,7 @@ def run_append(args, beam_args, given: Collection[str] = ()) -> manifest.Manifes
     now = datetime.datetime.now(datetime.UTC)
     local = runner in options.LOCAL_RUNNERS
     base = options.make_config(
-        args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
+        args, split_dirs, workers=workers, temp_root=claim.temp_root_for(args.output, cloud.temp_location),
         run_id=new_run_id(now), created=now.isoformat(timespec="seconds"), listing=listing, local=local)
     config = AppendConfig(**{name: getattr(base, name) for name in base.__dataclass_fields__})
     check_with_beam(opts)

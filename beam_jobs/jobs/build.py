@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, StandardOptions
 
-from beam_jobs import publish
 from beam_jobs.jobs import options, running
 from beam_jobs.jobs.checks import (
     check_models_and_codecs,
@@ -23,12 +22,14 @@ from beam_jobs.jobs.checks import (
     prepare_inputs,
     prepare_output,
 )
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.jobs.summary import metrics_summary, summary
 from beam_jobs.pipeline.dataset import ShardMedia
 from beam_jobs.pipeline.listing import ListListedMedia, ListMedia
 from beam_jobs.pipeline.publish import Publish
-from beam_jobs.pipeline.start import StartRun, new_run_id
+from beam_jobs.pipeline.start import StartRun
+from beam_jobs.run import claim
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.identity import new_run_id
 from shard_utils.format import manifest
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.text import printable_lines
@@ -65,7 +66,7 @@ def run(argv: Sequence[str] | None = None) -> manifest.Manifest | None:
     now = datetime.datetime.now(datetime.UTC)
     run_id = None if template else new_run_id(now)  # a template decides its run when launched
     config = options.make_config(
-        args, split_dirs, workers=workers, temp_root=publish.temp_root_for(args.output, cloud.temp_location),
+        args, split_dirs, workers=workers, temp_root=claim.temp_root_for(args.output, cloud.temp_location),
         run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), listing=listing,
         local=runner in options.LOCAL_RUNNERS and not template)
     check_with_beam(opts)

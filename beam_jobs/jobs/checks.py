@@ -12,14 +12,13 @@ from dataclasses import replace
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_jobs import publish
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options, running
 from beam_jobs.jobs.beam_options import JobOptions
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.listing_sources import prepare_listings
+from beam_jobs.run import claim
+from beam_jobs.run.config import BuildConfig
 from shard_utils import inputs, storage
-from shard_utils.storage import lock as runlock
 from shard_utils.text import printable
 
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
@@ -99,7 +98,7 @@ def prepare_output(config: BuildConfig) -> bool:
     except storage.StorageError as exc:
         raise UsageError(f"cannot create output folder {path}: {exc.reason}") from None
     try:
-        content = publish.output_content(path)
+        content = claim.output_content(path)
     except storage.StorageError as exc:
         raise UsageError(f"cannot list output {path}: {exc.reason}") from None
     if content and not config.overwrite:
@@ -107,15 +106,12 @@ def prepare_output(config: BuildConfig) -> bool:
     if config.run_id is None:
         return created  # a template: the lock is taken when a launch runs
     try:
-        runlock.acquire(path, config.run_id, config.created or "")
-    except runlock.OutputBusy as exc:
-        raise UsageError(str(exc)) from None
+        claim.take(path, config.run_id, config.created or "")
     except storage.StorageError as exc:
         if created:
             running.remove_if_empty(path)
         raise UsageError(f"output {path} is not writable: {exc.reason}") from None
-    publish.clean_stale_runs(config.temp_root, config.run_id)
-    publish.remove_unfinished_writes(path)
+    claim.clear_leftovers(path, config.temp_root, config.run_id)
     return created
 
 

@@ -13,8 +13,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.local.pool import LocalPool
+from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.format import manifest
 from shard_utils.text import printable

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 import shard_utils
 from beam_jobs import progress
 from beam_jobs.errors import OneLineParser, UsageError, unknown_option
-from beam_jobs.jobs.config import BuildConfig, RejectLimit
 from beam_jobs.pipeline import listing_sources as listing_io
+from beam_jobs.run.config import BuildConfig, RejectLimit
 from shard_utils import inputs, storage
 from shard_utils.format import names, schema, topology
+from shard_utils.format.image_size import parse_image_size
 from shard_utils.format.layout import FORMATS, SHARD_EXTENSIONS
-from shard_utils.format.manifest import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE
 from shard_utils.inputs import listings
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, largest_image, mib
 from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
@@ -431,12 +431,10 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         raise UsageError(str(exc)) from None
     if args.stratify:
         check_stratify(splits, split_dirs, listing)
-    size = None
-    if args.image_size:
-        hw = _int_list(args.image_size, "--image-size", (1, 2), 1, MAX_IMAGE_SIDE)
-        size = (hw[0], hw[-1])
-        if size[0] * size[1] > MAX_IMAGE_PIXELS:
-            raise UsageError(f"--image-size {size[0]}x{size[1]} is more than {MAX_IMAGE_PIXELS} pixels per image")
+    try:
+        size = parse_image_size(args.image_size) if args.image_size else None
+    except ValueError as exc:
+        raise UsageError(f"--image-size {exc}") from None
     if not 1 <= args.jpeg_quality <= 100:
         raise UsageError(f"--jpeg-quality {args.jpeg_quality} must be in 1..100")
     tpu, cores, hosts = tpu_layout(args.tpu, args.num_cores, args.num_hosts)

@@ -34,14 +34,17 @@ from beam_jobs import publish
 from beam_jobs.errors import OneLineParser, UsageError
 from beam_jobs.jobs import options
 from beam_jobs.jobs.checks import check_with_beam, pipeline_options, prepare_output
-from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo
 from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.jobs.summary import counter_totals, summary
 from beam_jobs.pipeline.common import count
 from beam_jobs.pipeline.fragments import PlanFragmentShards
 from beam_jobs.pipeline.publish import Publish
-from beam_jobs.pipeline.start import StartRun, keep_lease, new_run_id
+from beam_jobs.pipeline.start import StartRun, keep_lease
 from beam_jobs.pipeline.write import WriteShards
+from beam_jobs.run import claim
+from beam_jobs.run.config import BuildConfig, RejectLimit
+from beam_jobs.run.identity import RunInfo, new_run_id
+from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.errors import PlanError
 from shard_utils.format import generations, index, manifest, schema
@@ -202,7 +205,7 @@ class CarryOver(beam.PTransform):
 
 def carried(_, source: Manifest):
     skipped = source.skipped
-    yield publish.Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
+    yield Tally(seen=source.files_seen, skipped=Counter(skipped.get("by_reason", {})),
                         extensions=Counter(skipped.get("by_extension", {})))
     for tag, part in (("rejected", source.rejected), ("skipped_files", skipped)):
         listed = 0
@@ -368,7 +371,7 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         array_record.check_installed("resharding a dataset of --format array_record")
     return BuildConfig(
         input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
-        splits=tuple((name, 1.0) for name in source.splits), num_cores=cores, num_hosts=hosts,
+        splits=(), num_cores=cores, num_hosts=hosts,
         tpu=source.tpu if (cores, hosts) == (source.num_cores, source.num_hosts) else None,  # no stale --tpu
         target_shard_mb=target, num_shards=args.num_shards,
         seed=args.seed if args.seed is not None else int(source.options.get("seed") or 0),
@@ -402,7 +405,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     now = datetime.datetime.now(datetime.UTC)
     run_id = None if template else new_run_id(now)
     local = runner in options.LOCAL_RUNNERS and not template
-    config = make_config(args, source, temp_root=publish.temp_root_for(args.dst, cloud.temp_location),
+    config = make_config(args, source, temp_root=claim.temp_root_for(args.dst, cloud.temp_location),
                          run_id=run_id, created=None if template else now.isoformat(timespec="seconds"), local=local)
     check_with_beam(opts)
     with guard_interrupts(config, local):

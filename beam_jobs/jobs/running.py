@@ -12,12 +12,13 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from beam_jobs import progress, publish
+from beam_jobs import progress
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.jobs.dofn_specs import read_once
 from beam_jobs.local.pool import LocalPool
+from beam_jobs.run import claim
+from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.errors import PlanError
 from shard_utils.format import manifest
@@ -122,7 +123,7 @@ def abandon(config: BuildConfig, run_id: str) -> None:
     in an output without a manifest, and give the lock back."""
     try:
         if runlock.holds(config.output, run_id):
-            publish.remove_orphaned_files(config.output)
+            claim.remove_orphaned_files(config.output)
     except storage.StorageError:
         pass  # the next run into this output clears it
     temp = config.temp_dir(run_id)
@@ -132,7 +133,7 @@ def abandon(config: BuildConfig, run_id: str) -> None:
             if name.rstrip("/") != "report":
                 storage.delete_prefix(storage.join(temp, name.rstrip("/")))
         if "report/" not in names:
-            publish.remove_run_folder(config.temp_root, temp)
+            claim.remove_run_folder(config.temp_root, temp)
     except storage.StorageError:
         pass  # removed by the next run into this output
     try:
@@ -145,7 +146,8 @@ def raise_job_failure(result) -> None:
     """Raise, as its own type, the one-line failure a local job reported through its `failure` metric."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE
+    from beam_jobs.run.failure import FAILURE_METRIC
+    from beam_jobs.run.tally import NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(FAILURE_METRIC))

@@ -14,7 +14,7 @@ def counter_totals(result) -> dict[str, int]:
     """The job's Beam counters (namespace tpu_shards), summed over steps; empty if the runner has none."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from beam_jobs.pipeline.common import NAMESPACE
+    from beam_jobs.run.tally import NAMESPACE
 
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import Joined, count
-from beam_jobs.pipeline.shards import RunSummary, usable_counts
+from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.format.index import IndexFormatError
 from shard_utils.format.manifest import Manifest
 from shard_utils.sharding.carry import LatestGeneration, carried_splits, carry_shard, carry_tasks
 from shard_utils.sharding.copy_records import DamagedShard
+from shard_utils.sharding.runs import RunSummary, usable_counts
 
 __all__ = ["CarryLatest"]
 

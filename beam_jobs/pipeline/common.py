@@ -12,9 +12,9 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.local.pool import Crashed, Done, LocalPool, Outcome, Raised
+from beam_jobs.run.tally import NAMESPACE
 
-NAMESPACE = "tpu_shards"
-FAILURE_METRIC = "failure"  # a local build that cannot publish says why here (see Publish)
+Keyed = tuple  # (split, order key, MediaItem): an item keyed for its run, from PlanLayout to EncodeRuns
 SINGLETON_FANOUT = 64  # keys WithSingleton spreads its input over (each gets a copy of the singleton)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.carry import CarryLatest
 from beam_jobs.pipeline.encode import EncodeRuns
 from beam_jobs.pipeline.near_dups import ActOnClusters, FindNearDuplicates, MoveRecords
@@ -17,6 +16,7 @@ from beam_jobs.pipeline.plan_runs import PlanLayout
 from beam_jobs.pipeline.shards import PlanShards
 from beam_jobs.pipeline.stratify import Stratify
 from beam_jobs.pipeline.write import WriteShards
+from beam_jobs.run.config import BuildConfig
 from shard_utils.format.manifest import Manifest
 from shard_utils.quality.signature import NEAR_DISTANCE
 from shard_utils.sharding.carry import latest_generations

@@ -16,10 +16,10 @@ from collections.abc import Iterable
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.pipeline.common import Chunk, PooledDoFn, WithSingleton, count, rejected
-from beam_jobs.pipeline.plan_runs import Keyed, encode_settings
+from beam_jobs.pipeline.common import Chunk, Keyed, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.start import keep_lease
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.identity import RunInfo
 from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
 from shard_utils.media.budget import OutOfMemory
@@ -83,7 +83,7 @@ class _EncodeRunFn(PooledDoFn):
         self._run = keep_lease(run, self.config)
         if self._settings is None:
             ids = {name: i for i, name in enumerate(label_order(labels, self.known_labels))}
-            self._settings = encode_settings(self.config, ids)
+            self._settings = self.config.encode_settings(ids)
         task = RunTask(split, index, tuple(item for chunk in chunks for item in chunk))
         yield from self._encode(task, ())
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import WithSingleton, collected
 from beam_jobs.pipeline.plan_runs import FindBoundaries, SplitTotalsFn
+from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format.layout import shard_name
 from shard_utils.sharding import fragments, plan

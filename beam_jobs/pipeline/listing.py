@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import Chunk, count, rejected
 from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
-from beam_jobs.publish import Tally
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs import walk as media_listing

@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import apache_beam as beam
 
-from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected, count
+from beam_jobs.pipeline.common import Chunk, Joined, Keyed, WithSingleton, collected, count
+from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 from shard_utils.inputs import MediaItem
-from shard_utils.media.encode import Encoded, EncodeSettings, encode_data
+from shard_utils.media.encode import Encoded, encode_data
 from shard_utils.sharding import plan, run_plan
 from shard_utils.sharding.encode_run import item_order, read_items
 from shard_utils.sharding.run_plan import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
@@ -28,7 +28,6 @@ __all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "SplitTotalsFn", "
 
 SAMPLE_SIZE = 32  # items encoded to estimate the records' bytes
 
-Keyed = tuple  # (split, order key, MediaItem)
 
 
 class PlanLayout(beam.PTransform):
@@ -151,7 +150,7 @@ def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
     record's size enough to matter, so the sample does not wait for the label set."""
     if not items:
         return SizeSample()
-    settings = replace(encode_settings(config, {name: 0 for item in items for name in item.labels}), frame_now=True)
+    settings = replace(config.encode_settings({name: 0 for item in items for name in item.labels}), frame_now=True)
     source = record = records = 0
     per_record = 4 * int(dict(config.embed_info).get("embedding_dim", 0)) * (config.video.frames if config.video
                                                                              else 1) + 24 if config.embed else 0
@@ -163,13 +162,6 @@ def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
             records += 1
     count("sample_encoded", records)
     return SizeSample(source, record, records)
-
-
-def encode_settings(config: BuildConfig, label_ids: dict[str, int]) -> EncodeSettings:
-    """How the build encodes an item, with these label ids."""
-    return EncodeSettings(image=config.image, seed=config.seed, splits=config.splits, label_ids=label_ids,
-                          label_offset=config.label_offset, extras=config.listing.extras, video=config.video,
-                          frame_now=config.embed is None, max_file_bytes=config.max_file_bytes)
 
 
 def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):

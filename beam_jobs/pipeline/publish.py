@@ -19,11 +19,13 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import publish
 from beam_jobs.errors import UsageError
-from beam_jobs.jobs.config import BuildConfig
-from beam_jobs.pipeline.common import FAILURE_METRIC, NAMESPACE, Joined, PooledDoFn, count
+from beam_jobs.pipeline.common import Joined, PooledDoFn, count
 from beam_jobs.pipeline.reports import WriteReport
-from beam_jobs.publish.reports import PIECE_LINES, Report
-from shard_utils.errors import PlanError
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.failure import FAILURE_METRIC
+from beam_jobs.run.reports import PIECE_LINES, Report
+from beam_jobs.run.tally import NAMESPACE, sum_tallies
+from shard_utils.errors import InternalError, PlanError
 
 __all__ = ["Publish"]
 
@@ -79,7 +81,7 @@ def plan_step(found: dict, config: BuildConfig, planner):
             pieces = tuple(path for _, path in sorted(dict(found.pop(f"{name}_pieces")).items()))
             found[name] = Report(found.pop(f"{name}_counts")[0], pieces)
     side = {name: values for name, values in found.items() if name not in ("shards", "run", "tally", "plans")}
-    pub = planner(found["shards"], config, run=found["run"][0], tally=publish.sum_tallies(found["tally"]),
+    pub = planner(found["shards"], config, run=found["run"][0], tally=sum_tallies(found["tally"]),
                   plans=found["plans"], **side)
     if pub is not None:  # None: nothing to publish (an append that found nothing new)
         yield pub
@@ -109,7 +111,7 @@ def commit_step(found: dict, config: BuildConfig):
     for pub in found["pub"]:  # none when the publication could not be planned
         moved, indexes = found["moved"], found["indexes"]
         if sorted(moved) != sorted(m.name for m in pub.moves):
-            raise publish.InternalError(f"{len(moved)} of {len(pub.moves)} shards were moved into the output")
+            raise InternalError(f"{len(moved)} of {len(pub.moves)} shards were moved into the output")
         yield publish.commit(pub, config, dict(indexes))
 
 

@@ -5,15 +5,15 @@
 
 Output: a dict with `counts` (one ReportCounts, without its sample) and `pieces` ((piece, path) of each piece
 written). Publish joins only those under its one key and composes the pieces, in range order, into the report
-(`beam_jobs.publish.reports`).
+(`beam_jobs.run.reports`).
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.jobs.config import RunInfo
 from beam_jobs.pipeline.common import WithSingleton
-from beam_jobs.publish.reports import PIECE_LINES, ReportCounts, piece_of, write_piece
+from beam_jobs.run.identity import RunInfo
+from beam_jobs.run.reports import PIECE_LINES, ReportCounts, piece_of, write_piece
 
 __all__ = ["WriteReport"]
 

@@ -8,38 +8,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig
 from beam_jobs.pipeline.common import Joined, collected
+from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.carry import CarriedRun, LatestGeneration, carried_of, carried_splits
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.run_plan import SplitLayout
-from shard_utils.sharding.runs import RunFile
+from shard_utils.sharding.runs import RunSummary, usable_counts
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
 
-__all__ = ["PlanShards", "RunSummary", "plan_shards"]
+__all__ = ["PlanShards", "plan_shards"]
 
 MOVED = -1  # the run number of a RunSummary of records moved in from another split (numbered after the split's own)
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What planning needs of an encoded run."""
-
-    split: str
-    run: int
-    file: RunFile | None
-
-    @property
-    def count(self) -> int:
-        return self.file.count if self.file is not None else 0
 
 
 class PlanShards(beam.PTransform):
@@ -70,16 +57,6 @@ class PlanShards(beam.PTransform):
                                                                      config, naming, found["carried"], latest))
                    .with_outputs("plans", "failure", main="tasks"))
         return {"tasks": planned.tasks, "plans": collected(planned.plans, "Plans"), "failure": planned.failure}
-
-
-def usable_counts(summaries: list[RunSummary], dropped: list) -> dict[str, int]:
-    """Records per split that can go into shards: encoded, less those dropped as duplicates."""
-    out: dict[str, int] = defaultdict(int)
-    for s in summaries:  # moved runs too: their records count in the split they moved to
-        out[s.split] += s.count
-    for split, _, _ in dropped:
-        out[split] -= 1
-    return dict(out)
 
 
 def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list, config: BuildConfig,

@@ -14,21 +14,22 @@ out once no process of the job is left.
 from __future__ import annotations
 
 import datetime
-import uuid
 
 import apache_beam as beam
 
 from beam_jobs.errors import UsageError
-from beam_jobs.jobs.config import BuildConfig, RunInfo
+from beam_jobs.run import claim
+from beam_jobs.run.config import RunSettings
+from beam_jobs.run.identity import RunInfo, new_run_id
 from shard_utils.storage import lock as runlock
 
-__all__ = ["StartRun", "new_run_id", "decide_run", "take_lock", "keep_lease"]
+__all__ = ["StartRun", "decide_run", "take_lock", "keep_lease"]
 
 
 class StartRun(beam.PTransform):
     """One RunInfo: the run's id, temporary folder and creation time (see the module's docstring)."""
 
-    def __init__(self, config: BuildConfig):
+    def __init__(self, config: RunSettings):
         super().__init__()
         self.config = config
 
@@ -44,35 +45,25 @@ class StartRun(beam.PTransform):
                 | "KeepLease" >> beam.Map(keep_lease, cfg))
 
 
-def new_run_id(now: datetime.datetime) -> str:
-    return now.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-
-
-def decide_run(config: BuildConfig, now: datetime.datetime | None = None) -> RunInfo:
+def decide_run(config: RunSettings, now: datetime.datetime | None = None) -> RunInfo:
     """A new run's identity (no side effect: made stable before the lock is taken for it)."""
     now = now or datetime.datetime.now(datetime.UTC)
     run_id = new_run_id(now)
     return RunInfo(run_id, config.temp_dir(run_id), now.isoformat(timespec="seconds"))
 
 
-def take_lock(run: RunInfo, config: BuildConfig) -> RunInfo:
+def take_lock(run: RunInfo, config: RunSettings) -> RunInfo:
     """Take the output's lock for this run and apply the --overwrite rule; running it again for the same run
     gives the same answer. Temporary folders of dead earlier runs are removed once the lock is ours."""
-    from beam_jobs.publish import clean_stale_runs, output_content, remove_unfinished_writes
-
-    try:
-        runlock.acquire(config.output, run.run_id, run.created, config.lease_seconds)
-    except runlock.OutputBusy as exc:
-        raise UsageError(str(exc)) from None
-    if output_content(config.output) and not config.overwrite:
+    claim.take(config.output, run.run_id, run.created, config.lease_seconds)
+    if claim.output_content(config.output) and not config.overwrite:
         runlock.release(config.output, run.run_id)
         raise UsageError(f"output {config.output} is not empty; pass --overwrite to replace the dataset there")
-    clean_stale_runs(config.temp_root, run.run_id)
-    remove_unfinished_writes(config.output)
+    claim.clear_leftovers(config.output, config.temp_root, run.run_id)
     return run
 
 
-def keep_lease(run: RunInfo, config: BuildConfig) -> RunInfo:
+def keep_lease(run: RunInfo, config: RunSettings) -> RunInfo:
     """For a run decided inside the job: make sure this process renews its lease (a background thread, started
     once per process); returns the run. Steps that read the run call it, so the lease lives as long as any
     process works for the run. A driver-decided run is renewed by its driver: nothing to do."""

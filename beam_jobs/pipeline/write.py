@@ -16,9 +16,10 @@ from collections.abc import Iterable
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import PooledDoFn, WithSingleton, count
 from beam_jobs.pipeline.start import keep_lease
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.identity import RunInfo
 from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 
 __all__ = ["WriteShards"]

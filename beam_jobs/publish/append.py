@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from beam_jobs.jobs.config import BuildConfig, RunInfo
-from beam_jobs.publish import (
-    IndexJob,
-    Publication,
-    ShardResult,
-    Tally,
-    failure_message,
-    is_dataset_file,
-    named_files,
-    quality_section,
-    remove_run_folder,
-    shard_moves,
-    twin_entry,
-    write_reports,
-)
-from beam_jobs.publish.reports import Report, as_report
+from beam_jobs.publish.assembly import in_place_order, named_files, quality_section, twin_entry
+from beam_jobs.publish.plan import IndexJob, Move, Publication, shard_moves
+from beam_jobs.run.claim import is_dataset_file, let_go
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.failure import failed
+from beam_jobs.run.identity import RunInfo
+from beam_jobs.run.reports import Report, as_report
+from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format import generations, layout, schema
@@ -44,7 +36,7 @@ from shard_utils.format.manifest import (
 )
 from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.naming import ShardNaming
-from shard_utils.storage import lock as runlock
+from shard_utils.sharding.writer import ShardResult
 
 
 def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
@@ -63,8 +55,7 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
     """The new generation's publication; None when nothing is new (the run then lets go of the output); or
     PlanError saying why nothing can be appended. Report entries carry their generation (`with_generation`)."""
     rejected, skipped_files = as_report(rejected), as_report(skipped_files)
-    report = storage.join(run.temp_dir, "report")
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for r in results:
         counts[r.split] += r.num_records
     unknown = sorted(set(counts) - set(old.splits))
@@ -81,17 +72,14 @@ def plan_append(results: Sequence[ShardResult], config: BuildConfig, *, plans: l
         _give_up(config, run, old)  # the dataset stays as it is
         return None
     if not sum(encoded):
-        write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message("nothing to append: none of the new files could be used; nothing was written",
-                                        rejected, tally, report))
+        raise failed("nothing to append: none of the new files could be used; nothing was written", run.temp_dir,
+                     rejected, skipped_files, tally)
     if failure:
-        write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message(f"{failure[0]}; nothing was written", rejected, tally, report))
+        raise failed(f"{failure[0]}; nothing was written", run.temp_dir, rejected, skipped_files, tally)
     if config.max_rejected.exceeded(len(rejected), tally.seen):
-        write_reports(report, rejected, skipped_files)
-        raise PlanError(failure_message(
-            f"{len(rejected)} of {tally.seen} new files were rejected, more than --max-rejected {config.max_rejected} "
-            "allows; nothing was published", rejected, tally, report))
+        raise failed(f"{len(rejected)} of {tally.seen} new files were rejected, more than --max-rejected "
+                     f"{config.max_rejected} allows; nothing was published", run.temp_dir, rejected, skipped_files,
+                     tally)
     return grow(config, run, old, results, plans[0], rejected, skipped_files, tally, labels, cross_split, sum(present),
                 None if quality is None else as_report(quality))
 
@@ -103,8 +91,7 @@ def _give_up(config: BuildConfig, run: RunInfo, old: Manifest) -> None:
     for name in storage.list_names(config.output):
         if is_dataset_file(name) and name not in keep:
             storage.delete(storage.join(config.output, name))
-    remove_run_folder(config.temp_root, run.temp_dir)
-    runlock.release(config.output, run.run_id)
+    let_go(config.output, config.temp_root, run)
 
 
 # ---------------------------------------------------------------------------------------------- the new manifest
@@ -118,9 +105,10 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
     tfrecord = "tfrecord" in config.formats
-    splits, moves, indexes, gen_records, gen_shards, gen_carried = {}, [], [], {}, {}, {}
+    moves: list[Move] = []
+    splits, indexes, gen_records, gen_shards, gen_carried = {}, [], {}, {}, {}
     for split_name, split in old.splits.items():
-        mine = sorted((r for r in results if r.split == split_name), key=lambda r: r.place)
+        mine = in_place_order(results, split_name)
         if not mine:
             splits[split_name] = split
             continue
@@ -227,7 +215,7 @@ def _cumulative(old: Manifest, old_path: str | None, report: Report, g: int) -> 
     return dataclasses.replace(report, before=storage.join(old.location, old_path) if old_path else None)
 
 
-def with_generation(entry: dict, g: int) -> dict:
+def with_generation(entry: Mapping, g: int) -> dict:
     """A report entry of generation g."""
     return {**entry, "generation": g}
 

@@ -74,8 +74,8 @@ def simulate(names: list[str]) -> dict:
     import apache_beam as beam
 
     from beam_jobs.jobs.checks import check_input
-    from beam_jobs.jobs.config import BuildConfig
     from beam_jobs.pipeline import listing
+    from beam_jobs.run.config import BuildConfig
     from shard_utils.storage import base
 
     client = Client(names)

@@ -33,12 +33,14 @@ import numpy as np
 
 from beam_jobs import publish
 from beam_jobs.jobs.checks import prepare_output
-from beam_jobs.jobs.config import BuildConfig, RunInfo
 from beam_jobs.pipeline.common import SINGLETON_FANOUT
 from beam_jobs.pipeline.encode import assign_runs
 from beam_jobs.pipeline.listing import LIST_CHUNK
 from beam_jobs.pipeline.plan_runs import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
-from beam_jobs.pipeline.shards import RunSummary, plan_shards
+from beam_jobs.pipeline.shards import plan_shards
+from beam_jobs.run.config import BuildConfig
+from beam_jobs.run.identity import RunInfo
+from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.format import schema
 from shard_utils.format.layout import shard_name
@@ -49,7 +51,7 @@ from shard_utils.media.encode import RecordMeta
 from shard_utils.sharding import run_plan
 from shard_utils.sharding.encode_run import item_order
 from shard_utils.sharding.naming import ShardNaming
-from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
+from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunSummary, RunWriter
 from shard_utils.sharding.shards import Piece, ShardPlan
 from shard_utils.sharding.writer import ShardResult, ShardTask, write_shard
 from shard_utils.storage import _local
@@ -224,7 +226,7 @@ def publish_inputs(planned: Planned, config: BuildConfig) -> dict:
     rejected = [{"source": source_id(i), "reason": "corrupt", "message": "cannot identify image file"}
                 for i in range(planned.n - written)]
     return {"results": results, "plans": [planned.plans], "failure": [], "rejected": rejected, "skipped_files": [],
-            "tally": publish.Tally(seen=planned.n), "labels": [f"label_{i:03d}" for i in range(LABELS)]}
+            "tally": Tally(seen=planned.n), "labels": [f"label_{i:03d}" for i in range(LABELS)]}
 
 
 def plan_publish(planned: Planned, config: BuildConfig) -> publish.Publication:

@@ -26,8 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 from beam_jobs import publish  # noqa: E402
-from beam_jobs.jobs.config import BuildConfig, RejectLimit, RunInfo  # noqa: E402
-from beam_jobs.publish.reports import Report, ReportCounts, piece_of, write_piece  # noqa: E402
+from beam_jobs.run.config import BuildConfig, RejectLimit  # noqa: E402
+from beam_jobs.run.identity import RunInfo  # noqa: E402
+from beam_jobs.run.reports import Report, ReportCounts, piece_of, write_piece  # noqa: E402
+from beam_jobs.run.tally import Tally  # noqa: E402
 from shard_utils.errors import PlanError  # noqa: E402
 
 REASONS = ("corrupt", "too_small", "unreadable", "no_label", "symlink")
@@ -70,7 +72,7 @@ def simulate(n: int, folder: str, held: bool = False) -> dict:
         report, pieces = Report(counts.brief(), paths), len(paths)
     try:
         publish.plan_publication([], config, plans=[{}], failure=[], rejected=report, skipped_files=[],
-                                 tally=publish.Tally(seen=n), labels=[], run=run)
+                                 tally=Tally(seen=n), labels=[], run=run)
         raise AssertionError("more rejects than --max-rejected 0 allows, yet planned")
     except PlanError as exc:
         message = str(exc)

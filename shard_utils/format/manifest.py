@@ -16,6 +16,7 @@ from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.format import json_text, json_values, names, schema
 from shard_utils.format import splits as split_expressions
+from shard_utils.format.image_size import MAX_IMAGE_SIDE, ImageSize
 from shard_utils.format.layout import (  # noqa: F401
     ARRAY_RECORD,
     ARRAY_RECORD_PATTERN,
@@ -42,8 +43,6 @@ MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest of a quarter of a million shards; a larger one is refused unparsed
-MAX_IMAGE_SIDE = 65535  # JPEG's limit, and --image-size's
-MAX_IMAGE_PIXELS = 2**28  # image_size height x width: what a loader allocates per image (x3 channels, x4 as float)
 
 
 class ManifestError(ValueError):
@@ -492,9 +491,9 @@ def _image_size(value: Any) -> list[int] | None:
             isinstance(d, int) and not isinstance(d, bool) and 0 < d <= MAX_IMAGE_SIDE for d in value)):
         raise ManifestError(f"manifest: image_size must be null or [height, width], each in 1..{MAX_IMAGE_SIDE}, "
                             f"got {names.shown(value)}")
-    if value[0] * value[1] > MAX_IMAGE_PIXELS:
-        raise ManifestError(f"manifest: image_size {value[0]}x{value[1]} is more than {MAX_IMAGE_PIXELS} pixels; "
-                            "refused (a loader would allocate that per image)")
+    problem = ImageSize(*value).problem()
+    if problem is not None:
+        raise ManifestError(f"manifest: image_size {problem}; refused (a loader would allocate that per image)")
     return value
 
 

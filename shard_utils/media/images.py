@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from shard_utils.format.image_size import ImageSize
 from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end  # noqa: F401 - also named here
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, OutOfMemory, decode_bytes, mib
 from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
@@ -54,7 +55,7 @@ class Rejected(Exception):
 class ImageOptions:
     """How images are turned into JPEG bytes."""
 
-    size: tuple[int, int] | None = None  # (height, width)
+    size: ImageSize | None = None  # checked when --image-size is parsed
     resize: str = "fill"
     quality: int = 95
     max_pixels: int = DEFAULT_MAX_PIXELS

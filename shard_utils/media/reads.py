@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shard_utils import storage
-from shard_utils.storage.throttle import GaveUp, Waited, with_retries
+from shard_utils.storage.throttle import GaveUp, Waited
 from shard_utils.text import printable
 
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
@@ -101,18 +101,12 @@ def _read_up_to(fd: int, limit: int, expected: int) -> bytes:
 def _read_gcs(uri: str, max_bytes: int, size_hint: int, waited: Waited | None) -> bytes | Unusable:
     from google.api_core import exceptions as api
 
-    from shard_utils.storage import _gcs
-
     if size_hint > max_bytes:
         return _too_large(size_hint, max_bytes)
     # The whole object, its CRC32C checked by the client; of a size unknown (a listing), at most one byte more
-    # than the limit. One request per try: the object's retries and the process's throttle are with_retries'.
-    ranged = {} if 0 < size_hint else {"start": 0, "end": max_bytes}
+    # than the limit. One request per try: the object's retries and the process's throttle are the storage's.
     try:
-        blob = _gcs._blob(uri)
-        data = with_retries(lambda: blob.download_as_bytes(retry=None, timeout=_gcs.READ_TIMEOUT, **ranged),
-                            transient=_gcs.transient, overloaded=_gcs.overloaded, throttle=_gcs.READ_THROTTLE,
-                            policy=_gcs.READ_POLICY, waited=waited)
+        data = storage.read_throttled(uri, None if 0 < size_hint else max_bytes, waited)
     except api.NotFound:
         return Unusable("missing", f"{uri} does not exist")
     except (api.Forbidden, api.Unauthorized) as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import struct
+from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
@@ -265,3 +266,26 @@ def prefix_piece_bytes(run: RunFile, entries: Sequence[RunEntry], count: int) ->
             return end - at
         at += size
     return 0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What planning needs of an encoded run."""
+
+    split: str
+    run: int
+    file: RunFile | None
+
+    @property
+    def count(self) -> int:
+        return self.file.count if self.file is not None else 0
+
+
+def usable_counts(summaries: list[RunSummary], dropped: list) -> dict[str, int]:
+    """Records per split that can go into shards: encoded, less those dropped as duplicates."""
+    out: dict[str, int] = defaultdict(int)
+    for s in summaries:  # moved runs too: their records count in the split they moved to
+        out[s.split] += s.count
+    for split, _, _ in dropped:
+        out[split] -= 1
+    return dict(out)

@@ -40,6 +40,7 @@ from shard_utils.storage.base import (  # noqa: F401
     parent,
     split_gcs,
 )
+from shard_utils.storage.throttle import Waited
 
 
 def problem(exc: BaseException, uri: str = "") -> str:
@@ -87,6 +88,15 @@ def _failing(verb: str, uri: str, dst: str | None = None) -> Iterator[None]:
         raise _error(verb, uri, exc, dst) from exc
     except Exception as exc:
         raise _error(verb, uri, exc, dst) from exc
+
+
+def read_throttled(uri: str, end: int | None = None, waited: Waited | None = None) -> bytes:
+    """A gs:// object's bytes (up to byte `end` when given) for reads of many objects at once: each request
+    retried under the process's read throttle; a definite answer (not found, forbidden) raises the client
+    library's own exception, a failure still passing when the budget is spent raises `throttle.GaveUp`."""
+    from shard_utils.storage import _gcs as _storage_gcs
+
+    return _storage_gcs.read_throttled(uri, end, waited)
 
 
 def _backend(uri: str):

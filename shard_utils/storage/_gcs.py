@@ -19,7 +19,7 @@ from google.cloud.storage.retry import _should_retry
 
 from shard_utils.storage import base as storage
 from shard_utils.storage import ranges
-from shard_utils.storage.throttle import RetryPolicy, Throttle
+from shard_utils.storage.throttle import RetryPolicy, Throttle, Waited, with_retries
 
 # The library's retry waits up to 60 s between tries and gives up after 120 s; under a burst of 503s that
 # stalls a worker for minutes per request. Tries here wait at most 4 s (full jitter) and stop after 60 s:
@@ -170,6 +170,17 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
 
 def read_bytes(uri: str) -> bytes:
     return _blob(uri).download_as_bytes(retry=DEFAULT_RETRY)
+
+
+def read_throttled(uri: str, end: int | None, waited: Waited | None) -> bytes:
+    """The object's bytes (up to byte `end` when given), its CRC32C checked by the client: one request per try,
+    retried under the process's read throttle and READ_POLICY (GaveUp once its budget is spent); the library's
+    exceptions for definite answers."""
+    blob = _blob(uri)
+    ranged = {} if end is None else {"start": 0, "end": end}
+    return with_retries(lambda: blob.download_as_bytes(retry=None, timeout=READ_TIMEOUT, **ranged),
+                        transient=transient, overloaded=overloaded, throttle=READ_THROTTLE, policy=READ_POLICY,
+                        waited=waited)
 
 
 def read_range(uri: str, start: int, length: int) -> bytes:

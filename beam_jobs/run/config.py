@@ -1,4 +1,5 @@
-"""The settings of one build, as the pipeline's steps see them."""
+"""The settings of one job, as its steps see them: what shapes the dataset (`DatasetSpec`, recorded in the
+manifest) and how this run executes (`RunSettings`); `BuildConfig` is both."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,12 +9,15 @@ from shard_utils import storage
 from shard_utils.format import layout
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.media.embed import EmbedSpec
+from shard_utils.media.encode import EncodeSettings
 from shard_utils.media.images import ImageOptions
 from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES
 from shard_utils.media.video import VideoOptions
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS
 from shard_utils.sharding.runs import CHUNK_BYTES
 from shard_utils.storage.lock import LEASE_SECONDS
+
+__all__ = ["RejectLimit", "RunSettings", "DatasetSpec", "BuildConfig"]
 
 
 @dataclass(frozen=True)
@@ -32,29 +36,38 @@ class RejectLimit:
         return str(self.count) if self.count is not None else f"{(self.fraction or 0) * 100:g}%"
 
 
-@dataclass(frozen=True)
-class RunInfo:
-    """What is decided once per run: its id, its temporary folder and when it was created.
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """How this run executes: where it writes, under which id, with how many workers and parts of what size.
+    None of it changes the dataset's bytes, and none of it is recorded in the manifest."""
 
-    A driver decides it before submitting; a Dataflow template decides it at launch, inside the job,
-    so that every launch of one template gets its own.
-    """
-
-    run_id: str
-    temp_dir: str
-    created: str
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    """Everything a build needs besides Beam's own options; plain values so it pickles to workers."""
-
-    input: str | None  # None: a listing of absolute paths only
     output: str
     temp_root: str  # runs' temporary folders live under it: <output>/.tpu-shards-tmp or <temp_location>/...
     run_id: str | None = None  # None: decided when the job runs (a template launch)
     created: str | None = None
     lease_seconds: float = LEASE_SECONDS  # how long the output's lock holds a run without a renewal
+    overwrite: bool = False  # --overwrite: replace a dataset already in the output
+    workers: int = 1
+    bucket_bits: int = DEFAULT_BUCKET_BITS  # a split's keys are counted in 2**bucket_bits ranges to find its cuts
+    fragment_bytes: int = 64 * 2**20  # an encoder writes its buffered records as one sorted fragment at this size
+    run_part_bytes: int = CHUNK_BYTES  # on gs://, runs are written as parts of about this size
+    # A local run (Beam's in-process runner) reports a build that cannot publish through a Beam metric
+    # the driver reads (an exception in a local worker process prints Beam's traceback), where a remote
+    # run fails the job with the message; and it streams the listing into the encode step, where a
+    # remote run reshuffles it to spread the work over Dataflow's workers.
+    local: bool = False
+
+    def temp_dir(self, run_id: str) -> str:
+        return storage.join(self.temp_root, run_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+    """What shapes the dataset: the input, how it is split, encoded, checked and cut into shards (the options
+    `manifest_options` records in the manifest)."""
+
+    input: str | None  # None: a listing of absolute paths only
+    # () where no fractions cut the splits and no folder or column names them: a reshard keeps the source's.
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_dirs: bool = False
     stratify: bool = False  # --stratify: each class cut into the splits at their fractions (pipeline.stratify)
@@ -66,26 +79,16 @@ class BuildConfig:
     num_shards: int | None = None
     seed: int = 0
     tool_version: str = ""
-    workers: int = 1
     label_offset: int = 0
     shard_extension: str = "tfrecord"
     format: str = "tfrecord"  # --format: which shards are published (tfrecord, array_record or both)
     max_rejected: RejectLimit = RejectLimit(fraction=0.5)
-    bucket_bits: int = DEFAULT_BUCKET_BITS
-    fragment_bytes: int = 64 * 2**20  # an encoder writes its buffered records as one sorted fragment at this size
-    run_part_bytes: int = CHUNK_BYTES  # on gs://, runs are written as parts of about this size
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # larger source files are rejected `too_large`, never read whole
-    overwrite: bool = False
     dedup: bool = False
     near_dups: str = "report"  # --near-dups: report, group or drop (beam_jobs.pipeline.near_dups)
     follow_symlinks: bool = False
     listing: ListingOptions = ListingOptions()
     described: tuple[tuple[str, str], ...] = ()  # --name, --license, ...: the manifest's options["metadata"]
-    # A local run (Beam's in-process runner) reports a build that cannot publish through a Beam metric
-    # the driver reads (an exception in a local worker process prints Beam's traceback), where a remote
-    # run fails the job with the message; and it streams the listing into the encode step, where a
-    # remote run reshuffles it to spread the work over Dataflow's workers.
-    local: bool = False
     video: VideoOptions | None = None  # a video dataset: clips sampled into frames
     embed: EmbedSpec | None = None  # a model run on every image (or frame): its embedding goes in the record
     embed_key: str = "image/embedding"
@@ -115,8 +118,11 @@ class BuildConfig:
     def uses_listing(self) -> bool:
         return bool(self.listing.listings)
 
-    def temp_dir(self, run_id: str) -> str:
-        return storage.join(self.temp_root, run_id)
+    def encode_settings(self, label_ids: dict[str, int]) -> EncodeSettings:
+        """How the build encodes an item, with these label ids."""
+        return EncodeSettings(image=self.image, seed=self.seed, splits=self.splits, label_ids=label_ids,
+                              label_offset=self.label_offset, extras=self.listing.extras, video=self.video,
+                              frame_now=self.embed is None, max_file_bytes=self.max_file_bytes)
 
     def listing_shape(self) -> dict[str, Any]:
         """The listing options that decide each row's file, labels and split (None without a listing)."""
@@ -160,3 +166,10 @@ class BuildConfig:
             "embed_model": self.embed.model if self.embed else None,
             **({"metadata": dict(self.described)} if self.described else {}),
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildConfig(DatasetSpec, RunSettings):
+    """Everything a job needs besides Beam's own options: what shapes the dataset and how this run executes;
+    plain values, so it pickles to workers. A step that needs only one half takes that type."""
+

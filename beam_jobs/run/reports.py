@@ -1,8 +1,9 @@
 """The per-file reports (`rejected.jsonl`, `skipped.jsonl`, `quality.jsonl`) without holding their lines in one place.
 
-A report's lines are sorted by source (a quality finding's first source). The job counts them (bounded: by reason, an example per reason, and a
-sample of sort keys), cuts the key space into ranges from the sample, writes each range as a sorted piece in
-parallel, and composes the pieces in range order into the report: the bytes of one sort, whatever the ranges.
+A report's lines are sorted by source (a quality finding's first source). The job counts them (bounded: by reason,
+an example per reason, and a sample of sort keys), cuts the key space into ranges from the sample, writes each
+range as a sorted piece in parallel, and composes the pieces in range order into the report: the bytes of one sort,
+whatever the ranges.
 Only the counts and the pieces' names reach the one step that publishes. Each piece has a name fixed by its
 range, so a retry rewrites the same bytes.
 """
