@@ -284,7 +284,7 @@ def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manife
     carry = p | "CarryOver" >> CarryOver(light)
     planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
     nothing_dropped = p | "NoDuplicates" >> beam.Create([])  # the labels are the source's (known_labels), not found
-    shards = planned["tasks"] | "WriteShards" >> WriteShards(config, run)
+    shards = planned["tasks"] | "WriteShards" >> WriteShards(config, run, merged=True)
     damaged = (tasks.damaged, copied.damaged, carry.damaged) | "AllDamage" >> beam.Flatten()
     _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": carry.rejected,
          "skipped_files": carry.skipped_files, "tally": carry.tally,

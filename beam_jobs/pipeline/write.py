@@ -26,14 +26,18 @@ __all__ = ["WriteShards"]
 
 
 class WriteShards(beam.PTransform):
-    """Input: ShardTask. Output: ShardResult (the shard under its temporary name)."""
+    """Input: ShardTask. Output: ShardResult (the shard under its temporary name). `merged`: every task is a
+    reshard's, slices of fragments merged, none a prefix, and they come spread over keys by a grouping: each is
+    written as it comes."""
 
-    def __init__(self, config: BuildConfig, run):
+    def __init__(self, config: BuildConfig, run, *, merged: bool = False):
         super().__init__()
-        self.config, self.run = config, run
+        self.config, self.run, self.merged = config, run, merged
 
     def expand(self, tasks):
         run = beam.pvalue.AsSingleton(self.run)
+        if self.merged:
+            return tasks | "Merge" >> beam.ParDo(_WriteShardFn(self.config), run)
         copies = (tasks
                   | "Copied" >> beam.Filter(lambda task: not task.plan.prefix)
                   | "SpreadCopies" >> beam.Reshuffle()
