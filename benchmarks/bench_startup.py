@@ -2,9 +2,11 @@
 that only imports Beam and its in-process runner (the floor), in alternating rounds.
 
     python benchmarks/bench_startup.py [--count 64] [--kind small] [--rounds 5] [--workers 2] [--tree CHECKOUT]
+        [--against CHECKOUT] [--build-arg=--validate=structure ...]
 
 Prints the median wall and CPU seconds of each (CPU: the process and its encode workers), the ratio of the
-medians, then the phases of one more build (seconds from the process's start: imports, graph construction,
+medians (with --against, another checkout's build too, timed in the same rounds: a change against main on a
+shared machine), then the phases of one more build (seconds from the process's start: imports, graph construction,
 Beam's translation and optimisation, the steps, what follows them), what it imports beyond the floor
 (`-X importtime`) and the counts a cProfile of the driver shows (option views, DoFn introspection, bundles).
 """
@@ -39,15 +41,20 @@ COUNTED = (("options/pipeline_options.py", "view_as"), ("options/pipeline_option
 TREE = HERE.parent  # the checkout whose build is timed (--tree)
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TREE), str(HERE)]), "TF_CPP_MIN_LOG_LEVEL": "3"}
+def env(tree: Path | None = None) -> dict[str, str]:
+    """The timed processes' environment: the checkout first on the path, its bytecode cached (as an installed
+    package's is: a build that compiled its modules each time would be timing the compiler)."""
+    out = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree or TREE), str(HERE)]), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out.pop("PYTHONDONTWRITEBYTECODE", None)
+    return out
 
 
-def timed(cmd: list[str], **extra) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(wall seconds, CPU seconds of the process and its children, the finished process)."""
+def timed(cmd: list[str], tree: Path | None = None, **extra) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall seconds, CPU seconds of the process and its children, the finished process); `tree`: the checkout
+    (default --tree)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, env={**env(), **extra}, capture_output=True, text=True, cwd=TREE)
+    done = subprocess.run(cmd, env={**env(tree), **extra}, capture_output=True, text=True, cwd=tree or TREE)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -55,8 +62,12 @@ def timed(cmd: list[str], **extra) -> tuple[float, float, subprocess.CompletedPr
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
 
 
+EXTRA: list[str] = []  # --build-arg: more arguments for every build
+
+
 def build_args(source: Path, out: Path, workers: int) -> list[str]:
-    return ["--input", str(source), "--output", str(out), "--overwrite", "--no-progress", "--workers", str(workers)]
+    return ["--input", str(source), "--output", str(out), "--overwrite", "--no-progress", "--workers", str(workers),
+            *EXTRA]
 
 
 def build_cmd(source: Path, out: Path, workers: int, python_flags: tuple[str, ...] = ()) -> list[str]:
@@ -103,28 +114,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tree", default=str(HERE.parent), help="the checkout to build with (default: this one)")
+    ap.add_argument("--against", help="another checkout whose build is timed in the same rounds (e.g. main's)")
+    ap.add_argument("--build-arg", action="append", default=[], help="one more build argument (repeatable)")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "tpu-shards-bench-startup"))
     args = ap.parse_args(argv)
     if args.count < 1 or args.rounds < 1 or args.workers < 1:
         ap.error("need --count, --rounds and --workers >= 1")
     global TREE
     TREE, work = Path(args.tree).resolve(), Path(args.work)
+    EXTRA[:] = args.build_arg
     source = data.input_folder(work, args.kind, args.count, args.workers)
     out = work / "out" / f"{args.kind}-{args.count}"
-    runs: dict[str, list[tuple[float, float]]] = {"floor": [], "build": []}
+    trees = {"build": TREE, **({"against": Path(args.against).resolve()} if args.against else {})}
+    runs: dict[str, list[tuple[float, float]]] = {"floor": [], **{what: [] for what in trees}}
     for r in range(args.rounds):
-        order = ("floor", "build") if r % 2 == 0 else ("build", "floor")
+        order = list(runs) if r % 2 == 0 else list(reversed(runs))
         for what in order:
             cmd = [sys.executable, "-c", FLOOR] if what == "floor" else build_cmd(source, out, args.workers)
-            wall, cpu, _ = timed(cmd)
+            wall, cpu, _ = timed(cmd, trees.get(what))
             runs[what].append((wall, cpu))
-            print(f"round {r + 1} {what:<5} {wall:6.2f} s wall {cpu:6.2f} s CPU", file=sys.stderr, flush=True)
+            print(f"round {r + 1} {what:<7} {wall:6.2f} s wall {cpu:6.2f} s CPU", file=sys.stderr, flush=True)
     med = {what: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for what, v in runs.items()}
-    print(f"{args.count} images ({args.kind}), {args.workers} workers, medians of {args.rounds} alternating rounds")
+    print(f"{args.count} images ({args.kind}), {args.workers} workers, medians of {args.rounds} alternating rounds"
+          + (f", build arguments {' '.join(EXTRA)}" if EXTRA else ""))
     print(f"{'process':<42} {'wall s':>7} {'CPU s':>7}")
     print(f"{'import apache_beam + FnApiRunner (floor)':<42} {med['floor'][0]:7.2f} {med['floor'][1]:7.2f}")
     print(f"{'tpu-shards build':<42} {med['build'][0]:7.2f} {med['build'][1]:7.2f}")
+    if args.against:
+        print(f"{'tpu-shards build of ' + Path(args.against).name:<42} {med['against'][0]:7.2f} {med['against'][1]:7.2f}")
     print(f"ratio build / floor (wall): {med['build'][0] / med['floor'][0]:.2f}")
+    if args.against:
+        print(f"ratio build of {Path(args.against).name} / floor (wall): {med['against'][0] / med['floor'][0]:.2f}; "
+              f"build / build of {Path(args.against).name}: wall {med['build'][0] / med['against'][0]:.2f}, "
+              f"CPU {med['build'][1] / med['against'][1]:.2f}")
 
     marks_file, profile = work / "marks.json", work / "driver.prof"
     timed([sys.executable, "-m", "build_bench.startup_child", str(marks_file), "--",

@@ -9,7 +9,6 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
@@ -108,6 +107,8 @@ def source_checkout() -> Path | None:
 
 def extra_requirements(extra: str) -> list[str]:
     """The requirements an extra adds, from the installed metadata ([] when it is not installed with metadata)."""
+    from importlib import metadata  # here: a worker process that only imports this module never needs it
+
     try:
         from packaging.requirements import Requirement
 

@@ -38,3 +38,10 @@ def _refuse_to_load():
 
 def answer_unloadable(_):
     return _Unloadable()
+
+
+def imported(names: list[str]) -> list[bool]:
+    """Whether each module was already imported in this worker when the task ran."""
+    import sys
+
+    return [name in sys.modules for name in names]

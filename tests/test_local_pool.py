@@ -152,3 +152,14 @@ def test_a_build_with_workers_uses_the_pool_it_started_before_the_graph(images, 
     monkeypatch.setattr(LocalPool, "__init__", counting)
     run_job(images, tmp_path / "out", "--workers", "2")
     assert started == [2]
+
+
+def test_workers_import_the_preloaded_modules_before_their_first_task(helpers_on_path):
+    """`preload` modules are imported as a worker starts (a build's task modules, while its graph is built);
+    one that cannot be imported leaves the worker answering tasks."""
+    pool = LocalPool(1, preload=("colorsys", "no_such_module_for_tpu_shards"))
+    try:
+        ticket = pool.submit(pool_helpers.imported, ["colorsys", "wave"])
+        assert dict(pool.drain()) == {ticket: Done([True, False])}
+    finally:
+        pool.close()

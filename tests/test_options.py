@@ -113,6 +113,15 @@ def test_beams_own_options_pass_through():
                                                "--no_pipeline_type_check"]
 
 
+def test_a_local_run_skips_beams_type_inference_and_a_remote_one_keeps_it():
+    from apache_beam.options.pipeline_options import TypeOptions
+
+    from beam_jobs.jobs.checks import pipeline_options
+
+    assert pipeline_options([]).view_as(TypeOptions).pipeline_type_check is False
+    assert pipeline_options(["--runner=DataflowRunner"]).view_as(TypeOptions).pipeline_type_check is True
+
+
 def test_reject_limits():
     assert options.reject_limit("0") == RejectLimit(count=0)
     assert options.reject_limit("5%") == RejectLimit(fraction=0.05)

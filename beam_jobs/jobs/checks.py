@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options, running
@@ -153,7 +153,12 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     except SystemExit:
         last = (said.getvalue().strip().splitlines() or ["a Beam option is not valid"])[-1]
         raise UsageError(last.split(" error: ", 1)[-1]) from None
-    check_runner(opts.view_as(StandardOptions).runner or LOCAL_RUNNER)
+    runner = opts.view_as(StandardOptions).runner or LOCAL_RUNNER
+    check_runner(runner)
+    if runner in options.LOCAL_RUNNERS:
+        # Beam infers each step's element types from its function's bytecode as the graph is built (a third of
+        # the graph's construction); an in-process run uses none of them. Remote runners keep them (coders).
+        opts.view_as(TypeOptions).pipeline_type_check = False
     return opts
 
 

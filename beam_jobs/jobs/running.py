@@ -17,12 +17,17 @@ from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
 from beam_jobs.jobs.dofn_specs import read_once
 from beam_jobs.local.pool import LocalPool
+from beam_jobs.publish import move_shard
 from beam_jobs.run import claim
 from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.errors import PlanError
 from shard_utils.format import manifest
+from shard_utils.sharding.encode_run import encode_run
+from shard_utils.sharding.writer import write_shard
 from shard_utils.storage import lock as runlock
+
+POOLED = (encode_run, write_shard, move_shard)  # what a local run's steps hand to the worker processes
 
 
 def guard_interrupts(config: BuildConfig, local: bool):
@@ -95,13 +100,14 @@ def long_lived_objects_left_alone():
 
 def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
     """Start the local build's worker processes before the graph is built, so that their start-up (Python,
-    Pillow, the job's modules) overlaps Beam's graph construction instead of following it. Only where the
-    steps will run in this thread: Beam's in-process runner in its default single-threaded mode."""
+    Pillow, the modules of the functions they will run) overlaps Beam's graph construction instead of
+    following it. Only where the steps will run in this thread: Beam's in-process runner in its default
+    single-threaded mode."""
     runner = opts.view_as(StandardOptions).runner or ""
     direct = opts.view_as(DirectOptions)
     if (config.workers > 1 and runner in options.LOCAL_RUNNERS and not opts.view_as(GoogleCloudOptions).template_location
             and (direct.direct_num_workers or 1) <= 1):
-        LocalPool.shared(config.workers)
+        LocalPool.shared(config.workers, preload=tuple(dict.fromkeys(fn.__module__ for fn in POOLED)))
 
 
 class LeaseKeeper:

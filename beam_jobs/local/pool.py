@@ -8,7 +8,8 @@ session (a terminal's Ctrl-C reaches the build, which stops them) and die with t
 `Done(value)`, `Raised(error)` (the task's exception, to raise again in the build) or `Crashed(why)` (the
 worker died running it: a decoder that crashes on a hostile file, or the system that killed it for memory).
 What a crash means is the caller's decision; the pool starts a new worker and goes on. `submit_alone` runs a
-task with no other in flight (a retry after the system killed a worker). Functions are sent by name.
+task with no other in flight (a retry after the system killed a worker). Functions are sent by name; the
+modules named in `preload` are imported by each worker as it starts, while the build still makes its graph.
 """
 from __future__ import annotations
 
@@ -83,13 +84,14 @@ class LocalPool:
     _shared = threading.local()  # one pool per thread that runs steps
 
     @classmethod
-    def shared(cls, workers: int) -> LocalPool:
-        """This thread's pool of `workers` processes, started on first use and kept for every step."""
+    def shared(cls, workers: int, preload: tuple[str, ...] = ()) -> LocalPool:
+        """This thread's pool of `workers` processes, started on first use and kept for every step (`preload`:
+        modules a new pool's workers import as they start)."""
         pool = getattr(cls._shared, "pool", None)
         if pool is None or pool._closed or pool.size != workers:
             if pool is not None:
                 pool.close()
-            pool = cls._shared.pool = LocalPool(workers)
+            pool = cls._shared.pool = LocalPool(workers, preload)
         return pool
 
     @classmethod
@@ -103,10 +105,10 @@ class LocalPool:
         for pool in list(cls._live):
             pool.kill()
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, preload: tuple[str, ...] = ()):
         if workers < 1:
             raise ValueError("a pool needs at least one worker")
-        self.size = workers
+        self.size, self.preload = workers, tuple(preload)
         self._events: queue.Queue = queue.Queue()
         self._pending: collections.deque[_Task] = collections.deque()
         self._workers: dict[int, _Worker] = {}
@@ -193,7 +195,7 @@ class LocalPool:
     # ------------------------------------------------------------------ internals
 
     def _spawn(self) -> None:
-        proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local.worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.local.worker", *self.preload], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1", POOL_WORKER: "1"},
                                 start_new_session=True)
         wid = self._next_worker

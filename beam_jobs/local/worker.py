@@ -1,9 +1,12 @@
 """A local worker process: answers (ticket, function name, args, kwargs) messages until its input closes.
 
-Started as `python -m beam_jobs.local.worker` by LocalPool; imports no Beam."""
+Started as `python -m beam_jobs.local.worker [MODULE...]` by LocalPool; imports the modules named (the tasks'
+own, so their import overlaps the build's graph construction, not its first task), and no Beam."""
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import pickle
 import signal
 import sys
@@ -30,6 +33,15 @@ def _resolve(name: str) -> Callable:
     return found
 
 
+def _preload(modules: list[str]) -> None:
+    """Import the modules the tasks will need; one that fails is left to fail the task that needs it."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the task importing it reports the error where it is raised
+            pass
+
+
 def _picklable(exc: BaseException) -> BaseException:
     try:
         pickle.loads(pickle.dumps(exc))
@@ -43,6 +55,7 @@ def main() -> None:
     _die_with_parent()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but answers may go to the pipe
+    _preload(sys.argv[1:])
     functions: dict[str, Callable] = {}
     while True:
         try:
@@ -59,5 +72,14 @@ def main() -> None:
         del args, kwargs, answer  # nothing held while waiting for the next task
 
 
+def _exit_now() -> None:
+    """Exit as soon as the input closes: the exit handlers run and the streams are flushed, but the modules
+    (NumPy, Pillow, protobuf) are not torn down one by one while the build waits for its workers to end."""
+    atexit._run_exitfuncs()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main()
+    _exit_now()

@@ -42,14 +42,11 @@ class PlanLayout(beam.PTransform):
     def expand(self, media):
         cfg = self.config
         keyed = media | "Key" >> beam.Map(key_chunk, cfg.splits, cfg.seed)
-        totals = keyed | "Count" >> beam.CombineGlobally(ListingTotalsFn(cfg.bucket_bits))
-        sample = (keyed
-                  | "First" >> beam.CombineGlobally(SmallestFn(SAMPLE_SIZE))
-                  | "EncodeSample" >> beam.Map(sample_sizes, cfg))
-        planned = ({"totals": totals, "sample": sample}
-                   | "CountsAndSample" >> Joined()
-                   | "Plan" >> beam.FlatMap(lambda found: layouts_or_failure(found["totals"][0], found["sample"][0], cfg))
-                   .with_outputs("failure", main="drafts"))
+        planned = (keyed  # counted and sampled in one pass: (totals, sample items)
+                   | "CountAndSample" >> beam.CombineGlobally(beam.combiners.SingleInputTupleCombineFn(
+                       ListingTotalsFn(cfg.bucket_bits), SmallestFn(SAMPLE_SIZE)))
+                   | "Plan" >> beam.FlatMapTuple(lambda totals, first: layouts_or_failure(
+                       totals, sample_sizes(first, cfg), cfg)).with_outputs("failure", main="drafts"))
         layouts = keyed | "FindBoundaries" >> FindBoundaries(collected(planned.drafts, "Drafts"), boundary_keys)
         return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
 

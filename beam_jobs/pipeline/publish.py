@@ -3,7 +3,7 @@
     Plan ─► Clear ─┬─► Move (per shard) ───────┬─► Commit
                    └─► MergeIndex (per split) ──┘
 
-The rejected and skipped files and the quality findings are written first, in sorted pieces in parallel (`WriteReport`); only their
+The rejected and skipped files and the quality findings are written first, in sorted pieces in parallel (`WriteReports`); only their
 counts and the pieces' names join the rest under Plan's one key. Plan checks the shards and the accounting
 and decides what to write; Clear makes room; shards move in and each split's index is written in parallel;
 Commit composes the reports from their pieces and writes the manifest once every move and index is done.
@@ -20,7 +20,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import publish
 from beam_jobs.errors import UsageError
 from beam_jobs.pipeline.common import Joined, PooledDoFn, count
-from beam_jobs.pipeline.reports import WriteReport
+from beam_jobs.pipeline.reports import WriteReports
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.failure import FAILURE_METRIC
 from beam_jobs.run.reports import PIECE_LINES, Report
@@ -50,11 +50,10 @@ class Publish(beam.PTransform):
         cfg = self.config
         run = beam.pvalue.AsSingleton(pcolls["run"])
         small = {name: pcoll for name, pcoll in pcolls.items() if name not in REPORTS}
-        for name in REPORTS:
-            if name in pcolls:
-                written = pcolls[name] | f"Report{name.title().replace('_', '')}" >> WriteReport(
-                    name, pcolls["run"], self.piece_lines)
-                small[f"{name}_counts"], small[f"{name}_pieces"] = written["counts"], written["pieces"]
+        reports = {name: pcolls[name] for name in REPORTS if name in pcolls}
+        if reports:
+            written = reports | "Reports" >> WriteReports(pcolls["run"], self.piece_lines)
+            small["report_counts"], small["report_pieces"] = written["counts"], written["pieces"]
         planned = (small
                    | "Everything" >> Joined()
                    | "Plan" >> beam.FlatMap(_or_fail(plan_step), cfg, self.planner)
@@ -76,10 +75,10 @@ def plan_step(found: dict, config: BuildConfig, planner):
     """The publication planned from every input (`found`: name -> list, as Publish's inputs dict names them; a
     report as its counts and pieces)."""
     found = dict(found)
-    for name in REPORTS:
-        if f"{name}_counts" in found:
-            pieces = tuple(path for _, path in sorted(dict(found.pop(f"{name}_pieces")).items()))
-            found[name] = Report(found.pop(f"{name}_counts")[0], pieces)
+    if "report_counts" in found:
+        pieces = sorted(set(found.pop("report_pieces")))  # (report, piece, path), once: each report's in range order
+        for name, counts in found.pop("report_counts")[0].items():
+            found[name] = Report(counts, tuple(path for report, _, path in pieces if report == name))
     side = {name: values for name, values in found.items() if name not in ("shards", "run", "tally", "plans")}
     pub = planner(found["shards"], config, run=found["run"][0], tally=sum_tallies(found["tally"]),
                   plans=found["plans"], **side)

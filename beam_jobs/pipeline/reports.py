@@ -1,11 +1,13 @@
-"""WriteReport: a per-file report (rejected or skipped files) written in sorted pieces, in parallel.
+"""WriteReports: the per-file reports (rejected and skipped files, quality findings) written in sorted pieces,
+in parallel, all of them by the same few steps.
 
-    entries ─┬─► Count (combined: bounded) ─► Bounds ─┐
-             └────────────────────────────────────────┴─► Piece (range of each) ─► Group ─► Write (sorted)
+    entries ─┬─► Count (combined: bounded, per report) ─► Bounds ─┐
+             └────────────────────────────────────────────────────┴─► Piece (report, range) ─► Group ─► Write
 
-Output: a dict with `counts` (one ReportCounts, without its sample) and `pieces` ((piece, path) of each piece
-written). Publish joins only those under its one key and composes the pieces, in range order, into the report
-(`beam_jobs.run.reports`).
+Output: a dict with `counts` (one {report: ReportCounts}, without their samples) and `pieces` ((report, piece,
+path) of each piece written). Publish joins only those under its one key and composes each report's pieces,
+in range order, into the report (`beam_jobs.run.reports`). One count, join and grouping serve every
+report: each report of its own would add their stages to every build.
 """
 from __future__ import annotations
 
@@ -15,48 +17,64 @@ from beam_jobs.pipeline.common import WithSingleton
 from beam_jobs.run.identity import RunInfo
 from beam_jobs.run.reports import PIECE_LINES, ReportCounts, piece_of, write_piece
 
-__all__ = ["WriteReport"]
+__all__ = ["WriteReports"]
 
 
 class _CountFn(beam.CombineFn):
-    def create_accumulator(self) -> ReportCounts:
-        return ReportCounts()
+    """{report: ReportCounts} of (report, entry) pairs; every report named, so an empty one is counted too."""
 
-    def add_input(self, counts: ReportCounts, entry) -> ReportCounts:
-        return counts.add(entry)
+    def __init__(self, reports: tuple[str, ...]):
+        self.reports = reports
 
-    def merge_accumulators(self, accumulators) -> ReportCounts:
-        merged = ReportCounts()
+    def create_accumulator(self) -> dict[str, ReportCounts]:
+        return {name: ReportCounts() for name in self.reports}
+
+    def add_input(self, counts: dict[str, ReportCounts], named) -> dict[str, ReportCounts]:
+        name, entry = named
+        counts[name] = counts[name].add(entry)
+        return counts
+
+    def merge_accumulators(self, accumulators) -> dict[str, ReportCounts]:
+        merged = self.create_accumulator()
         for counts in accumulators:
-            merged.merge(counts)
+            for name, one in counts.items():
+                merged[name].merge(one)
         return merged
 
-    def compact(self, counts: ReportCounts) -> ReportCounts:
-        return counts.trimmed()
+    def compact(self, counts: dict[str, ReportCounts]) -> dict[str, ReportCounts]:
+        return {name: one.trimmed() for name, one in counts.items()}
 
-    def extract_output(self, counts: ReportCounts) -> ReportCounts:
-        return counts.trimmed()
+    def extract_output(self, counts: dict[str, ReportCounts]) -> dict[str, ReportCounts]:
+        return self.compact(counts)
 
 
-class WriteReport(beam.PTransform):
-    """Report entries (dicts with `source` and `reason`) into pieces named `report` under the run's temporary
-    folder (`run`: the RunInfo PCollection); about `piece_lines` lines a piece."""
+class WriteReports(beam.PTransform):
+    """Report entries (a dict: report name -> PCollection of dicts with `source` and `reason`, or quality
+    findings) into pieces named for their report under the run's temporary folder (`run`: the RunInfo
+    PCollection); about `piece_lines` lines a piece."""
 
-    def __init__(self, report: str, run, piece_lines: int = PIECE_LINES):
+    def __init__(self, run, piece_lines: int = PIECE_LINES):
         super().__init__()
-        self.report, self.run, self.piece_lines = report, run, piece_lines
+        self.run, self.piece_lines = run, piece_lines
 
-    def expand(self, entries):
-        counted = entries | "Count" >> beam.CombineGlobally(_CountFn())
-        bounds = counted | "Bounds" >> beam.Map(ReportCounts.bounds, self.piece_lines)
+    def expand(self, reports: dict):
+        piece_lines = self.piece_lines
+        entries = ([pcoll | f"Name{name.title().replace('_', '')}" >> beam.Map(lambda entry, n=name: (n, entry))
+                    for name, pcoll in reports.items()]
+                   | "AllEntries" >> beam.Flatten())
+        counted = entries | "Count" >> beam.CombineGlobally(_CountFn(tuple(reports)))
+        bounds = counted | "Bounds" >> beam.Map(
+            lambda counts: {name: one.bounds(piece_lines) for name, one in counts.items()})
         pieces = (entries
                   | "WithBounds" >> WithSingleton(bounds)
-                  | "Piece" >> beam.MapTuple(lambda entry, cut: (piece_of(entry, cut), entry))
+                  | "Piece" >> beam.MapTuple(lambda named, cuts: ((named[0], piece_of(named[1], cuts[named[0]])),
+                                                                  named[1]))
                   | "Group" >> beam.GroupByKey()
-                  | "Write" >> beam.Map(_written, self.report, beam.pvalue.AsSingleton(self.run)))
-        return {"counts": counted | "Brief" >> beam.Map(ReportCounts.brief), "pieces": pieces}
+                  | "Write" >> beam.Map(_written, beam.pvalue.AsSingleton(self.run)))
+        brief = counted | "Brief" >> beam.Map(lambda counts: {name: one.brief() for name, one in counts.items()})
+        return {"counts": brief, "pieces": pieces}
 
 
-def _written(group: tuple, report: str, run: RunInfo) -> tuple[int, str]:
-    piece, entries = group
-    return piece, write_piece(run.temp_dir, report, piece, entries)
+def _written(group: tuple, run: RunInfo) -> tuple[str, int, str]:
+    (report, piece), entries = group
+    return report, piece, write_piece(run.temp_dir, report, piece, entries)

@@ -53,9 +53,9 @@ def main() -> int:
     noted(fn_runner.FnApiRunner, "run_stages", "steps begun", "steps done")
     original_shared = LocalPool.shared.__func__
 
-    def shared(cls, workers):
+    def shared(cls, workers, *args, **kwargs):
         MARKS.setdefault("pool start begun", time.time() - T0)
-        pool = original_shared(cls, workers)
+        pool = original_shared(cls, workers, *args, **kwargs)
         MARKS.setdefault("pool start returned", time.time() - T0)
         return pool
 
