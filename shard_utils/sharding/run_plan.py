@@ -1,4 +1,5 @@
-"""The layout of a split before anything is encoded: how many shards, and which listed items form each run.
+"""The layout of a split before anything is encoded: how many shards, and which listed items form each run
+(a reshard's layout, made from its copied records, has one run per shard: `plan_exact_layouts`).
 
 A record's place in its split's order is a seeded hash of its source id, so it is known from the listing
 alone. The split's listed items, in that order, are cut into `num_runs` contiguous runs of equal length
