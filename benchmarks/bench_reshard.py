@@ -1,6 +1,6 @@
 """Reshard and append wall time, two source trees side by side (e.g. a branch against main), in alternating rounds.
 
-One dataset is built once (by the first tree) from photo-like JPEGs; then each round runs, for each tree in turn
+One dataset is built once (by the first tree) from photo-like JPEGs, kept as they are; then each round runs, for each tree in turn
 (the order flips every round), `tpu-shards reshard` of it to another topology and `tpu-shards build --append` of
 new files to a copy of it, each in a fresh process and output folder. The shard files both trees write are compared
 byte for byte. The ratio of the medians (second tree / first) is the result.
@@ -66,10 +66,9 @@ def main() -> None:
     if not grown.exists():
         shutil.copytree(images, grown)
         write_images(grown / "new", {"cat": args.new}, size=tuple(args.size), seed=90_000)
-    source = data / f"source-{args.count}"
+    source = data / f"source-{args.count}-kept"
     if not source.exists():
-        cli(args.trees[0], "build", "--input", str(images), "--output", str(source), "--num-cores", "8",
-            "--image-size", "64")
+        cli(args.trees[0], "build", "--input", str(images), "--output", str(source), "--num-cores", "8")
     times: dict[tuple[int, str], list[tuple[float, float]]] = {}
     made: dict[tuple[int, str], dict[str, bytes]] = {}
     for r in range(args.rounds):
