@@ -1,9 +1,10 @@
 """Reshard and append wall time, two source trees side by side (e.g. a branch against main), in alternating rounds.
 
-One dataset is built once (by the first tree) from photo-like JPEGs, kept as they are; then each round runs, for each tree in turn
-(the order flips every round), `tpu-shards reshard` of it to another topology and `tpu-shards build --append` of
-new files to a copy of it, each in a fresh process and output folder. The shard files both trees write are compared
-byte for byte. The ratio of the medians (second tree / first) is the result.
+One dataset is built once (by the first tree) from photo-like JPEGs, kept as they are; then each round runs,
+for each tree in turn (the order flips every round), `tpu-shards reshard` of it to another topology and
+`tpu-shards build --append` of new files to a copy of it, each in a fresh process and output folder. The shard
+files both trees write are compared byte for byte. The ratio of the medians (second tree / first) is the
+result; on a shared machine read the CPU seconds (the job's and its workers'), which vary far less than wall.
 
     python benchmarks/bench_reshard.py --trees /work/wt/base /work/wt/branch --count 2000 --rounds 3
 """
