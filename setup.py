@@ -52,6 +52,7 @@ setup(
             "pillow-heif>=1.8,<2",
             "av>=18,<20",
             "pytest>=8",
+            "pytest-xdist>=3.5",  # the full run's two processes (README): a file's tests stay in one of them
             "hypothesis>=6.100",
             "gcp-storage-emulator>=2024.8",
             "nbformat>=5",

@@ -12,12 +12,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from beam_jobs.errors import KNOWN, UsageError, user_message
+from beam_jobs.errors import UsageError, user_message
+from shard_utils.errors import TpuShardsError
 
 __all__ = ["build", "BuildFailed"]
 
 
-class BuildFailed(RuntimeError):
+class BuildFailed(RuntimeError, TpuShardsError):
     """A build that started and could not publish (nothing usable was written): the CLI's one-line reason."""
 
 
@@ -40,7 +41,7 @@ def build(input: str | os.PathLike | None = None, output: str | os.PathLike | No
     argv = [arg for name, value in given.items() for arg in option_args(name, value, actions)]
     try:
         return job.run([*argv, *map(str, beam_args)])
-    except KNOWN:
+    except TpuShardsError:  # the job's own error, one line (or an InternalError: a bug), raised as it is
         raise
     except Exception as exc:  # a Beam runner wraps the job's one-line error in its own
         message = user_message(exc)

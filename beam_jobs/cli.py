@@ -10,6 +10,12 @@ from typing import NamedTuple
 from beam_jobs.errors import OneLineParser, UsageError, exit_now, guarded
 from shard_utils.text import printable
 
+__all__ = [
+    "verify_command", "intact_line", "inspect_command", "describe", "extract_command", "build_command",
+    "reshard_command", "Command", "COMMANDS", "USAGE_LINE", "overview", "version_line", "unknown_command", "console",
+    "main"
+]
+
 
 def verify_command(argv: Sequence[str] | None) -> None:
     from shard_utils.read.verify import verify
@@ -68,8 +74,8 @@ def inspect_command(argv: Sequence[str] | None) -> None:
           f"{cores_x_hosts(m.num_cores, m.num_hosts)}, {formats_text(m)}")
     for name, split in m.splits.items():
         unlabeled = "" if split.labeled else " (unlabeled)"
-        print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, {counted(len(split.shards), shard_noun(m))}, "
-              f"{split.num_bytes / 1e6:.1f} MB")
+        print(f"  {name}: {counted(split.num_records, 'record')}{unlabeled}, "
+              f"{counted(len(split.shards), shard_noun(m))}, {split.num_bytes / 1e6:.1f} MB")
         for line in twins_line(split.array_record_shards):
             print(line)
     print(f"  files seen {m.files_seen}, rejected {m.rejected['count']}, skipped {m.skipped['count']}")

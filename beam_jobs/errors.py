@@ -10,17 +10,14 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from shard_utils.errors import PlanError
+from shard_utils.errors import InternalError, TpuShardsError
 from shard_utils.extras import MissingExtra
-from shard_utils.format.manifest import ManifestError
-from shard_utils.inputs.listing_files import ListingError
-from shard_utils.media.budget import OutOfMemory
-from shard_utils.media.reads import TransientReadError
-from shard_utils.storage import StorageError
 from shard_utils.text import printable
 
+__all__ = ["TpuShardsError", "UsageError", "OneLineParser", "unknown_option", "user_message", "guarded", "exit_now"]
 
-class UsageError(ValueError):
+
+class UsageError(ValueError, TpuShardsError):
     """A bad option, input or output, found before any work started."""
 
 
@@ -53,19 +50,18 @@ class OneLineParser(argparse.ArgumentParser):
         return parsed
 
 
-KNOWN: tuple[type[BaseException], ...] = (UsageError, MissingExtra, PlanError, ManifestError, StorageError,
-                                          TransientReadError, ListingError, OutOfMemory)
 USAGE = (UsageError, MissingExtra)  # exit 2: the command cannot run as given, or not on this installation
 _WRAPPED = re.compile(r"(?:UsageError|MissingExtra|PlanError|ManifestError|StorageError|NotFoundError|"
                       r"TransientReadError|OutOfMemory): (.+)")
 
 
 def user_message(exc: BaseException) -> str | None:
-    """The one-line message of a known error, even when a Beam runner wrapped it."""
+    """The one-line message of a known error (any TpuShardsError but an InternalError, a bug), even when a Beam
+    runner wrapped it."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, KNOWN):
+        if isinstance(exc, TpuShardsError) and not isinstance(exc, InternalError):
             return str(exc).split(" [while running")[0].strip().splitlines()[0]
         match = _WRAPPED.search(str(exc))
         if match:

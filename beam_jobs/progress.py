@@ -27,6 +27,11 @@ from typing import Any, TextIO
 
 from shard_utils.extras import MissingExtra, require
 
+__all__ = [
+    "PHASES", "add_argument", "start", "stop", "showing", "advance", "total", "expect", "counts", "console_url",
+    "counter_totals", "counter_line", "watch"
+]
+
 PHASES = {"list": ("listing", "files"), "encode": ("encoding", "images"), "write": ("writing", "records")}
 
 

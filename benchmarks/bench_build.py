@@ -11,7 +11,7 @@ On photo-like ~400x400 images (generated once in a process pool, cached under --
    a 1/8-scale decode, sha256, build and frame the Example with the job's own code, write; and against the
    "balanced floor": the same plus the second pass any exactly balanced build needs (sorted runs, then each
    shard merged in key order, hashed and written durably);
-   (both also time the job's own per-image step, encode_batch, alone: the rest is the pipeline around it)
+   (both also time the job's own per-image step, encode_item, alone: the rest is the pipeline around it)
 3. the peer: a TensorFlow Datasets GeneratorBasedBuilder over the same files, in one process;
 4. scaling over --workers; 5. peak memory of the whole process tree at N and --big-factor x N images;
 6. the cost per core (vCPU-hours per million images).
@@ -124,7 +124,7 @@ def run_profile(bench: Bench, paths: list[str], count: int) -> str:
                 f"{bench.seconds((*key, count)):.2f} s; steady {fmt(bench.steady(key, count))} img/s = "
                 f"{fmt(steady_ms, 2)} ms per image and core",
                 f"CPU per image (steady, all processes) {fmt(bench.steady_cpu_ms(key, count), 2)} ms, of which the "
-                f"job's encode_batch alone {fmt(bench.cpu_ms(('encode', path, w, count)), 2)} ms",
+                f"job's encode_item alone {fmt(bench.cpu_ms(('encode', path, w, count)), 2)} ms",
             ])
             out.append(profiling.report(profiled[count], title, tiny=profiled[bench.tiny]))
     out.append("  (cProfile slows Python code much more than C code (decoders, encoders): read shares, not rates)")

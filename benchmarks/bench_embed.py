@@ -1,4 +1,4 @@
-"""Throughput of the embedding transform (EmbedImages on Beam's in-process runner) against `model.predict`.
+"""Throughput of the build's embedding step (`shard_utils.media.embed.Embedder`) against `model.predict`.
 
     python benchmarks/bench_embed.py [--count 256] [--batch-size 32] [--model PATH] [--jpeg]
 
@@ -6,10 +6,9 @@ Both embed the same photo-like 224x224 images with the same model: by default a 
 built here with random weights (no download; the speed does not depend on the weights), saved as
 `.keras`. `model.predict` gets one stacked, preprocessed array (the fastest plain use), after a warm-up
 call that traces it. Rounds alternate between the two (--rounds), so machine load hits both alike; the
-median round is shown. The transform is timed end to end (the pipeline's start, key
-batching, loading and tracing the model on the worker, resizing and preprocessing, inference), and by
-RunInference's own metrics: the time inside its batches (preprocessing + model) and the model load.
-`--jpeg` feeds the transform JPEG bytes (decoded inside) instead of arrays.
+median round is shown. The Embedder the build's workers use is timed end to end (loading and tracing
+the model, resizing and preprocessing, inference) and without its load (the time inside its batches).
+`--jpeg` feeds it JPEG bytes (decoded inside) instead of arrays.
 
 `--job` also times the whole job (`tpu-shards build --embed-model`, all cores, in this process) on the
 same images saved as JPEG files, at --count and at one batch; "steady" is the rate between the two,
@@ -45,24 +44,17 @@ def photos(count: int, size: int = 224) -> list[np.ndarray]:
     return out
 
 
-def run_transform(spec, elements) -> tuple[float, float, float]:
-    """(seconds end to end, seconds inside inference batches, seconds loading the model)."""
-    import apache_beam as beam
-    from apache_beam.metrics.metric import MetricsFilter
-
-    from beam_jobs.pipeline.embed import METRICS_NAMESPACE, EmbedImages
+def run_embedder(spec, images) -> tuple[float, float, float]:
+    """(seconds end to end, seconds inside inference batches, seconds loading the model): a fresh Embedder,
+    as a build's worker process loads it, over every image."""
+    from shard_utils.media.embed import load_embedder
 
     start = time.perf_counter()
-    pipeline = beam.Pipeline(runner="FnApiRunner")
-    result = pipeline | beam.Create(elements) | EmbedImages(spec)
-    _ = result.embeddings | beam.combiners.Count.Globally()
-    run = pipeline.run()
-    run.wait_until_finish()
-    total = time.perf_counter() - start
-    metrics = run.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["distributions"]
-    named = {m.key.metric.name: m.committed for m in metrics}
-    return (total, named["inference_batch_latency_micro_secs"].sum / 1e6,
-            named["load_model_latency_milli_secs"].sum / 1e3)
+    embedder = load_embedder(spec)
+    loaded = time.perf_counter()
+    embedder.embed(images)
+    done = time.perf_counter()
+    return done - start, done - loaded, loaded - start
 
 
 def main(argv=None) -> None:
@@ -71,7 +63,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--model", help="a .keras file or SavedModel folder (default: EfficientNetB0, random weights)")
     ap.add_argument("--preprocess", default="none", help="for --model; EfficientNetB0 takes 0..255")
-    ap.add_argument("--jpeg", action="store_true", help="feed the transform JPEG bytes instead of arrays")
+    ap.add_argument("--jpeg", action="store_true", help="feed the Embedder JPEG bytes instead of arrays")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--job", action="store_true", help="also time the whole job at --count and at one batch")
     args = ap.parse_args(argv)
@@ -101,14 +93,14 @@ def main(argv=None) -> None:
     batch = preprocess(np.stack(pixels), spec.preprocess)
     model.predict(batch, batch_size=args.batch_size, verbose=0)  # traces (every batch shape) off the clock
 
-    def element(i, img):
+    def element(img):
         if not args.jpeg:
-            return i, img
+            return img
         buf = io.BytesIO()
         Image.fromarray(img).save(buf, "JPEG", quality=90)
-        return i, buf.getvalue()
+        return buf.getvalue()
 
-    elements = [element(i, img) for i, img in enumerate(pixels)]
+    elements = [element(img) for img in pixels]
     rounds = {"predict": [], "total": [], "inside": [], "load": [], "job": [], "job_steady": []}
     folders = {n: write_jpegs(pixels[:n], work / f"jpegs-{n}") for n in (args.batch_size, args.count)} \
         if args.job else {}
@@ -116,7 +108,7 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         model.predict(batch, batch_size=args.batch_size, verbose=0)
         rounds["predict"].append(args.count / (time.perf_counter() - start))
-        total, inside, load = run_transform(spec, elements)
+        total, inside, load = run_embedder(spec, elements)
         rounds["total"].append(args.count / total)
         rounds["inside"].append(args.count / inside)
         rounds["load"].append(load)
@@ -128,10 +120,10 @@ def main(argv=None) -> None:
     print(f"{args.count} images {size[0]}x{size[1]}, batch {args.batch_size}, model {Path(path).name}, "
           f"input {'JPEG bytes' if args.jpeg else 'uint8 arrays'}; TF {tf.__version__}, {os.cpu_count()} CPUs; "
           f"median of {args.rounds} alternating rounds")
-    median = {k: float(np.median(v)) for k, v in rounds.items()}
+    median = {k: float(np.median(v)) for k, v in rounds.items() if v}
     rows = [("model.predict", "predict", ""),
-            ("EmbedImages, end to end", "total", f"incl. loading the model ({median['load']:.1f} s)"),
-            ("EmbedImages, inside batches", "inside", "resize + preprocess + model, RunInference's batch time")]
+            ("Embedder, end to end", "total", f"incl. loading the model ({median['load']:.1f} s)"),
+            ("Embedder, inside batches", "inside", "resize + preprocess + model")]
     if args.job:
         rows += [("job, end to end", "job", "tpu-shards build --embed-model, all cores, JPEG files in"),
                  ("job, steady", "job_steady", f"between {args.batch_size} and {args.count} images")]

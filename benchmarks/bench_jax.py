@@ -136,8 +136,8 @@ def report(results: dict[str, list[tuple[float, float]]], header: str) -> list[s
                      f"{statistics.median(r[1] for r in runs):13.2f}   {' '.join(f'{r[0]:.0f}' for r in runs)}")
     for top, bottom, target in TARGETS:
         if top in results and bottom in results:
-            ratio = statistics.median(a[0] / b[0] for a, b in zip(results[top], results[bottom]))
-            cpu = statistics.median(b[1] / a[1] for a, b in zip(results[top], results[bottom]))
+            ratio = statistics.median(a[0] / b[0] for a, b in zip(results[top], results[bottom], strict=True))
+            cpu = statistics.median(b[1] / a[1] for a, b in zip(results[top], results[bottom], strict=True))
             lines.append(f"{top} / {bottom}: {ratio:.2f}x images/s (target >= {target}), {cpu:.2f}x images per "
                          f"CPU-second{'' if ratio >= target else '  BELOW TARGET'}")
     return lines
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"\n{m.num_records(split)} records in {len(m.split(split).shards)} shards per format, "
               f"{args.source_size}x{args.source_size} JPEG -> {args.resize}x{args.resize} float32, batch {args.batch}, "
               f"{len(jax.devices())} {jax.devices()[0].platform} device(s); jax {jax.__version__}, {os.cpu_count()} "
-              f"CPUs, Grain mp_prefetch {args.grain_workers} workers, resumed at step {late}; median of {args.rounds} alternating rounds")
+              f"CPUs, Grain mp_prefetch {args.grain_workers} workers, resumed at step {late}; "
+              f"median of {args.rounds} alternating rounds")
     print("\n".join(report(results, header)))
     return 0
 

@@ -30,7 +30,8 @@ CHILD = textwrap.dedent("""
     from beam_jobs.build_shards import run
     start = time.perf_counter()
     m = run(sys.argv[2:])
-    print(json.dumps({"seconds": time.perf_counter() - start, "records": sum(s.num_records for s in m.splits.values())}))
+    records = sum(s.num_records for s in m.splits.values())
+    print(json.dumps({"seconds": time.perf_counter() - start, "records": records}))
 """)
 
 
@@ -68,7 +69,8 @@ def main() -> None:
           "(time inside the process, Beam imported first)")
     for kind, values in rates.items():
         print(f"  {kind:8} median {statistics.median(values):7.1f}   " + " ".join(f"{v:7.1f}" for v in values))
-    ratio = statistics.median(l / f for l, f in zip(rates["listing"], rates["folder"]))
+    ratio = statistics.median(listing / folder
+                              for listing, folder in zip(rates["listing"], rates["folder"], strict=True))
     print(f"  listing / folder, median of paired rounds: {ratio:.2f}x (target: within 10 %, >= 0.90x)")
 
 

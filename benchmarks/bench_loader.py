@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, runs in results.items():
         speed = statistics.median(r[0] for r in runs)
         cpu = statistics.median(r[1] for r in runs)
-        ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base))
+        ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base, strict=True))
         rounds = " ".join(f"{r[0]:.0f}" for r in runs)
         print(f"{name:30} {speed:9.0f} {cpu:13.2f} {ratio:20.2f}x   {rounds}")
     mb = statistics.median(x[0] for x in reads)

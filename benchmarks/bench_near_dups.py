@@ -262,9 +262,9 @@ def cost_table(count: int, repeats: int) -> list[str]:
             root, fifth = write_inputs(Path(temp), count, fmt)
             out = Path(temp) / "out"
             rows.append(row(f"{count} {fmt}", "encode step (CPU s)",
-                            best_of(repeats, lambda checks: encode_cpu(root, checks == "on"))))
-            whole = best_of(repeats, lambda checks: build_cpu(root, out, checks))
-            small = best_of(repeats, lambda checks: build_cpu(fifth, out, checks))
+                            best_of(repeats, lambda checks, root=root: encode_cpu(root, checks == "on"))))
+            whole = best_of(repeats, lambda checks, root=root, out=out: build_cpu(root, out, checks))
+            small = best_of(repeats, lambda checks, fifth=fifth, out=out: build_cpu(fifth, out, checks))
             rows.append(row(f"{count} {fmt}", "whole build (CPU s)", whole))
             per_image = {k: (whole[k] - small[k]) / (count - count // 5) * 1e3 for k in whole}
             rows.append(row(f"{count} {fmt}", "build, per image (CPU ms)", per_image))

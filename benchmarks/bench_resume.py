@@ -74,13 +74,13 @@ def main(argv: list[str] | None = None) -> None:
     for name, runs in speeds.items():
         print(f"{name:40} {statistics.median(r[0] for r in runs):9.0f} {statistics.median(r[1] for r in runs):13.2f}"
               f"   {' '.join(f'{r[0]:.0f}' for r in runs)}")
-    ratio = statistics.median(n[0] / t[0] for n, t in zip(new, today))
+    ratio = statistics.median(n[0] / t[0] for n, t in zip(new, today, strict=True))
     print(f"{'resumable / today (paired, target >= 0.9)':40} {ratio:9.2f}x")
     print(f"{'time to first batch':40} {'seconds':>9}   per round")
     for name, runs in waits.items():
         print(f"{name:40} {statistics.median(runs):9.2f}   {' '.join(f'{r:.2f}' for r in runs)}")
     zero, ninety = waits.values()
-    late_ratio = statistics.median(b / a for a, b in zip(zero, ninety))
+    late_ratio = statistics.median(b / a for a, b in zip(zero, ninety, strict=True))
     print(f"{'90 % / 0 (paired, target <= 1.5)':40} {late_ratio:9.2f}x")
 
 

@@ -58,7 +58,8 @@ def timed(cmd: list[str], tree: Path | None = None, **extra) -> tuple[float, flo
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
-        raise SystemExit(f"{' '.join(cmd[:4])}... failed ({done.returncode}): {done.stdout[-1500:]}{done.stderr[-1500:]}")
+        raise SystemExit(f"{' '.join(cmd[:4])}... failed ({done.returncode}): "
+                         f"{done.stdout[-1500:]}{done.stderr[-1500:]}")
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
 
 
@@ -90,7 +91,8 @@ def phases(marks: dict[str, float]) -> list[tuple[str, float]]:
     spans = (("interpreter start", None, "interpreter up"), ("imports", "interpreter up", "imports done"),
              ("options, input and output checks", "imports done", "graph begun"),
              ("graph construction", "graph begun", "graph built"),
-             ("translation + optimisation", "run begun", "steps begun"), ("steps (the run)", "steps begun", "steps done"),
+             ("translation + optimisation", "run begun", "steps begun"),
+             ("steps (the run)", "steps begun", "steps done"),
              ("after the steps (manifest, summary)", "steps done", "command done"),
              ("pool start (call, overlapped)", "pool start begun", "pool start returned"))
     return [(name, marks[end] - (marks[start] if start else 0.0)) for name, start, end in spans
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'import apache_beam + FnApiRunner (floor)':<42} {med['floor'][0]:7.2f} {med['floor'][1]:7.2f}")
     print(f"{'tpu-shards build':<42} {med['build'][0]:7.2f} {med['build'][1]:7.2f}")
     if args.against:
-        print(f"{'tpu-shards build of ' + Path(args.against).name:<42} {med['against'][0]:7.2f} {med['against'][1]:7.2f}")
+        name = "tpu-shards build of " + Path(args.against).name
+        print(f"{name:<42} {med['against'][0]:7.2f} {med['against'][1]:7.2f}")
     print(f"ratio build / floor (wall): {med['build'][0] / med['floor'][0]:.2f}")
     if args.against:
         print(f"ratio build of {Path(args.against).name} / floor (wall): {med['against'][0] / med['floor'][0]:.2f}; "

@@ -97,7 +97,8 @@ def main() -> None:
                  for name in trees}
         per_cpu = {name: args.count / cpu[name, path, args.count] for name in trees}
         print(f"{path:<10} {rates['this checkout']:>14.0f} {rates[args.rev]:>14.0f} "
-              f"{rates['this checkout'] / rates[args.rev]:>7.2f}   {per_cpu['this checkout']:.0f}, {per_cpu[args.rev]:.0f}")
+              f"{rates['this checkout'] / rates[args.rev]:>7.2f}   "
+              f"{per_cpu['this checkout']:.0f}, {per_cpu[args.rev]:.0f}")
     fixed = {name: min(best[name, p, args.tiny] for p in args.paths.split(",")) for name in trees}
     print("fixed cost (the fastest build of --tiny images): " + ", ".join(f"{n} {s:.2f} s" for n, s in fixed.items()))
 

@@ -87,7 +87,7 @@ def evaluate(dataset: str, hosts: int, loader_name: str) -> list[str]:
         ds = loader.make_dataset(dataset, "validation", 2, training=False, repeat=False, as_dict=True,
                                  input_context=tf.distribute.InputContext(hosts, h, hosts))
         for batch in ds.as_numpy_iterator():
-            seen += [s.decode() for s, w in zip(batch["source_id"], batch["weight"]) if w]
+            seen += [s.decode() for s, w in zip(batch["source_id"], batch["weight"], strict=True) if w]
     return seen
 
 

@@ -12,6 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
+from shard_utils.errors import TpuShardsError
+
+__all__ = [
+    "REPORT_EXTRA", "DISTRIBUTION", "MissingExtra", "require", "require_all", "import_problem", "install_hint",
+    "source_checkout", "extra_requirements", "tensorflow_quietly"
+]
+
 REPORT_EXTRA = "report"  # matplotlib: the inspect report and its contact sheets
 DISTRIBUTION = "tpu-shards"
 # pip's name for a module whose package is named otherwise (the others: the module's own name).
@@ -19,7 +26,7 @@ _PACKAGES = {"PIL": "Pillow", "google_crc32c": "google-crc32c", "google.protobuf
              "google.cloud.storage": "google-cloud-storage", "yaml": "PyYAML"}
 
 
-class MissingExtra(ImportError):
+class MissingExtra(ImportError, TpuShardsError):
     """An optional package is not installed; the message says the pip command that installs it here."""
 
 

@@ -1,2 +1,46 @@
 """Public import path of `shard_utils.format.manifest`."""
-from shard_utils.format.manifest import *  # noqa: F401,F403
+from shard_utils.format.manifest import (
+    ARRAY_RECORD,
+    ARRAY_RECORD_PATTERN,
+    ARRAY_RECORD_VERSION,
+    CARD_NAME,
+    CROISSANT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_REPORT_LINE,
+    MEDIA,
+    READABLE_VERSIONS,
+    REJECTED_NAME,
+    SHARD_FORMATS,
+    SHARD_PATTERN,
+    SKIPPED_NAME,
+    Generation,
+    IndexFile,
+    Manifest,
+    ManifestError,
+    Shard,
+    Split,
+    array_record_name,
+    assemble,
+    bounded_lines,
+    check_generations,
+    from_dict,
+    iter_report_entries,
+    load,
+    manifest_path,
+    parse,
+    read_manifest_bytes,
+    read_report,
+    safe_relative_path,
+    unknown_split,
+)
+
+__all__ = [
+    "ARRAY_RECORD", "ARRAY_RECORD_PATTERN", "CARD_NAME", "CROISSANT_NAME", "MANIFEST_NAME", "REJECTED_NAME",
+    "SHARD_PATTERN", "SKIPPED_NAME", "array_record_name", "FORMAT_VERSION", "ARRAY_RECORD_VERSION",
+    "READABLE_VERSIONS", "SHARD_FORMATS", "MEDIA", "MAX_MANIFEST_BYTES",
+    "ManifestError", "Shard", "Generation", "IndexFile", "Split", "Manifest", "unknown_split", "safe_relative_path",
+    "from_dict", "check_generations", "parse", "MAX_REPORT_LINE", "bounded_lines", "iter_report_entries",
+    "read_report", "manifest_path", "read_manifest_bytes", "load", "assemble"
+]

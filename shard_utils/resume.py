@@ -1,2 +1,8 @@
 """Public import path of `shard_utils.read.resume`."""
-from shard_utils.read.resume import *  # noqa: F401,F403
+from shard_utils.read.resume import (
+    ShareReader,
+    grain_dataset,
+    stream_origin,
+)
+
+__all__ = ["ShareReader", "grain_dataset", "stream_origin"]

@@ -4,6 +4,8 @@ title) or breaks a one-line message.
 """
 from __future__ import annotations
 
+__all__ = ["printable", "printable_lines"]
+
 
 def printable(text: str, limit: int | None = None) -> str:
     """`text` with every character Python does not call printable (controls, format characters such as U+202E,

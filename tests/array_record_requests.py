@@ -31,7 +31,7 @@ ARRAY_RECORD = ".array_record"
 def shard_gets(proxy: FaultProxy, since: int = 0) -> list[tuple[str, str | None]]:
     """(object name, Range header) of each GET of an ArrayRecord object the proxy received from request `since` on."""
     out = []
-    for (method, path), byte_range in list(zip(proxy.requests, proxy.ranges))[since:]:
+    for (method, path), byte_range in list(zip(proxy.requests, proxy.ranges, strict=False))[since:]:
         name = urllib.parse.unquote(urllib.parse.urlsplit(path).path).rpartition("/o/")[2]
         if method == "GET" and name.endswith(ARRAY_RECORD):
             out.append((name, byte_range))

@@ -1,6 +1,7 @@
 """Run Python with only some installed packages importable: those of tpu-shards' base install (from its installed
-metadata), or all but a few (top-level or dotted names: google.cloud). A `sitecustomize` on PYTHONPATH makes the others raise ModuleNotFoundError in every
-process that starts (worker processes included), as they would if they had never been installed."""
+metadata), or all but a few (top-level or dotted names: google.cloud). A `sitecustomize` on PYTHONPATH makes the others
+raise ModuleNotFoundError in every process that starts (worker processes included), as they would if they had never been
+installed."""
 from __future__ import annotations
 
 import os

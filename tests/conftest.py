@@ -61,10 +61,10 @@ SEAMS = REPO / "tests" / "seams"  # sitecustomize.py: faults installed in a buil
 KILL_AT = {
     "encode": "shard_utils.sharding.encode_run:encode_run",
     "write": "shard_utils.sharding.writer:write_shard",
-    "publish-start": "beam_jobs.publish:clear_output",
-    "publish-old-removed": "beam_jobs.publish:move_shard",
-    "publish-renaming": "beam_jobs.publish:move_shard:2",
-    "publish-before-manifest": "beam_jobs.publish:commit",
+    "publish-start": "beam_jobs.publish.steps:clear_output",
+    "publish-old-removed": "beam_jobs.publish.steps:move_shard",
+    "publish-renaming": "beam_jobs.publish.steps:move_shard:2",
+    "publish-before-manifest": "beam_jobs.publish.steps:commit",
     # The second ArrayRecord twin: locally while its temporary file is written, on gs:// as its upload starts.
     "array-record-write": "shard_utils.format.array_record:write_shard:2",
     "array-record-upload": "shard_utils.format.array_record:upload:2",
@@ -101,7 +101,7 @@ def run_strategy_checks(*checks) -> list[dict]:
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "strategy_check.py"), *words],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and len(lines) == len(checks), proc.stderr[-3000:]
     return [json.loads(line[len("RESULT "):]) for line in lines]
 
@@ -146,9 +146,9 @@ def pytest_collection_modifyitems(config, items):
 
 # The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
 # test in it that uses more CPU than FAST_TEST_CPU_S (its call and its own fixtures, its subprocesses included)
-# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total, fixtures shared by several tests (module or
-# session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU time, not wall time: on cores shared
-# with other work a test's wall time grows, its CPU time hardly does.
+# fails, asking for the `slow` marker (one that imports TensorFlow, for the `tf` marker), and the subset's total,
+# fixtures shared by several tests (module or session scope, counted once) included, is held to FAST_SUBSET_CPU_S. CPU
+# time, not wall time: on cores shared with other work a test's wall time grows, its CPU time hardly does.
 FAST_TEST_CPU_S = 3.0
 FAST_SUBSET_CPU_S = 170.0  # one process: under 3 minutes of wall time whatever the other core does
 SUBSET_MARKERS = ("slow", "gcs", "tf")
@@ -228,6 +228,21 @@ def fast_subset_cpu() -> float:
     return sum(_fast_cpu.values()) + _shared["fast"]
 
 
+def hand_fast_cpu_to_controller(config) -> None:
+    """Under pytest-xdist (`-n 2`, the README's full run) a worker hands its fast tests' CPU to the controller, which
+    prints and holds the subset's total as one process does."""
+    config.workeroutput["fast_cpu"] = json.dumps({"tests": _fast_cpu, "shared": _shared["fast"]})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller's side: a worker's fast tests join this process's count."""
+    counted = json.loads(getattr(node, "workeroutput", {}).get("fast_cpu", "null") or "null")
+    if counted:
+        _fast_cpu.update(counted["tests"])
+        _shared["fast"] += counted["shared"]
+
+
 def pytest_terminal_summary(terminalreporter):
     if _fast_cpu:
         top = sorted(_fast_cpu.items(), key=lambda kv: -kv[1])[:5]
@@ -238,5 +253,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller adds up and holds the total
+        hand_fast_cpu_to_controller(session.config)
+        return
     if _enforced["on"] and fast_subset_cpu() > FAST_SUBSET_CPU_S:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the summary above says why

@@ -18,7 +18,7 @@ def card_tables(text: str) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     rows = [line.strip("|").split(" | ") for line in labels_part.splitlines() if line.startswith("| ")]
     header, body = rows[0], rows[1:]
     names = [h.strip() for h in header[2:]]
-    labels = {row[1].strip(): {s: int(v) for s, v in zip(names, row[2:])} for row in body}
+    labels = {row[1].strip(): {s: int(v) for s, v in zip(names, row[2:], strict=True)} for row in body}
     return splits, labels
 
 

@@ -254,11 +254,11 @@ class FaultProxy:
     TCP reset with no response at all. Everything else is forwarded unchanged, except that with
     paginate=True object listings are answered as Cloud Storage pages them (maxResults entries, items and
     prefixes together, startOffset/endOffset, a nextPageToken; see benchmarks/scale_sim/stand_in.py): the
-    emulator answers every object and prefix at once and ignores the offsets. deny_writes_to=<bucket> answers every write to
-    that bucket with 403, like a bucket the credentials may only read. fail_paths (a regular
-    expression) answers every request whose path matches with 503: an object that stays unavailable (with
-    fail_first=N, only the first N of them: a request that fails, then works when tried again). latency (seconds) delays every request before it is forwarded, as a remote store would; requests
-    in flight at once wait at once.
+    emulator answers every object and prefix at once and ignores the offsets. deny_writes_to=<bucket> answers every
+    write to that bucket with 403, like a bucket the credentials may only read. fail_paths (a regular expression)
+    answers every request whose path matches with 503: an object that stays unavailable (with fail_first=N, only the
+    first N of them: a request that fails, then works when tried again). latency (seconds) delays every request before
+    it is forwarded, as a remote store would; requests in flight at once wait at once.
 
     A suffix range (`Range: bytes=-N`, the last N bytes: how array-record's C++ client reads a shard's footer)
     is answered as Cloud Storage answers it, 206 with the object's last N bytes; the emulator ignores it and

@@ -44,7 +44,7 @@ def write_dataset(folder: Path, splits: dict[str, Sequence[schema.ImageRecord]],
     checksums and accounting are right; returns the loaded-equivalent Manifest."""
     folder.mkdir(parents=True, exist_ok=True)
     out_splits = {}
-    for index, (name, records) in enumerate(splits.items()):
+    for name, records in splits.items():
         prefix = (shard_prefix or {}).get(name, name)
         count = min(shards_per_split, len(records))
         shards = []

@@ -20,7 +20,7 @@ from shard_utils import storage
 from shard_utils.format import index, schema
 from shard_utils.format import manifest as manifest_mod
 from shard_utils.format.layout import shard_name
-from shard_utils.format.manifest import Manifest, Shard, Split
+from shard_utils.format.manifest import IndexFile, Manifest, Shard, Split
 from shard_utils.format.tfrecord import frame, iter_records
 from shard_utils.media.encode import RecordMeta
 
@@ -91,8 +91,8 @@ def image_record(i: int, label_ids: Sequence[int], labels: Sequence[str], *, mul
     """A small real JPEG record; label ids are 0-based (stored with label_offset added)."""
     buf = io.BytesIO()
     photo(*size, seed=i).save(buf, "JPEG", quality=90)
-    stored = tuple(l + label_offset for l in label_ids)
-    names = tuple(labels[l] for l in label_ids)
+    stored = tuple(label + label_offset for label in label_ids)
+    names = tuple(labels[label] for label in label_ids)
     return schema.ImageRecord(
         encoded=buf.getvalue(), height=size[1], width=size[0], channels=3,
         label=stored[0] if stored else 0, label_text=names[0] if names else "", source_id=f"img/{i:05d}.jpg",
@@ -104,7 +104,7 @@ def write_dataset(out: Path, shards: dict[str, list[list[schema.ImageRecord]]], 
                   multi_label: bool = False, label_offset: int = 0,
                   extras: Sequence[schema.ExtraSpec] = ()) -> Manifest:
     """Shards, indexes and a manifest from records, written as the job's writer does (test-only): each shard's
-    writer makes its rows with `row_from_meta` into a part, and the parts merge into the split's index."""
+    writer makes its rows with `row_from_meta` into a part, and the split's index is a header and the parts' blocks."""
     out.mkdir(parents=True, exist_ok=True)
     schema_ = index.index_schema(extras)
     splits = {}
@@ -117,21 +117,22 @@ def write_dataset(out: Path, shards: dict[str, list[list[schema.ImageRecord]]], 
                 for record in records:
                     framed = frame(schema.encode_example(record))
                     meta = RecordMeta(0, record.source_id, len(framed),
-                                      tuple(l - label_offset for l in record.label_ids), record.sha256,
+                                      tuple(label - label_offset for label in record.label_ids), record.sha256,
                                       record.height, record.width, tuple((s.name, v) for s, v in record.extras))
                     rows.append(index.row_from_meta(i, digest.size, meta, extras, multi_label=multi_label))
                     f.write(framed)
                     digest.update(framed)
                     classes.update(record.label_names)
             entries.append(Shard(path, len(records), digest.size, digest.crc32c, digest.sha256))
-            part = io.BytesIO()
-            index.write_index(part, iter(rows), schema_)
-            parts.append(io.BytesIO(part.getvalue()))
+            parts.append(index.index_blocks(rows, schema_))
         path = index.index_name(name)
-        with open(out / path, "wb") as f:
-            written = index.merge_index_parts(f, parts, schema_)
+        data = index.index_header(schema_) + b"".join(parts)
+        (out / path).write_bytes(data)
+        digest = storage.Digest()
+        digest.update(data)
+        index_file = IndexFile(path, sum(len(rs) for rs in shard_records), digest.size, digest.crc32c, digest.sha256)
         splits[name] = Split(sum(s.num_records for s in entries), sum(s.num_bytes for s in entries),
-                             {l: classes.get(l, 0) for l in labels}, entries, written.index_file(path))
+                             {label: classes.get(label, 0) for label in labels}, entries, index_file)
     lengths = {}
     if multi_label:
         longest = max(len(r.label_ids) for recs in shards.values() for rs in recs for r in rs)

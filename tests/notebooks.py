@@ -15,5 +15,6 @@ def code_cells(path: Path) -> list[str]:
 
 def notebook_code(path: Path) -> str:
     """The notebook's code cells as one script, without shell (`!`) and magic (`%`) lines."""
-    lines = [l for cell in code_cells(path) for l in cell.splitlines() + [""] if not l.lstrip().startswith(("!", "%"))]
+    lines = [line for cell in code_cells(path) for line in cell.splitlines() + [""]
+             if not line.lstrip().startswith(("!", "%"))]
     return "\n".join(lines)

@@ -39,7 +39,7 @@ def shard_bytes(out: Path) -> dict[str, bytes]:
 
 def rejected(out: Path) -> dict[str, str]:
     lines = (out / "rejected.jsonl").read_text().splitlines()
-    return {json.loads(l)["source"]: json.loads(l)["reason"] for l in lines}
+    return {json.loads(line)["source"]: json.loads(line)["reason"] for line in lines}
 
 
 TFDS_FILES = ["dataset_info.json", "features.json", "image.class.label.labels.txt"]

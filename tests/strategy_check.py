@@ -25,7 +25,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 
 import keras  # noqa: E402
 
-from shard_utils.read import loader
+from shard_utils.read import loader  # noqa: E402 - after the CPU devices are configured
 
 
 class WeightSum(keras.metrics.Metric):
@@ -101,7 +101,7 @@ def fit(args) -> dict:
             for d in strategy.experimental_local_results(element):
                 guesses = model(d[key], training=False).numpy().argmax(-1)
                 for source, label, weight, guess in zip(d["source_id"].numpy(), d["label"].numpy(),
-                                                        d["weight"].numpy(), guesses):
+                                                        d["weight"].numpy(), guesses, strict=True):
                     if weight:
                         seen.append(source.decode())
                         correct += int(guess == label)
@@ -160,7 +160,7 @@ def evaluate(args) -> dict:
         losses = []
         for image, label, weight in loader.make_dataset(manifest, "validation", 8, training=False, repeat=False):
             per_record = keras.losses.sparse_categorical_crossentropy(label, model(image), from_logits=True)
-            losses += [float(x) for x, w in zip(per_record.numpy(), weight.numpy()) if w]
+            losses += [float(x) for x, w in zip(per_record.numpy(), weight.numpy(), strict=True) if w]
         result["exact"] = sum(losses) / len(losses)
         found[name] = result
     return found
@@ -176,12 +176,13 @@ def shapes(args) -> dict:
         found = {}
         for mode, training in (("train", True), ("eval", False)):
             split = "train" if training else "validation"
-            dist = strategy.distribute_datasets_from_function(lambda ctx: loader.make_dataset(
-                manifest, split, ctx.get_per_replica_batch_size(args.global_batch), training=training,
-                input_context=ctx, as_dict=True, seed=2))
+            dist = strategy.distribute_datasets_from_function(
+                lambda ctx, manifest=manifest, split=split, training=training: loader.make_dataset(
+                    manifest, split, ctx.get_per_replica_batch_size(args.global_batch), training=training,
+                    input_context=ctx, as_dict=True, seed=2))
             traced = {}
 
-            def replica_step(d):
+            def replica_step(d, traced=traced):
                 traced.update({k: v.shape.as_list() for k, v in d.items()})  # recorded while tracing
                 return tf.constant(0)
 

@@ -146,7 +146,7 @@ def test_grain_reads_array_record_shards_in_the_bucket_in_place(gcs, source, in_
             records = [remote[i] for i in positions]
         assert len(remote) == len(indexed) == in_bucket.manifest.num_records(expression)
         assert records == [indexed[i] for i in positions]  # the TFRecord twins' bytes, through the index
-        for data, i in zip(records, positions):
+        for data, i in zip(records, positions, strict=True):
             got, expected = decode(data), decode(indexed[i])
             assert got["label"] == expected["label"] and got["source_id"] == expected["source_id"]
             assert np.array_equal(got["image"], expected["image"]) and got["image"].shape == (24, 24, 3)

@@ -23,8 +23,9 @@ def test_bench_jax_runs_every_candidate_at_a_tiny_size(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     out = proc.stdout
     assert "32 records in 8 shards per format, 48x48 JPEG -> 24x24 float32, batch 8" in out
-    for name in ("make_iterator", "make_iterator, resumed", "make_iterator, tensorflow", "Grain threads", "Grain mp_prefetch",
-                 "tf.data make_dataset"):  # a row each: median images/s, CPU ms per image, one figure per round
+    # a row each: median images/s, CPU ms per image, one figure per round
+    for name in ("make_iterator", "make_iterator, resumed", "make_iterator, tensorflow", "Grain threads",
+                 "Grain mp_prefetch", "tf.data make_dataset"):
         assert re.search(rf"^{re.escape(name)} +\d+ +\d+\.\d\d +\d+ \d+$", out, re.M), out
     ratios = re.findall(r"^(.+?) / (.+?): (\d+\.\d\d)x images/s \(target >= ([\d.]+)\)", out, re.M)
     assert [(a, b, t) for a, b, _, t in ratios] == [

@@ -1,7 +1,10 @@
 """The core job on the real Beam runner: balance, determinism, labels, splits, accounting."""
+import contextlib
+import io
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import install_faults, run_cli, run_job, write_images
@@ -15,10 +18,19 @@ from shard_utils.format.order import choose_split, sort_key
 from shard_utils.sharding import plan
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> SimpleNamespace:
+    """The `images` fixture's folder built once with the default options, for the tests that only read it."""
+    base = tmp_path_factory.mktemp("built")
+    write_images(base / "images", {"cat": 12, "dog": 12, "fish": 12})
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        m = run_job(base / "images", base / "out")
+    return SimpleNamespace(images=base / "images", out=base / "out", manifest=m, printed=printed.getvalue())
+
+
 @pytest.mark.slow
-def test_shards_are_balanced_multiples_of_cores_and_accounted(images, tmp_path):
-    out = tmp_path / "out"
-    m = run_job(images, out)
+def test_shards_are_balanced_multiples_of_cores_and_accounted(built):
+    out, m = built.out, built.manifest
     shards = m.splits["train"].shards
     assert [s.path for s in shards] == [shard_name("train", i, 8) for i in range(8)]
     counts = [len(records(out / s.path)) for s in shards]
@@ -105,9 +117,8 @@ def test_seed_changes_order_not_content(images, tmp_path):
 
 
 @pytest.mark.slow
-def test_labels_are_sorted_names_and_records_carry_the_schema(images, tmp_path):
-    out = tmp_path / "out"
-    run_job(images, out)
+def test_labels_are_sorted_names_and_records_carry_the_schema(built):
+    images, out = built.images, built.out
     recs = by_source(out)
     assert len(recs) == 36
     rec = recs["dog/img0003.jpg"]
@@ -185,9 +196,8 @@ def test_overwrite_replaces_the_whole_dataset(images, tmp_path):
 
 
 @pytest.mark.slow
-def test_summary_is_printed(images, tmp_path, capsys):
-    run_job(images, tmp_path / "out")
-    text = capsys.readouterr().out
+def test_summary_is_printed(built):
+    text = built.printed
     assert "train: 36 records in 8 shards of 4/5 records" in text and "files seen 36" in text
 
 
@@ -278,7 +288,7 @@ def test_skipped_files_are_named_with_their_extensions(images, tmp_path, capsys)
     m = run_job(images, out)
     assert m.skipped["by_reason"] == {"hidden": 1, "not_media": 3}
     assert m.skipped["by_extension"] == {".mov": 1, ".mp4": 1, ".txt": 1}
-    listed = [json.loads(l)["source"] for l in (out / "skipped.jsonl").read_text().splitlines()]
+    listed = [json.loads(line)["source"] for line in (out / "skipped.jsonl").read_text().splitlines()]
     assert listed == ["cat/CLIP2.MOV", "cat/clip.mp4", "cat/notes.txt"]  # hidden files stay counts
     printed = capsys.readouterr().out
     assert "not media: .mov 1, .mp4 1, .txt 1" in printed and "skipped.jsonl" in printed
@@ -325,7 +335,7 @@ def test_dedup_keeps_the_smallest_source_id_and_reports_leakage(tmp_path, capsys
     (src / "a" / "zz_again.jpg").write_bytes((src / "a" / "img0001.jpg").read_bytes())
     out = tmp_path / "out"
     m = run_job(src, out, "--dedup", "--splits", "train=0.5,validation=0.5", "--num-cores", "2")
-    rejected_lines = [json.loads(l) for l in (out / "rejected.jsonl").read_text().splitlines()]
+    rejected_lines = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     assert {(r["source"], r["reason"]) for r in rejected_lines} == {("a/zz_again.jpg", "duplicate"),
                                                                    ("b/img0003.jpg", "duplicate")}
     assert f"same bytes as {copy}" in next(r["message"] for r in rejected_lines if r["source"] == "b/img0003.jpg")

@@ -27,7 +27,7 @@ def in_process(capsys):
 
 def assert_one_line_error(done, *fragments):
     assert done.returncode != 0
-    lines = [l for l in done.stderr.splitlines() if l.strip()]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: "), done.stderr
     for fragment in fragments:

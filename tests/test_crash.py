@@ -1,16 +1,18 @@
 """Crash safety: SIGKILL at named stages never leaves a manifest beside missing or partial shards,
 and a rerun with --overwrite is byte-identical to an uninterrupted run."""
+import contextlib
+import io
 import shutil
 import signal
 
 import pytest
-from conftest import faults, run_cli, write_images
+from conftest import faults, run_cli, run_job, write_images
 from readers import shard_bytes
 
 from shard_utils.read.verify import verify
 
-DATASET_FILES = ["manifest.json", "rejected.jsonl", "quality.jsonl", "train.index.avro", "dataset_info.json", "features.json",
-                 "image.class.label.labels.txt", "croissant.json", "README.md"]
+DATASET_FILES = ["manifest.json", "rejected.jsonl", "quality.jsonl", "train.index.avro", "dataset_info.json",
+                 "features.json", "image.class.label.labels.txt", "croissant.json", "README.md"]
 STAGES = ["encode", "write", "publish-start", "publish-old-removed", "publish-renaming", "publish-before-manifest"]
 
 
@@ -21,9 +23,15 @@ def inputs(tmp_path_factory):
     write_images(base / "old", {"a": 20, "b": 20})
     write_images(base / "new", {"a": 14, "b": 13, "c": 9}, seed=7)
     reference = base / "reference"
-    assert run_cli("build", "--input", base / "new", "--output", reference).returncode == 0
-    assert run_cli("build", "--input", base / "old", "--output", base / "old_built", "--num-shards", "16").returncode == 0
+    rebuild(base / "new", reference)
+    rebuild(base / "old", base / "old_built", "--num-shards", "16")
     return base, shard_bytes(reference)
+
+
+def rebuild(source, out, *extra: str) -> None:
+    """A build that is not killed, in this process: the job a CLI run would start, without its start-up."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_job(source, out, *extra)
 
 
 @pytest.mark.slow
@@ -39,8 +47,7 @@ def test_kill_at_stage_then_rerun(inputs, tmp_path, stage):
     if (out / "manifest.json").exists():
         assert verify(str(out), deep=True) == []  # the previous complete dataset, untouched
         assert shard_bytes(out) == old
-    rerun = run_cli("build", "--input", base / "new", "--output", out, "--overwrite")
-    assert rerun.returncode == 0, rerun.stderr
+    rebuild(base / "new", out, "--overwrite")
     assert shard_bytes(out) == expected
     assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES])
     assert verify(str(out)) == []
@@ -56,8 +63,7 @@ def test_a_killed_first_build_leaves_only_bookkeeping_that_a_rerun_cleans(inputs
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (out / "manifest.json").exists()
     assert sorted(p.name for p in out.iterdir()) == [".tpu-shards-lock.json", ".tpu-shards-tmp"]
-    again = run_cli("build", "--input", base / "new", "--output", out)
-    assert again.returncode == 0, again.stderr
+    rebuild(base / "new", out)
     assert shard_bytes(out) == expected
     assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES])
 
@@ -75,8 +81,7 @@ def test_a_rerun_removes_the_temporary_files_a_killed_write_left_beside_the_data
     for name in leftovers:
         (out / name).write_bytes(b"half written")
     (out / ".notes.txt.abcdefgh.tmp").write_text("not ours: stays")
-    rerun = run_cli("build", "--input", base / "new", "--output", out, "--overwrite")
-    assert rerun.returncode == 0, rerun.stderr
+    rebuild(base / "new", out, "--overwrite")
     assert sorted(p.name for p in out.iterdir()) == sorted([*expected, *DATASET_FILES, ".notes.txt.abcdefgh.tmp"])
 
 

@@ -214,7 +214,8 @@ def test_a_killed_template_launch_leaves_a_lease_that_runs_out(tmp_path):
         job = subprocess.Popen([sys.executable, str(REPO / "tests" / "template_job.py"), str(tmp_path / "in"),
                                 str(out), str(lease_seconds)], env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
-        wait_for(lambda: Path(f"{held}.reached").exists() or job.poll() is not None, 120, "the job reaching WriteShards")
+        wait_for(lambda: Path(f"{held}.reached").exists() or job.poll() is not None, 120,
+                 "the job reaching WriteShards")
         assert job.poll() is None, (tmp_path / "job.err").read_text()[-3000:]
         first = lease_of(out)
         assert first is not None and first.host == "dataflow-worker-0"

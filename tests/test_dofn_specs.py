@@ -12,7 +12,7 @@ COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
 
 
 class _Counting(beam.DoFn):
-    def process(self, item, count=beam.DoFn.StateParam(COUNT)):
+    def process(self, item, count=beam.DoFn.StateParam(COUNT)):  # noqa: B008 - Beam's state idiom
         yield item
 
 

@@ -1,36 +1,29 @@
-"""Embeddings: models built here (no downloads), loaded by shard_utils.media.embed, run through EmbedImages on
-Beam's in-process runner and compared with a plain `model.predict` on the same preprocessed inputs.
+"""Embeddings: models built here (no downloads), loaded by shard_utils.media.embed, run through the Embedder the
+build's workers use and compared with a plain `model.predict` on the same preprocessed inputs.
 
-Tolerance against `predict`: rtol 1e-5, atol 1e-6. The transform always calls the model on batches of
+Tolerance against `predict`: rtol 1e-5, atol 1e-6. The Embedder always calls the model on batches of
 exactly batch_size rows; `predict`'s last batch is smaller, and TensorFlow's CPU kernels may round
-differently at another batch size (about 1e-11 for EfficientNetB0 here). At one batch size, results are
-bit-identical whatever the other rows, which the determinism tests check exactly.
+differently at another batch size (about 1e-11 for EfficientNetB0 here).
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import pickle
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.metrics.metric import MetricsFilter
 from conftest import REPO
 from PIL import Image
 
-from beam_jobs.pipeline.embed import METRICS_NAMESPACE, EmbedImages, KeyedBatches
 from shard_utils.media.embed import (
-    EMBEDDING_NAN,
     EmbedError,
     EmbedSpec,
     check_model,
     load_embedder,
     model_sha256,
+    nonfinite_rows,
     parse_input_size,
     preprocess,
     record_pixels,
@@ -47,25 +40,9 @@ def images(n: int, size=(32, 32), seed: int = 0) -> list[np.ndarray]:
     return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for _ in range(n)]
 
 
-def _save(item, folder: str, kind: str) -> None:
-    with open(os.path.join(folder, f"{kind}-{uuid.uuid4().hex}.pkl"), "wb") as f:
-        pickle.dump(item, f)
-
-
-def run_transform(spec: EmbedSpec, elements: list, folder: Path):
-    """Run EmbedImages on the in-process runner; returns ({key: embedding}, [rejected], max batch size seen)."""
-    out = folder / uuid.uuid4().hex
-    out.mkdir(parents=True)
-    pipeline = beam.Pipeline(runner="FnApiRunner")
-    result = pipeline | beam.Create(elements) | EmbedImages(spec)
-    result.embeddings | "SaveEmbeddings" >> beam.Map(_save, str(out), "e")
-    result.rejected | "SaveRejected" >> beam.Map(_save, str(out), "r")
-    run = pipeline.run()
-    run.wait_until_finish()
-    loaded = {kind: [pickle.loads(p.read_bytes()) for p in sorted(out.glob(f"{kind}-*.pkl"))] for kind in "er"}
-    batches = run.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE)
-                                  .with_name("inference_request_batch_size"))["distributions"]
-    return dict(loaded["e"]), loaded["r"], max(d.committed.max for d in batches)
+def embedded(spec: EmbedSpec, inputs: list) -> np.ndarray:
+    """The build's embedding step on `inputs`, in order: a freshly loaded Embedder, as a worker loads it."""
+    return load_embedder(spec).embed(inputs)
 
 
 @pytest.fixture(scope="module")
@@ -88,16 +65,12 @@ def test_embeddings_equal_predict_on_the_same_inputs(small, kind, tmp_path):
     model, paths = small
     spec = EmbedSpec(str(paths[kind]), "imagenet", batch_size=4)
     pixels = images(7) + [images(1, size=(40, 50), seed=3)[0]]  # the last one is resized inside
-    elements = [((f"clip{i // 4}", i % 4), img) for i, img in enumerate(pixels)]  # keys like a clip's frames
-    got, rejected, max_batch = run_transform(spec, elements, tmp_path)
+    got = embedded(spec, pixels)
     fitted = np.stack(pixels[:7] + [np.asarray(resize(Image.fromarray(pixels[7]), (32, 32), "fill"))])
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
     expected = model.predict(((fitted / 255.0 - mean) / std).astype(np.float32), verbose=0)
-    assert rejected == [] and max_batch == 4
-    assert sorted(got) == sorted(key for key, _ in elements)
-    for i, (key, _) in enumerate(elements):
-        assert got[key].dtype == np.float32 and got[key].shape == (8,)
-        np.testing.assert_allclose(got[key], expected[i], rtol=RTOL, atol=ATOL)
+    assert got.dtype == np.float32 and got.shape == (8, 8) and not nonfinite_rows(got).any()
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
     info = check_model(spec)
     assert (info.input_size, info.embedding_dim, info.format) == ((32, 32), 8, "keras" if kind == "keras"
                                                                    else "saved_model")
@@ -111,9 +84,9 @@ def test_jpeg_bytes_embed_as_their_decoded_pixels(small, tmp_path):
         path = tmp_path / f"{len(jpegs)}.jpg"
         Image.fromarray(img).save(path, quality=90)
         jpegs.append(path.read_bytes())
-    got, _, _ = run_transform(spec, list(enumerate(jpegs)), tmp_path)
-    direct = load_embedder(spec).embed([record_pixels(j) for j in jpegs])
-    assert all(np.array_equal(got[i], direct[i]) for i in range(3))
+    got = embedded(spec, jpegs)
+    direct = embedded(spec, [record_pixels(j) for j in jpegs])
+    assert np.array_equal(got, direct)
 
 
 @pytest.fixture(scope="module")
@@ -165,14 +138,12 @@ def save_module(module: tf.Module, path: Path, signatures=True) -> str:
     return str(path)
 
 
-def test_nan_embeddings_go_to_rejected(tmp_path):
+def test_nan_embeddings_are_found_row_by_row(tmp_path):
     model = save_module(_Sqrt(-0.001), tmp_path / "sqrt")  # black images (mean 0) give sqrt(-0.001) = NaN
     black, bright = np.zeros((8, 8, 3), np.uint8), np.full((8, 8, 3), 200, np.uint8)
-    got, rejected, _ = run_transform(EmbedSpec(model, "scale01", batch_size=2),
-                                     [("dark.jpg", black), ("bright.jpg", bright)], tmp_path)
-    assert list(got) == ["bright.jpg"]
-    np.testing.assert_allclose(got["bright.jpg"], np.sqrt(np.full(3, 200 / 255) - 0.001), rtol=RTOL)
-    assert [(key, reason) for key, reason, _ in rejected] == [("dark.jpg", EMBEDDING_NAN)]
+    got = embedded(EmbedSpec(model, "scale01", batch_size=2), [black, bright])
+    assert nonfinite_rows(got).tolist() == [True, False]  # the build rejects the first record (embedding_nan)
+    np.testing.assert_allclose(got[1], np.sqrt(np.full(3, 200 / 255) - 0.001), rtol=RTOL)
 
 
 def _keras_model(path: Path, inputs, outputs) -> str:
@@ -263,25 +234,10 @@ def test_efficientnet_b0_shapes_and_batching(tmp_path):
     model.save(path)
     spec = EmbedSpec(str(path), "none", batch_size=4)  # EfficientNet rescales and normalises inside
     pixels = images(6, size=(224, 224), seed=11)
-    got, rejected, max_batch = run_transform(spec, list(enumerate(pixels)), tmp_path)
-    assert rejected == [] and max_batch == 4 and sorted(got) == list(range(6))
-    assert all(got[i].shape == (1280,) and got[i].dtype == np.float32 for i in range(6))
+    got = embedded(spec, pixels)
+    assert got.shape == (6, 1280) and got.dtype == np.float32
     expected = model.predict(np.stack(pixels).astype(np.float32), batch_size=6, verbose=0)  # one trace
-    np.testing.assert_allclose(np.stack([got[i] for i in range(6)]), expected, rtol=RTOL, atol=ATOL)
-
-
-def test_embeddings_are_identical_whatever_the_input_order(small, tmp_path):
-    """TensorFlow's CPU kernels round some rows differently at another position in a batch (on this machine,
-    with Beam's own BatchElements at batch 8, 10 of these 24 rows changed when the input order did), so
-    batches must not come from the bundles; with batches made from the keys, any order gives the same bytes."""
-    _, paths = small
-    spec = EmbedSpec(str(paths["keras"]), "scale01", batch_size=8)  # at 8 (not 4) rows move here
-    elements = list(enumerate(images(24, seed=4)))
-    first, _, _ = run_transform(spec, elements, tmp_path)
-    shuffled = [elements[i] for i in np.random.default_rng(3).permutation(len(elements))]
-    second, _, _ = run_transform(spec, shuffled, tmp_path)
-    assert sorted(first) == list(range(24))
-    assert all(first[i].tobytes() == second[i].tobytes() for i in range(24))
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
 
 
 def test_model_from_cloud_storage(gcs, small):
@@ -304,7 +260,7 @@ def test_without_tensorflow_the_error_names_the_extra(small):
     _, paths = small
     code = (
         "import sys\n"
-        "import beam_jobs.pipeline.embed, shard_utils.media.embed, shard_utils.media.video\n"
+        "import beam_jobs.pipeline.encode, shard_utils.media.embed, shard_utils.media.video\n"
         "assert 'tensorflow' not in sys.modules and 'av' not in sys.modules, 'imported too early'\n"
         "sys.modules['tensorflow'] = None\n"  # what an environment without TensorFlow looks like to `import`
         "from shard_utils.media.embed import EmbedSpec, check_model\n"
@@ -318,20 +274,3 @@ def test_without_tensorflow_the_error_names_the_extra(small):
     assert done.returncode == 7, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1 and 'pip install -e ".[embed]"' in lines[0] and "--embed-model" in lines[0]
-
-
-def test_batches_come_from_the_keys_not_the_bundles(tmp_path):
-    def batches_of(elements):
-        out = tmp_path / uuid.uuid4().hex
-        out.mkdir()
-        with beam.Pipeline(runner="FnApiRunner") as pipeline:
-            _ = (pipeline | beam.Create(elements) | KeyedBatches(4)
-                 | beam.Map(lambda batch, folder=str(out): _save([k for k, _ in batch], folder, "b")))
-        return sorted(pickle.loads(p.read_bytes()) for p in out.glob("b-*.pkl"))
-
-    elements = [(f"cat/{i:03d}.jpg", bytes([i])) for i in range(100)]
-    first = batches_of(elements)
-    assert first == batches_of(list(reversed(elements)))
-    assert sorted(k for batch in first for k in batch) == [k for k, _ in elements]
-    assert all(len(batch) <= 4 and batch == sorted(batch) for batch in first)
-    assert len(first) <= 100 // 4 + 2  # two buckets (100 / (4 x 16)): at most one short batch each

@@ -18,7 +18,7 @@ from synthetic import record, write_dataset
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("tensorflow")
 
-from shard_utils.format import schema
+from shard_utils.format import schema  # noqa: E402 - after the skips
 
 NOTEBOOK = REPO / "examples" / "tpu_training.ipynb"
 # Prepended to the notebook's code: logical devices must exist before TensorFlow initializes.
@@ -45,7 +45,7 @@ def test_notebook_is_valid_and_installs_from_the_repository():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
-    install = [l for c in code for l in c.splitlines() if l.startswith("!pip install")]
+    install = [line for c in code for line in c.splitlines() if line.startswith("!pip install")]
     # On no package index: the wheel built by the documented command, which works as written once uploaded as
     # the dataset it names; the Git alternative says where its URL comes from.
     assert install == ["!pip install -q --no-deps /kaggle/input/tpu-shards-wheel/tpu_shards-*.whl"]

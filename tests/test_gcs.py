@@ -119,7 +119,7 @@ def test_manifest_crc32c_is_what_gcs_reports(gcs, built):
 
 def test_local_run_prints_beam_counters(built):
     m = built.manifest
-    line = next(l for l in built.stdout.splitlines() if l.strip().startswith("counters:"))
+    line = next(text for text in built.stdout.splitlines() if text.strip().startswith("counters:"))
     counters = dict((k, int(v)) for k, v in (item.strip().rsplit(" ", 1) for item in line.split(":", 1)[1].split(", ")))
     total = sum(s.num_records for s in m.splits.values())
     assert counters["files_matched"] == m.files_seen == 20
@@ -165,7 +165,8 @@ def test_verify_reports_each_problem_in_one_line(gcs, built, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4, lines
     assert lines[0].startswith(f"tpu-shards: {train0}: crc32c ") and "manifest says" in lines[0]
-    assert lines[1] == f"tpu-shards: {train1}: size 5 bytes, manifest says {built.manifest.splits['train'].shards[1].num_bytes}"
+    stated = built.manifest.splits["train"].shards[1].num_bytes
+    assert lines[1] == f"tpu-shards: {train1}: size 5 bytes, manifest says {stated}"
     assert lines[2].startswith(f"tpu-shards: {train1}: crc32c ")
     assert lines[3] == f"tpu-shards: {validation0}: missing"
 
@@ -242,17 +243,17 @@ def test_a_burst_of_429s_on_reads_is_ridden_out_and_the_shards_are_the_same(gcs,
     from shard_utils.storage.throttle import Throttle
 
     monkeypatch.setattr(_storage_gcs, "READ_THROTTLE", Throttle(delay_s=0.1))
-    # Backoff from 1 s: an object's two waits, one after the other, are U(0, 1) + U(0, 2) s, so the runs of 19
-    # objects wait well over the counter's whole second however their reads overlap, and the longest chain of
-    # waits (each size-sample read, then each run, in turn) stays near 3 s.
-    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=1.0, budget_s=60.0))
+    # Backoff from 0.25 s: an object's two waits, one after the other, are U(0, 0.25) + U(0, 0.5) s, so the 19
+    # objects wait about 7 s in all (well over the counter's whole second: below it lies 8 standard deviations
+    # away), read one after another on one worker.
+    monkeypatch.setattr(_storage_gcs, "READ_POLICY", replace(_storage_gcs.READ_POLICY, initial_s=0.25, budget_s=60.0))
     out = f"gs://{gcs.new_bucket('burst')}/ds"
     printed = io.StringIO()
     with BurstOf429(gcs.url, source.bucket) as proxy, storage_host(proxy.url), contextlib.redirect_stdout(printed):
         m = run_job(source.uri, out, *OPTS, "--workers", "1")
     assert_same_dataset(m, source.manifest)
     assert_same_shards(gcs, out, source.local)
-    line = next(l for l in printed.getvalue().splitlines() if l.strip().startswith("counters:"))
+    line = next(text for text in printed.getvalue().splitlines() if text.strip().startswith("counters:"))
     counters = dict((k, int(v)) for k, v in (item.strip().rsplit(" ", 1) for item in line.split(":", 1)[1].split(", ")))
     read = m.files_seen - m.skipped["count"]  # the .DS_Store is skipped unread
     assert counters["source_reads_retried"] == 2 * read == 38
@@ -340,7 +341,8 @@ def test_cli_builds_and_verifies_a_bucket_without_printing_credentials(gcs, sour
     missing = run_cli("build", "--input", "gs://no-such-bucket-here/x", "--output", out + "2")
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
-        "tpu-shards: error: cannot list input gs://no-such-bucket-here/x: bucket gs://no-such-bucket-here does not exist"]
+        "tpu-shards: error: cannot list input gs://no-such-bucket-here/x: "
+        "bucket gs://no-such-bucket-here does not exist"]
     everything = built.stdout + built.stderr + checked.stdout + checked.stderr + missing.stderr
     for secret in gcs.tokens.secrets():
         assert secret not in everything
@@ -420,7 +422,8 @@ def test_an_object_that_stays_unavailable_fails_the_build_naming_it_and_publishe
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith(f"tpu-shards: error: cannot read {source.uri}/dog/img0002.jpg: 503 ")
-    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]  # retried on its own, then given up
+    # retried on its own, then given up
+    assert re.search(r"\(failed (?:[2-9]|\d\d+) tries over \d+ s\)$", err[0]), err[0]
     assert proxy.counts["503"] > 1  # retried before giving up
     bucket, prefix = storage.split_gcs(out)
     assert gcs.names(bucket) == []  # no shard, no manifest, no lock, no temporary object

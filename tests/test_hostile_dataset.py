@@ -48,8 +48,8 @@ def hostile(tmp_path_factory):
     records = hostile_records()
     in_train = [i % 2 == 0 or "same" in r.source_id.lower() for i, r in enumerate(records)]
     m = write_dataset(
-        base / "ds", {"train": [r for r, t in zip(records, in_train) if t],
-                      "split-b": [r for r, t in zip(records, in_train) if not t]}, LABELS,
+        base / "ds", {"train": [r for r, t in zip(records, in_train, strict=True) if t],
+                      "split-b": [r for r, t in zip(records, in_train, strict=True) if not t]}, LABELS,
         shard_prefix={"split-b": "evil"},
         rejected=[rejected_line(IMG, "<b>reason</b>", SCRIPT), "this line is not json <i>x</i>",
                   rejected_line("../x.jpg", "corrupt", "bad\x00data")],
@@ -180,7 +180,7 @@ def test_video_records_extract_as_frame_folders_and_show_their_first_frame(tmp_p
     first = Image.open(__import__("io").BytesIO(clip.frames[0])).convert("RGB")
     # the tile holds the first frame: compare a pixel below the "frames" badge
     x, y = tile.box[0] + 20, tile.box[3] - 5
-    assert max(abs(a - b) for a, b in zip(sheet.getpixel((x, y)), first.getpixel((20, 25)))) <= 12
+    assert max(abs(a - b) for a, b in zip(sheet.getpixel((x, y)), first.getpixel((20, 25)), strict=True)) <= 12
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -115,8 +115,8 @@ def test_hostile_folder_is_fully_accounted(tmp_path):
     assert "with space" in m.labels and "ünïcödé 猫" in m.labels and ".dotted label" not in m.labels
     assert load(str(out)).labels == m.labels
     assert written["ok/sliver.png"][schema.IMAGE_WIDTH] == 4000 and written["ok/sliver.png"][schema.IMAGE_HEIGHT] == 12
-    lines = [json.loads(l) for l in (out / "rejected.jsonl").read_text().splitlines()]
-    assert all(set(l) == {"source", "reason", "message"} and l["message"] for l in lines)
+    lines = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    assert all(set(entry) == {"source", "reason", "message"} and entry["message"] for entry in lines)
 
 
 def test_unreadable_file_is_rejected(tmp_path):

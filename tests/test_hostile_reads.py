@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, write_images
-from hostile import build_valid, edit_manifest, first_shard, hostile_copy, index_of
+from hostile import CORRUPTIONS, build_valid, edit_manifest, first_shard, hostile_copy, index_of
 
 from shard_utils.format.manifest import ManifestError, load
 from shard_utils.read.verify import verify
@@ -526,10 +526,10 @@ def test_verify_says_a_6_gb_shard_and_a_2_gb_index_differ_in_size_without_readin
     """Sparse files (nothing on disk) of 6 GB in place of a shard and 2 GB in place of an index, verify under an
     address-space limit below either: their sizes come from stat, each one line, and nothing is read."""
     ds = hostile(valid, tmp_path, "shard_sparse_6g")
-    hostile_copy(ds, tmp_path / "both", "index_sparse_2g", tmp_path / "outside")
+    CORRUPTIONS["index_sparse_2g"](ds, tmp_path / "outside")  # in place: a copy of the 6 GB hole writes 6 GB of zeros
     m = load(str(valid))
     shard, index = m.splits["train"].shards[0], m.splits["train"].index
-    proc = run_limited(tool_command("verify", tmp_path / "both", tmp_path), memory=PY_LIMIT)
+    proc = run_limited(tool_command("verify", ds, tmp_path), memory=PY_LIMIT)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert error_lines(proc) == [
         f"tpu-shards: {shard.path}: size {6 << 30} bytes, manifest says {shard.num_bytes}",
@@ -578,7 +578,8 @@ def test_a_shard_larger_than_verify_holds_is_streamed_with_its_index_rows(valid,
             pads.append(f.write(tfrecord.frame(record)))
 
     def grown(rows: list, source_ids=lambda i: f"pad/{i}") -> list:
-        added = [IndexRow(source_ids(i), 0, end + sum(pads[:i]), n, 0, (0,), "0" * 64, 1, 1) for i, n in enumerate(pads)]
+        added = [IndexRow(source_ids(i), 0, end + sum(pads[:i]), n, 0, (0,), "0" * 64, 1, 1)
+                 for i, n in enumerate(pads)]
         return [*[r for r in rows if r.shard == 0], *added, *[r for r in rows if r.shard != 0]]
 
     def change(obj: dict) -> None:

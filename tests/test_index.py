@@ -69,7 +69,8 @@ def test_the_header_is_the_same_whatever_the_process_string_hashing():
     code = ("import sys; from shard_utils.format import index; from shard_utils.format.schema import ExtraSpec; "
             "sys.stdout.write(index.index_header(index.index_schema([ExtraSpec('note', 'string')])).hex())")
     headers = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+                              cwd=Path(__file__).resolve().parents[1],
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout
                for seed in ("0", "1")}
     assert headers == {index.index_header(index.index_schema([ExtraSpec("note", "string")])).hex()}
 
@@ -225,34 +226,3 @@ def test_the_writers_row_agrees_with_the_record(tmp_path, label_offset):
     assert row.extra == {"bbox": [1.0, 2.5], "x_2nd_score": 7, "note": "3"}
     assert row.labels == (1, 0) and row.label == 1
 
-
-def test_parts_merge_into_one_index_of_every_row_in_shard_order():
-    schema = index.index_schema(EXTRAS)
-    rows = [row(i, shard=i // 4, extra={"bbox": [float(i)], "x_2nd_score": i, "note": None}) for i in range(12)]
-    parts = [written(rows[s * 4:s * 4 + 4], schema)[0] for s in range(3)]
-    out = io.BytesIO()
-    merged = index.merge_index_parts(out, [io.BytesIO(p) for p in parts], schema)
-    assert list(index.read_index(io.BytesIO(out.getvalue()))) == rows
-    digest = storage.Digest()
-    digest.update(out.getvalue())
-    assert (merged.num_rows, merged.num_bytes, merged.crc32c, merged.sha256) == (
-        12, digest.size, digest.crc32c, digest.sha256)
-    again = io.BytesIO()
-    index.merge_index_parts(again, [io.BytesIO(p) for p in parts], schema)
-    assert again.getvalue() == out.getvalue()  # the same parts, the same bytes
-    assert index.merge_index_parts(io.BytesIO(), [], schema).num_rows == 0
-    backwards = [io.BytesIO(parts[s]) for s in (1, 0)]
-    with pytest.raises(IndexFormatError, match="holds shard 0 after shard 1"):
-        index.merge_index_parts(io.BytesIO(), backwards, schema)
-    mixed = [io.BytesIO(written(rows[2:6], schema)[0])]
-    with pytest.raises(IndexFormatError, match="rows of shards 0 and 1"):
-        index.merge_index_parts(io.BytesIO(), mixed, schema)
-    other = [io.BytesIO(written([row(0)], index.index_schema())[0])]
-    with pytest.raises(IndexFormatError, match="another schema"):
-        index.merge_index_parts(io.BytesIO(), other, schema)
-    with pytest.raises(IndexFormatError, match="not an Avro index file"):
-        index.merge_index_parts(io.BytesIO(), [io.BytesIO(b"not avro")], schema)
-    damaged = bytearray(parts[0])
-    damaged[-40:-20] = b"\x00" * 20
-    with pytest.raises(IndexFormatError, match="damaged"):
-        index.merge_index_parts(io.BytesIO(), [io.BytesIO(bytes(damaged))], schema)

@@ -41,7 +41,8 @@ def test_kaggle_train_csv_with_multi_labels_and_extra_columns(tmp_path):
                 "--num-cores", "2")
     assert rejected(out) == {"train_images/ffffff.jpg": "missing", "train_images/0000ab.jpg": "duplicate_row",
                              "train_images/0001ab.jpg": "bad_row"}
-    lines = {json.loads(l)["reason"]: json.loads(l)["message"] for l in (out / "rejected.jsonl").read_text().splitlines()}
+    entries = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    lines = {entry["reason"]: entry["message"] for entry in entries}
     assert "train.csv line" in lines["missing"] and "train.csv line" in lines["bad_row"]
     assert m.files_seen == 27 and m.splits["train"].num_records == 24  # rows, not files, are accounted
     assert m.multi_label and m.labels == ["clear", "haze", "primary", "water"]

@@ -215,7 +215,7 @@ def test_without_jax_the_module_imports_and_make_iterator_names_the_extra(small_
 
 
 def test_a_dataset_in_a_bucket_gives_the_same_batches_as_its_local_copy(small_dataset, gcs):
-    """make_iterator over gs:// (the storage emulator): the manifest, the index and every record read from the bucket."""
+    """make_iterator over gs:// (the storage emulator): the manifest, the index and each record read from the bucket."""
     bucket = gcs.new_bucket("jax")
     gcs.upload_tree(small_dataset, bucket, "ds")
     remote = make_iterator(f"gs://{bucket}/ds", "train", 8, seed=SEED, start_step=5)

@@ -18,7 +18,7 @@ NOTEBOOK = REPO / "examples" / "jax_tpu.ipynb"
 
 
 def test_notebook_is_valid_stored_without_outputs_and_installs_the_wheel():
-    install = [l for c in code_cells(NOTEBOOK) for l in c.splitlines() if l.startswith("!pip install")]
+    install = [line for c in code_cells(NOTEBOOK) for line in c.splitlines() if line.startswith("!pip install")]
     assert install == ["!pip install -q --no-deps /kaggle/input/tpu-shards-wheel/tpu_shards-*.whl"]
     assert '"outputs": []' in NOTEBOOK.read_text() and '"execution_count": null' in NOTEBOOK.read_text()
 

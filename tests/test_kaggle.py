@@ -57,13 +57,15 @@ def test_numeric_labels_keep_their_numbers_as_ids_and_the_test_folder_is_unlabel
     assert all(label_texts(test, r) == [] for r in stored)
     with open(kaggle / "test_shards" / split.index.path, "rb") as f:
         assert {(row.label, row.labels) for row in read_index(f)} == {(-1, ())}
-    assert verify(str(kaggle / "test_shards"), deep=True) == [] and verify(str(kaggle / "train_shards"), deep=True) == []
+    assert verify(str(kaggle / "test_shards"), deep=True) == []
+    assert verify(str(kaggle / "train_shards"), deep=True) == []
 
 
 @pytest.mark.tf
 def test_train_on_8_replicas_predict_the_test_split_once_and_write_the_submission_in_its_order(kaggle):
     done = subprocess.run([sys.executable, str(REPO / "tests" / "kaggle_run.py")], cwd=kaggle, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"})
+                          text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["replicas"] == 8 and "24 predictions written to submission.csv" in done.stdout
@@ -96,7 +98,8 @@ def test_the_unlabeled_split_through_the_loader_grain_and_tfds(kaggle, tmp_path)
     assert set(batch) == {"image", "source_id", "weight"} and batch["image"].shape == (4, 16, 16, 3)
     source = RandomAccessSource(m, "test")
     decoded = [Decoder.for_source(source)(source[i]) for i in range(len(source))]
-    assert {int(d["label"]) for d in decoded} == {-1} and sorted(d["source_id"] for d in decoded) == sorted(passes[0][:-1])
+    assert {int(d["label"]) for d in decoded} == {-1}
+    assert sorted(d["source_id"] for d in decoded) == sorted(passes[0][:-1])
     shutil.copytree(kaggle / "test_shards", tmp_path / "ds")
     for name, data in tfds_files(m).items():
         (tmp_path / "ds" / name).write_bytes(data)
@@ -134,7 +137,7 @@ def test_listing_rows_without_labels_build_unlabeled_and_an_unlabeled_dataset_ta
     ids = [row["id"] for row in csv.DictReader(open(comp / "train.csv"))]
     cells = ['"label": []', '"label": null', '"label": ""', '"label": " "']
     (tmp_path / "rows.jsonl").write_text("".join(f'{{"path": "train_images/{i}.jpg", {cell}}}\n'
-                                                 for i, cell in zip(ids, cells)))
+                                                 for i, cell in zip(ids, cells, strict=False)))
     out = tmp_path / "out"
     options = ("--splits", "test=1", "--num-cores", 2)
     m = run_job(comp, out, "--listing", tmp_path / "rows.jsonl", *options)

@@ -34,6 +34,7 @@ SHARD_UTILS = {"shard_utils"} | LEAVES | _su("storage", "format", "inputs", "med
 MAY_IMPORT = {
     "shard_utils": set(),  # the package's own __init__: a version and a docstring
     **{leaf: set() for leaf in LEAVES},
+    "shard_utils.extras": _su("errors"),  # MissingExtra derives from errors.TpuShardsError, every error's base
     "shard_utils.storage": LEAVES,
     "shard_utils.format": LEAVES | _su("storage"),
     "shard_utils.inputs": LEAVES | _su("storage", "format"),

@@ -62,7 +62,7 @@ def test_a_reshard_that_fails_before_its_manifest_leaves_an_empty_output(tmp_pat
     source = build_valid(tmp_path / "valid")
     out, hold = tmp_path / "out", tmp_path / "hold"
     proc = subprocess.Popen([sys.executable, "-m", "beam_jobs.cli", "reshard", str(source), str(out)], cwd=REPO,
-                            env={**os.environ, **faults(hold=f"beam_jobs.publish:commit={hold}")},
+                            env={**os.environ, **faults(hold=f"beam_jobs.publish.steps:commit={hold}")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not Path(f"{hold}.reached").exists():
@@ -74,4 +74,5 @@ def test_a_reshard_that_fails_before_its_manifest_leaves_an_empty_output(tmp_pat
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err[-2000:]
     assert err.strip().startswith("tpu-shards: error:") and len(err.strip().splitlines()) == 1, err
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json"]  # and the run folder
+    # and the run folder
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json"]

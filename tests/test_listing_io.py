@@ -104,7 +104,8 @@ def test_a_damaged_avro_listing_is_an_error_naming_the_block(tmp_path, damage):
 def test_tsv_and_gzip_csv(tmp_path):
     (tmp_path / "a.tsv").write_text("id\tlabel\nx 1\tcat\n")
     (tmp_path / "b.csv.gz").write_bytes(gzip.compress(CSV.encode()))
-    assert [r.fields for r in read_all(ListingSource(str(tmp_path / "a.tsv"), "tsv"))] == [{"id": "x 1", "label": "cat"}]
+    tsv = read_all(ListingSource(str(tmp_path / "a.tsv"), "tsv"))
+    assert [r.fields for r in tsv] == [{"id": "x 1", "label": "cat"}]
     rows = read_all(ListingSource(str(tmp_path / "b.csv.gz"), "csv"))
     assert [r.position[0] for r in rows] == [2, 4, 6, 7]
     assert rows[1].fields["caption"] == "two\nlines, and a comma"

@@ -154,7 +154,8 @@ def test_kaggle_row_with_template_split_and_typed_extras():
     item = item_from_row(row(fields, line=18), o, "gs://bkt/comp")
     assert item == MediaItem(source_id="train_images/abc.jpg", uri="gs://bkt/comp/train_images/abc.jpg", size=0,
                              labels=("cat",), split="validation",
-                             extras=(("age", (7,)), ("w", (0.5,)), ("tags", ("a", "b")), ("bbox", (1.0, 2.5, 3.0, 4.0))),
+                             extras=(("age", (7,)), ("w", (0.5,)), ("tags", ("a", "b")),
+                                     ("bbox", (1.0, 2.5, 3.0, 4.0))),
                              origin="train.csv line 18")
     assert isinstance(item.extras[0][1][0], int) and isinstance(item.extras[3][1][0], float)
 

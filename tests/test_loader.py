@@ -17,9 +17,9 @@ from readers import all_records, records
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils.format import schema
-from shard_utils.format.manifest import ManifestError
-from shard_utils.read import loader
+from shard_utils.format import schema  # noqa: E402 - after the skip: the loader imports TensorFlow
+from shard_utils.format.manifest import ManifestError  # noqa: E402
+from shard_utils.read import loader  # noqa: E402
 
 
 def contexts(n: int, replicas: int | None = None) -> list:
@@ -31,7 +31,7 @@ def source_ids(ds, limit: int | None = None) -> list[str]:
     """Real (weight 1) source ids of an as_dict dataset, in order."""
     out = []
     for batch in ds.take(limit) if limit else ds:
-        out += [s.decode() for s, w in zip(batch["source_id"].numpy(), batch["weight"].numpy()) if w == 1]
+        out += [s.decode() for s, w in zip(batch["source_id"].numpy(), batch["weight"].numpy(), strict=True) if w == 1]
     return out
 
 
@@ -111,7 +111,7 @@ def test_images_at_the_manifest_size_are_decoded_unresized_and_scaled(small):
     ds = loader.make_dataset(m, "validation", 4, training=False, as_dict=True, repeat=False)
     for batch in ds:
         for image, source, label, weight in zip(batch["image"], batch["source_id"].numpy(), batch["label"].numpy(),
-                                                batch["weight"].numpy()):
+                                                batch["weight"].numpy(), strict=True):
             if not weight:
                 continue
             record = expected[source.decode()]
@@ -142,10 +142,10 @@ def test_augmentation_is_opt_in_and_keeps_static_shapes(small):
     # Off by default: the same record decodes identically in training and evaluation.
     train = {}
     for batch in loader.make_dataset(m, "train", 63, as_dict=True, seed=0).take(2):
-        train.update({s.decode(): i.numpy() for s, i in zip(batch["source_id"].numpy(), batch["image"])})
+        train.update({s.decode(): i.numpy() for s, i in zip(batch["source_id"].numpy(), batch["image"], strict=True)})
     assert len(train) > 50  # the shuffle buffer spans epochs, so a batch may hold repeats
     for batch in loader.make_dataset(m, "train", 63, training=False, as_dict=True, repeat=False):
-        for s, i in zip(batch["source_id"].numpy(), batch["image"]):
+        for s, i in zip(batch["source_id"].numpy(), batch["image"], strict=True):
             if s.decode() in train:
                 np.testing.assert_array_equal(train[s.decode()], i.numpy())
 
@@ -218,7 +218,8 @@ def test_eval_tuples_carry_weights_for_keras(small):
 def _passes(ds, steps: int, passes: int) -> list[list[tuple[str, float]]]:
     """(source_id, weight) of every example, per pass of `steps` batches of an as_dict dataset."""
     batches = list(ds.take(steps * passes))
-    pairs = [[(s.decode(), float(w)) for s, w in zip(b["source_id"].numpy(), b["weight"].numpy())] for b in batches]
+    pairs = [[(s.decode(), float(w)) for s, w in zip(b["source_id"].numpy(), b["weight"].numpy(), strict=True)]
+             for b in batches]
     return [sum(pairs[p * steps:(p + 1) * steps], []) for p in range(passes)]
 
 
@@ -324,7 +325,8 @@ def test_the_documented_compile_reports_the_exact_validation_loss_on_eight_repli
     zero, random = result["zero"], result["random"]
     assert zero["exact"] == pytest.approx(math.log(3), abs=1e-5)
     assert zero["cross_entropy"] == pytest.approx(math.log(3), abs=1e-4)
-    assert random["cross_entropy"] == pytest.approx(random["exact"], abs=1e-4) and abs(random["exact"] - math.log(3)) > 1e-3
+    assert random["cross_entropy"] == pytest.approx(random["exact"], abs=1e-4)
+    assert abs(random["exact"] - math.log(3)) > 1e-3
     for model in (zero, random):  # the default: a constant factor, records / (steps x global batch)
         assert model["sum_over_batch_size"] == pytest.approx(model["exact"] * 17 / 32, abs=1e-4)
     assert zero["mean_with_sample_weight"] < math.log(3) - 0.05

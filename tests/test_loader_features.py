@@ -14,9 +14,9 @@ from synthetic import jpeg, record, write_dataset
 
 tf = pytest.importorskip("tensorflow")
 
-from shard_utils.format import schema
-from shard_utils.format.manifest import ManifestError
-from shard_utils.read import loader
+from shard_utils.format import schema  # noqa: E402 - after the skip: the loader imports TensorFlow
+from shard_utils.format.manifest import ManifestError  # noqa: E402
+from shard_utils.read import loader  # noqa: E402
 
 LABELS = ["cat", "dog", "fish"]
 TAGS = schema.ExtraSpec("tags", "string", is_list=True)
@@ -125,7 +125,7 @@ def test_label_offset_is_subtracted(tmp_path):
     m = write_dataset(tmp_path / "d", items, LABELS, schema.feature_table(), label_offset=1, image_size=[12, 16])
     assert m.label_offset == 1
     [batch] = list(loader.make_dataset(m, "train", 6, training=False, as_dict=True, repeat=False))
-    got = dict(zip((s.decode() for s in batch["source_id"].numpy()), batch["label"].numpy()))
+    got = dict(zip((s.decode() for s in batch["source_id"].numpy()), batch["label"].numpy(), strict=True))
     assert got == {r.source_id: int(r.source_id[-1]) % 3 for r in items["train"]}
     assert batch["label"].dtype == tf.int32
 
@@ -178,7 +178,8 @@ def test_multi_label_gives_static_multi_hot_vectors(multi):
     assert evaluation.element_spec["label"] == tf.TensorSpec([4, 3], tf.float32)
     seen = 0
     for batch in evaluation:
-        for source, label, weight in zip(batch["source_id"].numpy(), batch["label"].numpy(), batch["weight"].numpy()):
+        for source, label, weight in zip(batch["source_id"].numpy(), batch["label"].numpy(), batch["weight"].numpy(),
+                                         strict=True):
             if not weight:
                 assert not label.any()  # padding: no class
                 continue
@@ -256,7 +257,7 @@ def test_embedding_mode_reads_no_images(tmp_path):
     ds = loader.make_dataset(m, "train", 3, training=False, features="embedding", repeat=False)
     assert ds.element_spec == (tf.TensorSpec([3, 8], tf.float32), tf.TensorSpec([3], tf.int32),
                                tf.TensorSpec([3], tf.float32))
-    got = {tuple(np.round(e, 5)): int(l) for x, y, _ in ds for e, l in zip(x.numpy(), y.numpy())}
+    got = {tuple(np.round(e, 5)): int(label) for x, y, _ in ds for e, label in zip(x.numpy(), y.numpy(), strict=True)}
     assert got == {tuple(np.round(np.float32(embedding_of(i, i % 3)), 5)): i % 3 for i in range(6)}
     with pytest.raises(tf.errors.InvalidArgumentError):  # the media path does decode, and fails on these bytes
         list(loader.make_dataset(m, "train", 3, training=False, repeat=False))
@@ -292,7 +293,7 @@ def test_video_clips_are_static_frame_stacks(video):
     for e in elements:
         r = by_id[e["source_id"].decode()]
         assert e["video"].shape == (3, 12, 16, 3) and e["label"] == r.label
-        for got, data in zip(e["video"], r.frames):
+        for got, data in zip(e["video"], r.frames, strict=True):
             np.testing.assert_allclose(got, pixels(data), atol=1e-6)
         np.testing.assert_allclose(e["embedding"], np.reshape(r.embedding, (3, 4)), rtol=1e-6)
     small = loader.make_dataset(m, "validation", 5, training=False, image_size=(6, 8), as_dict=True, repeat=False)
@@ -309,7 +310,7 @@ def test_video_augmentation_is_the_same_for_every_frame_of_a_clip(video):
     cropped = 0
     original = pixels(by_id["item0000"].frames[0])
     for batch in ds.take(6):
-        for source, clip in zip(batch["source_id"].numpy(), batch["video"].numpy()):
+        for source, clip in zip(batch["source_id"].numpy(), batch["video"].numpy(), strict=True):
             if source == b"item0000":
                 assert clip.shape == (3, 12, 16, 3)
                 np.testing.assert_array_equal(clip[0], clip[1])

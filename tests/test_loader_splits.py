@@ -28,7 +28,8 @@ def small(small_dataset):
 
 
 def real_ids(ds) -> list[str]:
-    return [s.decode() for batch in ds for s, w in zip(batch["source_id"].numpy(), batch["weight"].numpy()) if w]
+    return [s.decode() for batch in ds
+            for s, w in zip(batch["source_id"].numpy(), batch["weight"].numpy(), strict=True) if w]
 
 
 @pytest.mark.slow
@@ -89,7 +90,8 @@ def test_resume_on_an_expression_gives_the_steps_its_rows_are_assigned(small):
              for b in loader.make_dataset(m, expression, batch, seed=seed, start_step=0, as_dict=True).take(8)]
     resumed = loader.make_dataset(m, expression, batch // 2, seed=seed, start_step=5, as_dict=True,
                                   input_context=tf.distribute.InputContext(2, 1, 2))
-    for k, got in zip(range(5, 8), resumed.take(3)):  # pipeline 1 of 2: the second half of each global step
+    # pipeline 1 of 2: the second half of each global step
+    for k, got in zip(range(5, 8), resumed.take(3), strict=True):
         assert [s.decode() for s in got["source_id"].numpy()] == steps[k][batch // 2:]
     for k, step in enumerate(steps):
         assert step == [rows[r] for r in epochs.batch_rows(seed, len(rows), batch, k)]

@@ -161,7 +161,7 @@ def test_a_model_that_does_not_load_is_one_line_before_any_work(tmp_path):
 
 @pytest.mark.slow
 def test_an_embedding_build_writes_only_its_own_lines(model, tmp_path):
-    """TensorFlow's start-up lines and Beam's RunInference notices stay off the build's stderr."""
+    """TensorFlow's start-up lines stay off the build's stderr."""
     write_images(tmp_path / "in", {"a": 4, "b": 4})
     done = run_as_a_user("build", "--input", tmp_path / "in", "--output", tmp_path / "out", "--embed-model", model,
                          "--embed-preprocess", "scale01", "--num-cores", "2")

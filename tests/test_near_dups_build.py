@@ -84,7 +84,8 @@ def test_report_lists_leaks_and_conflicts_and_group_keeps_each_cluster_in_one_sp
         kept = min(copy, original)
         assert placed[copy] == placed[original] == choose_split(HALVES, 0, kept)
     assert {f["kind"] for f in quality_lines(tmp_path / "group")} >= {"near_duplicate", "label_conflict"}
-    assert not any(len(set(f["splits"])) > 1 for f in quality_lines(tmp_path / "group") if f["kind"] == "near_duplicate")
+    assert not any(len(set(f["splits"])) > 1 for f in quality_lines(tmp_path / "group")
+                   if f["kind"] == "near_duplicate")
     assert total(grouped) == total(reported) == 14 and grouped.files_seen == 14
     was = where(tmp_path / "report")
     movers = [max(pair) for pair in copies.items()]  # the smallest source id stays, the other joins it

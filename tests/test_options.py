@@ -20,7 +20,7 @@ from shard_utils.format.image_size import ImageSize, parse_image_size
 def one_line_error(capsys, argv, *fragments, code=2):
     assert main(argv) == code
     err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("tpu-shards: error: "), err
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
@@ -240,7 +240,8 @@ def test_options_beams_validator_refuses_are_one_line_before_any_work(beam_args,
 def test_the_jobs_own_options_are_checked_before_beams(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "no-gcloud"))
     assert main(["build", "--output", str(tmp_path / "out"), "--runner", "DataflowRunner", "--project", "p"]) == 2
-    assert capsys.readouterr().err.strip() == "tpu-shards: error: the following arguments are required: --input (or --listing)"
+    assert capsys.readouterr().err.strip() == \
+        "tpu-shards: error: the following arguments are required: --input (or --listing)"
 
 
 def test_beams_warnings_about_options_it_accepts_are_still_shown(caplog):

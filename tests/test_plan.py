@@ -68,7 +68,7 @@ def test_boundaries_give_exact_balance_in_key_order(keys, cores, bits, collide):
         if len(keys) < cores:
             return
     owners, p = exact_shards(keys, cores, bits)
-    by_order = [owner for _, owner in sorted(zip(keys, owners))]
+    by_order = [owner for _, owner in sorted(zip(keys, owners, strict=True))]
     assert by_order == sorted(by_order)  # contiguous runs of the total order
     sizes = [p.run_size(i) for i in range(p.num_shards)]
     assert p.num_runs == p.num_shards and [owners.count(i) for i in range(p.num_shards)] == sizes

@@ -71,7 +71,8 @@ def test_publish_moves_shards_writes_reports_and_manifest_and_tidies(tmp_path):
     (out / "train-00000-of-00004.tfrecord").write_bytes(b"stale shard of an earlier build")
     finish(config, run, results, plans, tally, rejected)
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "croissant.json", "dataset_info.json", "features.json", "image.class.label.labels.txt", "manifest.json", "rejected.jsonl",
+        "README.md", "croissant.json", "dataset_info.json", "features.json", "image.class.label.labels.txt",
+        "manifest.json", "rejected.jsonl",
         "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord", "train.index.avro"]
     m = load(str(out))
     assert m.splits["train"].index.num_rows == 5

@@ -22,7 +22,8 @@ def scene(seed: int, size: tuple[int, int] = (160, 120)) -> Image.Image:
     for _ in range(6):
         x, y = rng.uniform(0, w), rng.uniform(0, h)
         box = [x, y, x + rng.uniform(10, w / 2), y + rng.uniform(10, h / 2)]
-        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+        shape = draw.ellipse if rng.random() < 0.5 else draw.rectangle
+        shape(box, fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
     return image
 
 

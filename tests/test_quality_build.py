@@ -155,4 +155,5 @@ def test_an_append_adds_its_findings_after_the_datasets(built, tmp_path):
     lines = [json.loads(line) for line in (out / "quality.g001.jsonl").read_text().splitlines()]
     assert lines[-1] == {"kind": "small", "sources": ["a/tiny.png"], "splits": [lines[-1]["splits"][0]],
                          "value": 40.0, "threshold": 64.0, "generation": 1}
-    assert len(lines) == len((built / "out" / "quality.jsonl").read_text().splitlines()) + 1 and not (out / "quality.jsonl").exists() and verify(str(out)) == []
+    assert len(lines) == len((built / "out" / "quality.jsonl").read_text().splitlines()) + 1
+    assert not (out / "quality.jsonl").exists() and verify(str(out)) == []

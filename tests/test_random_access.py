@@ -311,7 +311,7 @@ def test_the_docs_name_an_extra_that_brings_grain_before_each_grain_snippet():
     page = (REPO / "docs" / "random-access.md").read_text(encoding="utf-8")
     parts = re.split(r"```python\n(.*?)```", page, flags=re.S)  # text, code, text, code, ...
     checked = 0
-    for before, code in zip(parts[0::2], parts[1::2]):
+    for before, code in zip(parts[0::2], parts[1::2], strict=False):
         if re.search(r"^import grain|^from grain", code, re.M):
             named = re.findall(r'pip install -e "\.\[([a-z_,]+)\]"', before)
             assert any(any(r.startswith("grain") for e in n.split(",") for r in extras.get(e, [])) for n in named), \

@@ -30,7 +30,7 @@ def test_a_loop_killed_and_resumed_on_4_4_2_then_8_hosts_trains_each_epoch_once(
                          "--save-every", 3, "--seed", 5)
     kills = [rng.randrange(1, 6) for _ in range(3)]
     pieces = [run("resume_loop.py", small_dataset, *common, "--hosts", hosts, kill_after=kill)
-              for hosts, kill in zip((4, 4, 2), kills)]
+              for hosts, kill in zip((4, 4, 2), kills, strict=True)]
     pieces.append(run("resume_loop.py", small_dataset, *common, "--hosts", 8))
     steps = effective_steps(pieces, total)
     assert all(len(s) == 8 for s in steps), kills
@@ -59,7 +59,8 @@ def test_keras_killed_at_random_steps_resumes_with_backup_and_restore_on_8_devic
 
     rng = random.Random()
     train = split_rows(small_dataset, "train")
-    fingerprint = {str(int(f)): s for s, f in zip(train, tf.strings.to_hash_bucket_fast(list(train), 2**62).numpy())}
+    hashed = tf.strings.to_hash_bucket_fast(list(train), 2**62).numpy()
+    fingerprint = {str(int(f)): s for s, f in zip(train, hashed, strict=True)}
     kills, pieces = [rng.randrange(1, 4) for _ in range(2)], []
     for i, kill in enumerate([*kills, None]):
         log = tmp_path / f"piece{i}.log"

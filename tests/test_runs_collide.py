@@ -123,7 +123,7 @@ def test_ctrl_c_at_random_moments_gives_one_line_exit_130_and_no_orphans(tmp_pat
         if proc.returncode == 0:
             outcomes.append("finished")
         else:
-            lines = [l for l in err.splitlines() if l.strip()]
+            lines = [line for line in err.splitlines() if line.strip()]
             assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("tpu-shards: interrupted; "), err
             outcomes.append(lines[0])
         deadline = time.monotonic() + 10

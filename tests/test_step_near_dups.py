@@ -100,7 +100,8 @@ def test_report_lists_clusters_label_conflicts_and_leaks_and_drops_nothing(encod
     assert out["dropped"] == out["rejected"] == out["moved"] == []
     near = sorted((f["sources"], f["splits"], f["labels"]) for f in out["findings"] if f["kind"] == "near_duplicate")
     assert near == sorted((sorted(pair), [split_of(signed, s) for s in sorted(pair)], names) for pair, names in (
-        (("cat/big.jpg", "dog/img0002.jpg"), [["cat"], ["dog"]]), (("cat/img0000.jpg", "dog/copy.jpg"), [["cat"], ["dog"]]),
+        (("cat/big.jpg", "dog/img0002.jpg"), [["cat"], ["dog"]]),
+        (("cat/img0000.jpg", "dog/copy.jpg"), [["cat"], ["dog"]]),
         (("cat/img0001.jpg", "fish/small.jpg"), [["cat"], ["fish"]])))
     conflicts = [f for f in out["findings"] if f["kind"] == "label_conflict"]
     assert len(conflicts) == 3 and all(findings.check(f) for f in out["findings"])
@@ -143,7 +144,8 @@ def test_group_moves_each_copy_byte_for_byte_into_its_kept_members_split(encoded
         entries = f.entries()
         for i, e in enumerate(entries):
             start = entries[i - 1].end if i else 0
-            src = next(r for r in runs if r.file and any(x.meta.source_id == e.meta.source_id for x in r.file.entries()))
+            src = next(r for r in runs
+                       if r.file and any(x.meta.source_id == e.meta.source_id for x in r.file.entries()))
             se = src.file.entries()
             j = next(k for k, x in enumerate(se) if x.meta.source_id == e.meta.source_id)
             assert f.read(start, e.end) == src.file.read(se[j - 1].end if j else 0, se[j].end)

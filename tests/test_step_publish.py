@@ -106,7 +106,8 @@ def test_the_dataset_is_published_with_its_reports_and_nothing_left_behind(writt
     assert out["published"] == [str(output / "manifest.json")]
     assert verify(str(output), deep=True) == []
     m = load(str(output))
-    assert sorted(s.path for split in m.splits.values() for s in split.shards) == sorted(r.name for r in inputs["shards"])
+    assert sorted(s.path for split in m.splits.values() for s in split.shards) == \
+        sorted(r.name for r in inputs["shards"])
     stored = sorted(r[schema.SOURCE_ID].decode() for split in m.splits.values() for s in split.shards
                     for r in records(output / s.path))
     assert len(stored) == 12 and m.files_seen == 14 and m.rejected["count"] == 1 and m.skipped["count"] == 1

@@ -36,9 +36,9 @@ def test_cumulative_rounding_keeps_every_split_within_one_of_its_fraction():
         fractions = [f / sum(fractions) for f in fractions]
         n = rng.randint(0, 500)
         ends = cumulative_counts(n, fractions)
-        sizes = [b - a for a, b in zip([0] + ends, ends)]
+        sizes = [b - a for a, b in zip([0] + ends, ends, strict=False)]
         assert ends[-1] == n and min(sizes) >= 0
-        assert all(abs(size - f * n) <= 1 for size, f in zip(sizes, fractions)), (n, fractions, sizes)
+        assert all(abs(size - f * n) <= 1 for size, f in zip(sizes, fractions, strict=True)), (n, fractions, sizes)
 
 
 def test_cuts_give_the_rounded_counts_whatever_order_the_hashes_come_in():

@@ -58,7 +58,7 @@ def test_builder_loads_every_split_with_counts_shards_and_features(copy):
     records = shard_order(copy, "validation")
     got = list(tfds.as_numpy(builder.as_dataset(split="validation")))
     assert [ex["image/source_id"].decode() for ex in got] == [r[schema.SOURCE_ID].decode() for r in records]
-    for ex, record in zip(got, records):
+    for ex, record in zip(got, records, strict=True):
         assert ex["image/class/label"] == record[schema.LABEL]
         assert label.int2str(ex["image/class/label"]) == record[schema.LABEL_TEXT].decode()
         assert ex["image/encoded"].shape == (32, 32, 3)
@@ -132,6 +132,6 @@ def test_as_supervised_gives_image_and_label_pairs(copy):
     records = shard_order(copy, "validation")
     pairs = list(tfds.as_numpy(builder.as_dataset(split="validation", as_supervised=True)))
     assert len(pairs) == len(records)
-    for (image, label), record in zip(pairs, records):
+    for (image, label), record in zip(pairs, records, strict=True):
         assert label == record[schema.LABEL]
         assert (image == tf.io.decode_jpeg(record[schema.IMAGE_ENCODED]).numpy()).all()

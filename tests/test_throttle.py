@@ -93,7 +93,7 @@ def test_backoff_waits_grow_with_jitter_and_the_object_is_given_up_after_its_bud
         waits.append(wait)
         caps.append(min(0.5 * 2 ** (len(waits) - 1), 4.0))
         now += wait + 0.05  # the next try's answer
-    assert all(0 <= w < cap for w, cap in zip(waits, caps))
+    assert all(0 <= w < cap for w, cap in zip(waits, caps, strict=True))
     assert len(waits) >= 20 and now - 100.0 <= 60.0 + 4.0  # tries go on for about the budget, not past it
     assert tries.failures == len(waits) + 1
     again = [policy.tries(100.0, random.Random(11)).wait_after_failure(100.0) for _ in range(2)]
@@ -129,11 +129,11 @@ def refused(clock: Clock, fraction: float, seed: int = 2) -> Throttle:
     return throttle
 
 
-def retried(send, clock: Clock, policy: RetryPolicy = RetryPolicy(), throttle: Throttle | None = None,
+def retried(send, clock: Clock, policy: RetryPolicy | None = None, throttle: Throttle | None = None,
             waited: Waited | None = None):
     return with_retries(send, transient=_gcs.transient, overloaded=_gcs.overloaded,
-                        throttle=throttle or refused(clock, 0.0), policy=policy, waited=waited, sleep=clock.sleep,
-                        rng=random.Random(4))
+                        throttle=throttle or refused(clock, 0.0), policy=policy or RetryPolicy(), waited=waited,
+                        sleep=clock.sleep, rng=random.Random(4))
 
 
 def test_an_object_answered_429_and_503_is_tried_again_and_its_wait_is_counted_as_throttled():

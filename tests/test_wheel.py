@@ -75,7 +75,8 @@ def test_install_hints_name_what_pip_can_install_here(installed, tmp_path):
     wheel_hint = run(["-c", hints], cwd=tmp_path, env={"PYTHONPATH": str(installed[1])}).stdout
     assert wheel_hint == "pip install 'matplotlib>=3.8'\n"
     assert run(["-c", hints], cwd=REPO).stdout == 'pip install -e ".[report]"\n'
-    assert run(["-c", hints], cwd=tmp_path, env={"PYTHONPATH": str(REPO)}).stdout == f'pip install -e "{REPO}[report]"\n'
+    elsewhere = run(["-c", hints], cwd=tmp_path, env={"PYTHONPATH": str(REPO)})
+    assert elsewhere.stdout == f'pip install -e "{REPO}[report]"\n'
 
 
 NOTEBOOK_READERS = """

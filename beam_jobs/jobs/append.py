@@ -12,7 +12,7 @@ the near-duplicate clusters of the dataset's (signatures and SHA-256s from the i
 file whose bytes equal a record's is rejected `duplicate`; with --near-dups group a near-duplicate of a
 record goes to that record's split, with drop it is rejected `near_duplicate`. A dataset of
 ArrayRecord shards only has no index: its records' own fields name them (each shard read once). Existing shards
-are never rewritten: see `append_publish` for how the new generation is published and
+are never rewritten: see `beam_jobs.publish.append` for how the new generation is published and
 `shard_utils.format.generations` for its names.
 """
 from __future__ import annotations
@@ -53,6 +53,12 @@ from shard_utils.quality.clusters import Member
 from shard_utils.read.verify import check_cheap
 from shard_utils.storage import lock as runlock
 from shard_utils.text import printable, printable_lines
+
+__all__ = [
+    "AppendConfig", "ReadDataset", "DatasetPart", "dataset_parts", "read_part", "ROWS_CHECKED_PER_SPLIT",
+    "dataset_member", "KeepNew", "keep_new", "build_append_pipeline", "check_appendable", "check_intact",
+    "open_dataset", "recorded_options", "run_append", "append_summary"
+]
 
 
 class AppendConfig(BuildConfig):

@@ -6,6 +6,8 @@ from typing import Any, TypeVar
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+__all__ = ["View", "JobOptions"]
+
 View = TypeVar("View", bound=PipelineOptions)
 
 

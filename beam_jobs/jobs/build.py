@@ -34,6 +34,8 @@ from shard_utils.format import manifest
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.text import printable_lines
 
+__all__ = ["build_pipeline", "run", "main"]
+
 
 def build_pipeline(p: beam.Pipeline, config: BuildConfig) -> None:
     """Add the whole job to a pipeline: the same steps on every runner (see `beam_jobs.pipeline`)."""

@@ -21,6 +21,11 @@ from beam_jobs.run.config import BuildConfig
 from shard_utils import inputs, storage
 from shard_utils.text import printable
 
+__all__ = [
+    "LOCAL_RUNNER", "prepare_inputs", "check_listing_root", "check_input", "inside", "prepare_output",
+    "check_models_and_codecs", "pipeline_options", "check_with_beam", "beam_logs_held", "check_runner"
+]
+
 LOCAL_RUNNER = "FnApiRunner"  # Beam's in-process runner; DirectRunner would first try to download Prism
 
 
@@ -165,8 +170,8 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
 def check_with_beam(opts: PipelineOptions) -> None:
     """Beam's own checks of its options for the runner (a Dataflow project id, its region and temporary
     locations...), for a job to run after its own checks and before any work (Beam runs them when the pipeline
-    is made): a UsageError naming everything Beam refused, in one line. Beam logs warnings about the same options while it checks: they are dropped when
-    it refuses (the line says it) and shown when it accepts."""
+    is made): a UsageError naming everything Beam refused, in one line. Beam logs warnings about the same options while
+    it checks: they are dropped when it refuses (the line says it) and shown when it accepts."""
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from apache_beam.transforms import core, userstate
 
+__all__ = ["ArgsDefaults", "Specs", "read_once"]
+
 ArgsDefaults = tuple[list[str], list[Any]]
 Specs = tuple[set, set]
 _params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function: its parameters, bound

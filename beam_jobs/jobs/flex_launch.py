@@ -16,6 +16,11 @@ from typing import NoReturn
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs.flex_metadata import is_flag, job_options, job_parser, long_option
 
+__all__ = [
+    "WORKER_CODE", "flex_argv", "check_options", "option_value", "with_runner", "check_worker_code", "launch_argv",
+    "main"
+]
+
 TRUE, FALSE = ("true",), ("false",)
 # Options that give Dataflow workers this package: the image built from dataflow/Dockerfile, or a staged sdist.
 WORKER_CODE = ("--sdk_container_image", "--worker_harness_container_image", "--setup_file")

@@ -15,6 +15,11 @@ import re
 import sys
 from typing import Any
 
+__all__ = [
+    "TEMPLATE_NAME", "DESCRIPTION", "GCS_PATH", "INTEGER", "NUMBER", "BOOLEAN", "GCS_TYPES", "FORMATS", "job_parser",
+    "LOCAL_ONLY", "job_options", "is_flag", "long_option", "ACRONYMS", "parameter", "metadata", "render"
+]
+
 TEMPLATE_NAME = "tpu-shards build"
 DESCRIPTION = ("Balanced, JPEG-encoded TFRecord shards for TPU cores, with a manifest.json, from a "
                "gs:// prefix of <label>/<image> files.")

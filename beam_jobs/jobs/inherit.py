@@ -10,6 +10,11 @@ from typing import Any
 
 from beam_jobs.errors import UsageError
 
+__all__ = [
+    "RECORDED", "LISTING_SHAPE", "TOPOLOGY", "PER_RUN", "EXCLUSIVE", "given_options", "take_recorded", "check_same",
+    "option_text", "with_option", "shown"
+]
+
 
 def _joined(value: Any) -> str | None:
     return ",".join(map(str, value)) if value else None

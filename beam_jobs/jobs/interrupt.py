@@ -19,6 +19,8 @@ from shard_utils import storage
 from shard_utils.format import manifest
 from shard_utils.text import printable
 
+__all__ = ["CLEANUP_SECONDS", "EXIT_CODE", "describe_output", "LocalInterrupts"]
+
 CLEANUP_SECONDS = 10.0
 EXIT_CODE = 130
 

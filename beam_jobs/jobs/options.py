@@ -28,6 +28,13 @@ from shard_utils.quality.cluster_actions import MODES as NEAR_DUP_MODES
 from shard_utils.sharding import plan
 from shard_utils.sharding.runs import CHUNK_BYTES
 
+__all__ = [
+    "LOCAL_RUNNERS", "DEFAULT_MAX_REJECTED", "parser", "described_options", "MAX_DESCRIBED", "described", "normalise",
+    "given", "beam_option_strings", "check_beam_args", "parse", "check_job_path", "reject_limit", "available_cores",
+    "available_memory", "worker_memory", "build_workers", "local_workers", "listing_options", "video_options",
+    "embed_spec", "check_format", "tpu_layout", "check_stratify", "make_config"
+]
+
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 DEFAULT_MAX_REJECTED = "50%"  # (the help text doubles the % for argparse)
 
@@ -440,7 +447,8 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     tpu, cores, hosts = tpu_layout(args.tpu, args.num_cores, args.num_hosts)
     unit = cores * hosts
     if args.num_shards is not None and (args.num_shards < 1 or args.num_shards % unit):
-        raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of num_cores x num_hosts = {unit}")
+        raise UsageError(f"--num-shards {args.num_shards} must be a positive multiple of "
+                         f"num_cores x num_hosts = {unit}")
     if not 0 < args.target_shard_mb <= 100_000:
         raise UsageError("--target-shard-mb must be more than 0 and at most 100000")
     if args.max_pixels < 1:
@@ -477,5 +485,5 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension, format=shard_format,
         max_rejected=reject_limit(args.max_rejected), bucket_bits=args.hash_bucket_bits,
         run_part_bytes=int(args.run_part_mb * 2**20), max_file_bytes=int(args.max_file_mb * 2**20),
-        overwrite=args.overwrite, dedup=args.dedup, near_dups=args.near_dups, follow_symlinks=args.follow_symlinks, listing=listing,
-        local=local, described=described(args))
+        overwrite=args.overwrite, dedup=args.dedup, near_dups=args.near_dups, follow_symlinks=args.follow_symlinks,
+        listing=listing, local=local, described=described(args))

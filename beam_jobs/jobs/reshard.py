@@ -58,6 +58,12 @@ from shard_utils.sharding import fragments, plan
 from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
 from shard_utils.text import printable_lines
 
+__all__ = [
+    "NO_REJECT_LIMIT", "SourceShard", "ListSourceShards", "split_tasks", "CopyRecords", "CarryOver", "carried",
+    "SourceFields", "listed_counts", "plan_reshard", "build_reshard_pipeline", "parser", "parse", "source_extras",
+    "source_format", "make_config", "load_source", "run", "main"
+]
+
 NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the source's rejects are carried over
 
 
@@ -220,7 +226,6 @@ def carried(_, source: Manifest):
         if tag == "rejected" and listed != part.get("count", 0):
             yield beam.pvalue.TaggedOutput("damaged", f"{part.get('path')}: {listed} rejected files listed, the "
                                                       f"manifest says {part.get('count', 0)}")
-
 
 
 # ---------------------------------------------------------------------------------------------- finish
@@ -411,7 +416,8 @@ def run(argv: Sequence[str] | None = None) -> Manifest | None:
     with guard_interrupts(config, local):
         created = prepare_output(config)
         started = time.monotonic()
-        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source, digest), created_output=created)
+        result = execute(config, opts, lambda p: build_reshard_pipeline(p, config, source, digest),
+                         created_output=created)
         if result is None:
             return None
         built = manifest.load(args.dst)

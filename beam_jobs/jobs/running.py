@@ -27,6 +27,11 @@ from shard_utils.sharding.encode_run import encode_run
 from shard_utils.sharding.writer import write_shard
 from shard_utils.storage import lock as runlock
 
+__all__ = [
+    "guard_interrupts", "execute", "long_lived_objects_left_alone", "start_local_pool", "LeaseKeeper", "abandon",
+    "POOLED", "raise_job_failure", "still_running", "remove_if_empty"
+]
+
 POOLED = (encode_run, write_shard, move_shard)  # what a local run's steps hand to the worker processes
 
 
@@ -105,8 +110,8 @@ def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
     single-threaded mode."""
     runner = opts.view_as(StandardOptions).runner or ""
     direct = opts.view_as(DirectOptions)
-    if (config.workers > 1 and runner in options.LOCAL_RUNNERS and not opts.view_as(GoogleCloudOptions).template_location
-            and (direct.direct_num_workers or 1) <= 1):
+    if (config.workers > 1 and runner in options.LOCAL_RUNNERS
+            and not opts.view_as(GoogleCloudOptions).template_location and (direct.direct_num_workers or 1) <= 1):
         LocalPool.shared(config.workers, preload=tuple(dict.fromkeys(fn.__module__ for fn in POOLED)))
 
 

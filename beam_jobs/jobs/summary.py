@@ -5,6 +5,11 @@ from shard_utils import inputs, storage
 from shard_utils.format import labels, manifest
 from shard_utils.text import printable
 
+__all__ = [
+    "COUNTER_ORDER", "counter_totals", "metrics_summary", "FORMAT_NAMES", "formats_text", "shard_kind", "twins_line",
+    "shard_noun", "counted", "shards_of", "split_name_notes", "label_ids_line", "summary"
+]
+
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
                  "images_passed_through", "images_reencoded", "jpeg_trailers_dropped",
                  "shard_bytes_copied")
@@ -80,8 +85,10 @@ def split_name_notes(split_names) -> list[str]:
 def label_ids_line(names: list[str]) -> list[str]:
     """The line saying which id each numeric label got, when an id is not the label itself; none otherwise."""
     mapping = labels.renumbered(names)
-    return [f"  label ids: {printable(mapping)} (ids follow the labels' numeric order; manifest.labels[id] is the label)"] \
-        if mapping else []
+    if not mapping:
+        return []
+    return [f"  label ids: {printable(mapping)} "
+            "(ids follow the labels' numeric order; manifest.labels[id] is the label)"]
 
 
 def summary(m: manifest.Manifest, seconds: float, runner: str, workers: int = 1) -> str:

@@ -28,6 +28,11 @@ from typing import Any
 
 from beam_jobs.local.wire import receive, send
 
+__all__ = [
+    "POOL_WORKER", "MAX_STARTUP_FAILURES", "DEPTH", "Done", "Raised", "Crashed", "Outcome", "task_name", "LocalPool",
+    "describe_exit"
+]
+
 POOL_WORKER = "TPU_SHARDS_POOL_WORKER"  # set in a worker process's environment
 MAX_STARTUP_FAILURES = 3
 DEPTH = 2  # tasks queued at each worker, so it never waits for the next one

@@ -5,6 +5,8 @@ import pickle
 import struct
 from typing import Any
 
+__all__ = ["send", "receive"]
+
 _HEADER = struct.Struct("<Q")
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 from beam_jobs.local.wire import receive, send
 
+__all__ = ["main"]
+
 
 def _die_with_parent() -> None:
     """Ask Linux to kill this worker when its parent dies, so a killed build leaves no orphans."""

@@ -10,3 +10,5 @@ Elements are batches (chunks of items, runs, shards), never single images: Beam'
 per batch. No step holds something per record in one place except reading a small plan; records' bytes
 never pass through a shuffle.
 """
+
+__all__: list[str] = []

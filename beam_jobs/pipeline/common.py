@@ -14,6 +14,11 @@ from apache_beam.transforms.window import GlobalWindows
 from beam_jobs.local.pool import Crashed, Done, LocalPool, Outcome, Raised
 from beam_jobs.run.tally import NAMESPACE
 
+__all__ = [
+    "Keyed", "SINGLETON_FANOUT", "count", "rejected", "Chunk", "collected", "WithSingleton", "singleton_pairs",
+    "Joined", "windowed", "PooledDoFn"
+]
+
 Keyed = tuple  # (split, order key, MediaItem): an item keyed for its run, from PlanLayout to EncodeRuns
 SINGLETON_FANOUT = 64  # keys WithSingleton spreads its input over (each gets a copy of the singleton)
 

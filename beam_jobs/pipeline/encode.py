@@ -33,8 +33,8 @@ THROTTLED_SECONDS = "cumulativeThrottlingSeconds"  # the name every Beam IO give
 
 class EncodeRuns(beam.PTransform):
     """Input: keyed chunks (PlanLayout's `keyed`). Main output: EncodedRun, one per run (its file is None when
-    every item was rejected); tagged `rejected`: dicts; tagged `quality`: the images' flags (finding dicts). `known_labels` (an append: the dataset's labels) keep
-    their ids; other labels follow in sorted order."""
+    every item was rejected); tagged `rejected`: dicts; tagged `quality`: the images' flags (finding dicts).
+    `known_labels` (an append: the dataset's labels) keep their ids; other labels follow in sorted order."""
 
     def __init__(self, config: BuildConfig, layouts, labels, run, known_labels: tuple[str, ...] = ()):
         super().__init__()
@@ -48,7 +48,8 @@ class EncodeRuns(beam.PTransform):
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),
-                                         beam.pvalue.AsSingleton(self.run)).with_outputs("rejected", "quality", main="runs"))
+                                         beam.pvalue.AsSingleton(self.run))
+                .with_outputs("rejected", "quality", main="runs"))
 
 
 def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple[str, int], list[MediaItem]]]:

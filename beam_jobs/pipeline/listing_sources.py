@@ -28,6 +28,12 @@ from shard_utils.inputs import compressed, listing_files, listings
 from shard_utils.inputs.listing_files import BOM, header_problem, json_row, lines, text_lines
 from shard_utils.inputs.listings import ListingOptions, ListingRow
 
+__all__ = [
+    "ID_SAMPLE_ROWS", "ListingSource", "open_listing", "ReadListings", "read_all_rows", "ListingItems",
+    "DropDuplicateRows", "match_listings", "pattern_format", "listing_columns", "prepare_listings",
+    "ids_without_template"
+]
+
 ID_SAMPLE_ROWS = 20  # rows read at launch to tell a listing of ids from one of file paths
 
 

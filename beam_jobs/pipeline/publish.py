@@ -3,12 +3,12 @@
     Plan ─► Clear ─┬─► Move (per shard) ───────┬─► Commit
                    └─► MergeIndex (per split) ──┘
 
-The rejected and skipped files and the quality findings are written first, in sorted pieces in parallel (`WriteReports`); only their
-counts and the pieces' names join the rest under Plan's one key. Plan checks the shards and the accounting
-and decides what to write; Clear makes room; shards move in and each split's index is written in parallel;
-Commit composes the reports from their pieces and writes the manifest once every move and index is done.
-Every step is safe to run twice, or twice at once. A build that cannot publish fails the job with one line
-(locally: a metric the driver raises, so no worker traceback is printed).
+The rejected and skipped files and the quality findings are written first, in sorted pieces in parallel
+(`WriteReports`); only their counts and the pieces' names join the rest under Plan's one key. Plan checks the shards and
+the accounting and decides what to write; Clear makes room; shards move in and each split's index is written in
+parallel; Commit composes the reports from their pieces and writes the manifest once every move and index is done. Every
+step is safe to run twice, or twice at once. A build that cannot publish fails the job with one line (locally: a metric
+the driver raises, so no worker traceback is printed).
 """
 from __future__ import annotations
 

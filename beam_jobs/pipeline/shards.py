@@ -53,8 +53,9 @@ class PlanShards(beam.PTransform):
             summaries = (summaries, moved) | "WithMoved" >> beam.Flatten()
         planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped, "carried": carried}
                    | "RunsLayoutsDrops" >> Joined()
-                   | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"], found["dropped"],
-                                                                     config, naming, found["carried"], latest))
+                   | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"],
+                                                                     found["dropped"], config, naming,
+                                                                     found["carried"], latest))
                    .with_outputs("plans", "failure", main="tasks"))
         return {"tasks": planned.tasks, "plans": collected(planned.plans, "Plans"), "failure": planned.failure}
 

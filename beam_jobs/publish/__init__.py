@@ -10,7 +10,7 @@ once), the middle two in parallel over shards and splits:
     commit (once)            reports, TFDS and Croissant metadata, the card README.md, and the manifest last;
                              temporary data removed, lock released
 
-A reader starting from `manifest.json` never sees a partial dataset. An append (`append_publish`) plans
+A reader starting from `manifest.json` never sees a partial dataset. An append (`append`) plans
 differently and leaves the old manifest and every file it names alone until its new manifest replaces it.
 A build that cannot publish leaves its reports in its temporary folder and fails with one line saying why.
 

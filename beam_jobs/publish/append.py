@@ -38,6 +38,8 @@ from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.writer import ShardResult
 
+__all__ = ["append_naming", "plan_append", "grow", "with_generation"]
+
 
 def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
     """Names and places of the new generation's shards: after each split's shards, rotated so hosts stay balanced."""

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field, replace
 
 from shard_utils import storage
 
+__all__ = [
+    "PIECE_LINES", "MAX_PIECES", "PIECES_FOLDER", "SAMPLE_KEYS", "Key", "line_of", "sort_key", "ReportCounts",
+    "counted", "piece_of", "piece_bytes", "piece_path", "write_piece", "Report", "as_report", "write_report"
+]
+
 PIECE_LINES = 20_000  # lines per piece, about: what one worker sorts at once
 MAX_PIECES = 1_000
 PIECES_FOLDER = "report-pieces"  # in a run's temporary folder, beside `report/` (what a failed build leaves)

@@ -7,7 +7,7 @@
   usable only by reading them: a second pass once the counts are known (each process writes its records as
   one sorted run; then, in parallel, every shard is merged from the runs in key order, hashed (CRC32C and
   SHA-256 for the manifest) and written durably). No Beam, no index, no manifest: the floor of a two-pass build.
-- `job_encode`: the job's own per-image step (encode_batch) alone, to split the job's time between that
+- `job_encode`: the job's own per-image step (encode_item) alone, to split the job's time between that
   step and everything around it (Beam, the pool's pipes, writing runs or fragments, shards).
 """
 from __future__ import annotations
@@ -156,9 +156,9 @@ def job_items(root: Path) -> list:
 
 
 def job_encode(items: list, root: str, quality: int, validate: str) -> int:
-    """The job's own encode step (shard_utils.media.encode.encode_batch) over the items, results dropped: the
+    """The job's own encode step (shard_utils.media.encode.encode_item) over the items, results dropped: the
     per-image work without Beam, the pool's pipes, runs, fragments or shards."""
-    from shard_utils.media.encode import EncodeSettings, encode_batch
+    from shard_utils.media.encode import EncodeSettings, encode_item
     from shard_utils.media.images import ImageOptions
 
     labels = sorted(os.listdir(root))
@@ -166,7 +166,7 @@ def job_encode(items: list, root: str, quality: int, validate: str) -> int:
                               label_ids={name: i for i, name in enumerate(labels)})
     done = 0
     for start in range(0, len(items), 16):
-        outcomes = encode_batch(items[start:start + 16], settings)
+        outcomes = [encode_item(item, settings) for item in items[start:start + 16]]
         bad = [o for o in outcomes if isinstance(o, dict)]
         if bad:
             raise RuntimeError(f"the job's encoder rejected a benchmark image: {bad[0]}")

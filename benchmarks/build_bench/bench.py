@@ -93,7 +93,7 @@ class Bench:
     def encode_alone(self, path: str, workers: int, count: int) -> None:
         quality = 75 if path == "reencode" else 95
         validate = "structure" if path == "structure" else "decode"
-        log(f"the job's encode_batch alone, {path} x {count}, {workers} processes")
+        log(f"the job's encode_item alone, {path} x {count}, {workers} processes")
         wall, cpu = baselines.time_job_encode(self.input(JOB_PATHS[path][0], count), workers, quality, validate)
         self.board.add(("encode", path, workers, count), Timing(wall, cpu))
 

@@ -21,19 +21,22 @@ LABELS = 10
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of test image: Pillow format, file extension, side in pixels, save options."""
+    """One kind of test image: Pillow format, file extension, side in pixels, save options; `rows` cuts the
+    picture to that height (a landscape photo)."""
 
     name: str
     fmt: str
     ext: str
     side: int
     save: tuple[tuple[str, int], ...]
+    rows: int | None = None
 
 
 KINDS = {
     "png": Kind("png", "PNG", "png", 400, (("compress_level", 6),)),  # re-encode path
     "jpg": Kind("jpg", "JPEG", "jpg", 400, (("quality", 90),)),  # pass-through path
     "small": Kind("small", "JPEG", "jpg", 64, (("quality", 90),)),  # many records, little pixel work
+    "phone": Kind("phone", "JPEG", "jpg", 1600, (("quality", 90),), rows=1200),  # phone-size: 1200 x 1312-1600
 }
 
 
@@ -65,7 +68,8 @@ def _write(job: tuple[str, str, list[int]]) -> int:
     for i in indices:
         path = image_path(Path(root), kind, i)
         temp = path.with_name(path.name + ".part")
-        Image.fromarray(photo_pixels(i, kind.side)).save(temp, kind.fmt, **dict(kind.save))
+        pixels = photo_pixels(i, kind.side)[:kind.rows]  # photo_pixels is at least 0.84 side high
+        Image.fromarray(pixels).save(temp, kind.fmt, **dict(kind.save))
         os.replace(temp, path)  # a killed run never leaves a half-written image in the cache
     return len(indices)
 

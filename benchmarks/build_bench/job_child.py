@@ -3,9 +3,9 @@
     python -m build_bench.job_child RESULT.json [--profile DIR] -- JOB ARGS...
 
 Writes {"seconds", "cpu_seconds", "driver_cpu_seconds", "driver_peak_mb"} to RESULT.json (CPU: this process
-and its encode workers, which the job has reaped when run() returns; driver CPU: this process alone). With --profile, every thread of this process runs
-under cProfile: the main thread's stats go to DIR/driver.prof, the other threads' to DIR/threads.prof
-(encode workers profile themselves: see hook/).
+and its encode workers, which the job has reaped when run() returns; driver CPU: this process alone). With --profile,
+every thread of this process runs under cProfile: the main thread's stats go to DIR/driver.prof, the other threads' to
+DIR/threads.prof (encode workers profile themselves: see hook/).
 """
 from __future__ import annotations
 

@@ -72,6 +72,7 @@ def table(headers: list[str], rows: list[list], indent: str = "  ") -> str:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = []
     for row in [headers, *rows]:
-        cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append(indent + "  ".join(cells).rstrip())
     return "\n".join(lines)

@@ -39,7 +39,7 @@ def _around(bench: Bench, path: str) -> list[str]:
     for w in _ends(bench):
         job = bench.steady_cpu_ms(("job", path, w))
         alone = bench.cpu_ms(("encode", path, w, bench.n))
-        out.append(f"  CPU per image, {path}, {w} worker(s): job steady {fmt(job, 2)} ms = encode_batch {fmt(alone, 2)}"
+        out.append(f"  CPU per image, {path}, {w} worker(s): job steady {fmt(job, 2)} ms = encode_item {fmt(alone, 2)}"
                    f" ms + Beam, pipes, writing runs and shards {fmt(job - alone, 2)} ms")
     return out
 
@@ -48,7 +48,7 @@ def reencode(bench: Bench) -> str:
     n, all_w = bench.n, bench.all
     rows = [_baseline_row(bench, f"Pillow loop (decode + encode q75), {w} proc", ("pillow", w, n), w)
             for w in _ends(bench)]
-    rows += [_baseline_row(bench, f"job's encode_batch alone (no Beam), {w} proc", ("encode", "reencode", w, n), w)
+    rows += [_baseline_row(bench, f"job's encode_item alone (no Beam), {w} proc", ("encode", "reencode", w, n), w)
              for w in _ends(bench)]
     rows += [_job_row(bench, f"job --workers {w}", ("job", "reencode", w), w) for w in _ends(bench)]
     lines = [f"1. Re-encode path: {n} PNG -> JPEG q75 (~400x400, {bench.mb['png', n]:.0f} MB of PNG)",
@@ -79,7 +79,7 @@ def passthrough(bench: Bench) -> str:
                         ("balanced-nodecode", "balanced floor without the decode")):
         rows += [_baseline_row(bench, f"{label}, {w} proc", (name, "jpg", w, n), w) for w in _ends(bench)]
     for path in ("decode", "structure"):
-        rows += [_baseline_row(bench, f"job's encode_batch alone, --validate {path}, {w} proc",
+        rows += [_baseline_row(bench, f"job's encode_item alone, --validate {path}, {w} proc",
                                ("encode", path, w, n), w) for w in _ends(bench)]
     for path in ("decode", "structure"):
         rows += [_job_row(bench, f"job --validate {path} --workers {w}", ("job", path, w), w) for w in _ends(bench)]
@@ -91,7 +91,8 @@ def passthrough(bench: Bench) -> str:
             target = verdict(wall, 0.8) if path == "decode" else "(no target)"
             lines.append(f"  job --validate {path} steady / {floor}, {w} process(es): {fmt(wall, 2)}x {target}; "
                          f"CPU per image ({floor} / job steady) {fmt(cpu, 2)}x")
-    for path, floor, one_pass in (("decode", "balanced", "floor"), ("structure", "balanced-nodecode", "floor-nodecode")):
+    for path, floor, one_pass in (("decode", "balanced", "floor"),
+                                  ("structure", "balanced-nodecode", "floor-nodecode")):
         for w in _ends(bench):
             wall = ratio(bench.steady(("job", path, w)), bench.rate((floor, "jpg", w, n)))
             cost = ratio(bench.rate((floor, "jpg", w, n)), bench.rate((one_pass, "jpg", w, n)))
@@ -164,8 +165,8 @@ def scaling(bench: Bench) -> str:
         for path in ("reencode", "decode", "structure"):
             driver = bench.steady_driver_ms(("job", path, high))
             lines.append(f"  job {path}: the driver's own CPU per image, steady, {high} workers: {fmt(driver, 3)} ms; "
-                         f"its work is serial, so no number of workers takes this path past {fmt(ratio(1e3, driver), 0)} "
-                         "img/s on such cores")
+                         "its work is serial, so no number of workers takes this path past "
+                         f"{fmt(ratio(1e3, driver), 0)} img/s on such cores")
         for name, key in (("Pillow loop", lambda w: ("pillow", w, n)), ("floor", lambda w: ("floor", "jpg", w, n))):
             scaled = ratio(bench.rate(key(high)), bench.rate(key(low)))
             lines.append(f"  {name}: {high} / {low} processes: {fmt(scaled, 2)}x (what the machine gave the baselines)")

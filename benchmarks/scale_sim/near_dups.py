@@ -52,7 +52,7 @@ def simulate_signatures(n: int, seed: int = 0):
     sizes = rng.integers(2, 5, n_fam // 3)
     firsts = np.cumsum(np.concatenate([[0], sizes[:-1]]))
     members = int(sizes.sum())
-    copies = np.concatenate([np.arange(f + 1, f + s) for f, s in zip(firsts, sizes)])
+    copies = np.concatenate([np.arange(f + 1, f + s) for f, s in zip(firsts, sizes, strict=True)])
     first_of = np.repeat(firsts, sizes - 1)
     flips = rng.integers(0, NEAR_DISTANCE + 1, len(copies))
     sigs[copies] = flip(sigs[first_of], flips, rng)
@@ -101,7 +101,7 @@ def measure(n: int) -> dict:
     bucket = [(int(s), f"gs://sim/{i:09d}.jpg") for i, s in enumerate(distinct[column == value][:cl.MAX_BUCKET])]
     # the one merging worker's union-find: planted pairs found and the flat group's members
     forest = cl.UnionFind()
-    for i, j in zip(first_of[found].tolist(), copies[found].tolist()):
+    for i, j in zip(first_of[found].tolist(), copies[found].tolist(), strict=True):
         forest.union(f"gs://sim/{i:09d}.jpg", f"gs://sim/{j:09d}.jpg")
     flat_ids = np.nonzero(sigs == 0)[0]
     for j in flat_ids[1:].tolist():

@@ -128,7 +128,7 @@ def plan_all(n: int, *, workers: int = 1000, shard_bytes: int = 128_000_000, see
     partial = []
     with timed(times, "count (parallel)"):
         count_fn = ListingTotalsFn(config.bucket_bits)
-        for part, part_sizes in zip(np.array_split(keys, workers), np.array_split(sizes, workers)):
+        for part, part_sizes in zip(np.array_split(keys, workers), np.array_split(sizes, workers), strict=True):
             totals = run_plan.ListingTotals(keys=run_plan.BucketCounts(config.bucket_bits))
             for lo in range(0, len(part), LIST_CHUNK * 64):  # a bundle of 64 chunks at a time
                 totals.add(part[lo:lo + LIST_CHUNK * 64].tolist(), part_sizes[lo:lo + LIST_CHUNK * 64].tolist())

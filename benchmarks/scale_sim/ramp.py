@@ -267,7 +267,8 @@ class _Simulation:
         read.attempts += 1
         if read.first_sent is None:
             read.first_sent = self.now
-        served = (not self.job.stall_s or read.key_range != self.bucket.stalled(self.now)) and self.bucket.take(self.now)
+        stalled = self.job.stall_s and read.key_range == self.bucket.stalled(self.now)
+        served = not stalled and self.bucket.take(self.now)
         self.push(self.now + self.lat_lo + self.rng.random() * self.lat_span, _ANSWER, (read, served))
 
     def answer(self, read: _Read, served: bool) -> None:

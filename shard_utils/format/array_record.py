@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
@@ -32,7 +33,7 @@ __all__ = ["WRITER_OPTIONS", "Written", "module", "write_shard", "read_records",
            "ArrayRecordError"]
 
 
-class ArrayRecordError(ValueError):
+class ArrayRecordError(ValueError, TpuShardsError):
     """An ArrayRecord shard cannot be read (truncated, not ArrayRecord); the message names it."""
 
 

@@ -12,13 +12,18 @@ import zlib
 from typing import BinaryIO
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
+
+__all__ = [
+    "MAX_INFLATED", "CODECS", "SYNC_SIZE", "BlockError", "Recent", "read_long", "block_header", "block_body", "inflate"
+]
 
 MAX_INFLATED = 64 * 2**20  # the rows of one block, inflated; writers make blocks of kilobytes to a few megabytes
 CODECS = ("null", "deflate", "bzip2", "xz")  # the codecs inflated here, with a bound (the Avro spec's own)
 SYNC_SIZE = 16
 
 
-class BlockError(ValueError):
+class BlockError(ValueError, TpuShardsError):
     """A block's framing or a size in it is wrong; the message says how (without naming the file)."""
 
 

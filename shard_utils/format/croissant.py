@@ -17,6 +17,11 @@ from shard_utils.format import json_text, schema
 from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.manifest import MAX_MANIFEST_BYTES, IndexFile, Manifest, Shard
 
+__all__ = [
+    "CONFORMS_TO", "ENCODINGS", "SHARDS", "SPLIT_OF_SHARD", "MAX_CROISSANT_BYTES", "METADATA", "metadata",
+    "dataset_name", "croissant", "croissant_bytes", "summary", "provenance", "described_files", "file_problems"
+]
+
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 ENCODINGS = {"tfrecord": "application/x-tfrecord", ARRAY_RECORD: "application/x-array-record",
              "index": "application/x-avro"}

@@ -18,14 +18,17 @@ manifest names the old ones, which must stay as they are until the new manifest 
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO
 
 from shard_utils import storage
-from shard_utils.format import index
 from shard_utils.format.labels import label_order  # noqa: F401 - an append's label ids, beside its other rules
-from shard_utils.format.manifest import Generation, IndexFile, Manifest
+from shard_utils.format.manifest import Generation, Manifest
+
+__all__ = [
+    "label_order", "host_offset", "position", "generations_of", "next_generation", "DigestingReader", "merged_counts",
+    "merged_features"
+]
 
 
 def host_offset(shard_records: Sequence[int], unit: int) -> int:
@@ -64,32 +67,6 @@ def generations_of(m: Manifest) -> list[Generation]:
 
 def next_generation(m: Manifest) -> int:
     return len(generations_of(m))
-
-
-def renumbered(rows: Iterable[index.IndexRow], shard: int) -> Iterator[index.IndexRow]:
-    """Rows of one new shard, given its place in the whole split."""
-    for row in rows:
-        yield dataclasses.replace(row, shard=shard)
-
-
-def merge_generation_index(out: IO[bytes], old_uri: str, old: IndexFile, parts: Sequence[tuple[int, str]],
-                           schema: Mapping) -> index.IndexWritten:
-    """A split's index over every generation: the old index's rows as they are (its size and CRC32C checked
-    against `old`, its manifest entry: ValueError if they differ), then each new part's rows with its
-    shard's place in the split (`parts`: (place, part uri) in place order)."""
-    digest = storage.Digest()
-
-    def rows() -> Iterator[index.IndexRow]:
-        with storage.open_read(old_uri) as raw:
-            yield from index.read_index(DigestingReader(raw, digest), max_rows=old.num_rows)
-        if (digest.size, digest.crc32c) != (old.num_bytes, old.crc32c):
-            raise ValueError(f"size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
-                             f"{old.num_bytes} / {old.crc32c}; the index is damaged")
-        for shard, uri in parts:
-            with storage.open_read(uri) as part:
-                yield from renumbered(index.read_index(part), shard)
-
-    return index.write_index(out, rows(), schema)
 
 
 class DigestingReader:

@@ -1,11 +1,11 @@
 """The per-split record index: one Avro row per record, in shard order, written beside the shards.
 
-The shard writer is the only place that knows where each record lands, so it builds the rows
-(`row_from_meta`, or `row_from_record` from an ImageRecord) as it writes, into one part per shard
-(`write_index`); publishing merges the parts in shard order (`merge_index_parts`). Nothing re-reads
-shards to make an index. Rows are plain Avro (deflate): BigQuery, pandas (`DataFrame.from_records(fastavro.reader(f))`)
-and Spark read them as they are. Readers must treat rows as untrusted: `check_framed` and the bounds in
-`random_access` refuse a row that does not point at a real record.
+The shard writer is the only place that knows where each record lands, so it builds the rows (`row_from_meta`, or
+`row_from_record` from an ImageRecord) as it writes, into one part per shard (`index_blocks`); publishing writes the
+split's index as one header, then the parts' blocks in shard order. Nothing re-reads shards to make an index. Rows are
+plain Avro (deflate): BigQuery, pandas (`DataFrame.from_records(fastavro.reader(f))`) and Spark read them as they are.
+Readers must treat rows as untrusted: `check_place`, `identity_problem` and the bounds in `random_access` refuse a row
+that does not point at a real record.
 
 Fields, one row per record:
     source_id  string        the record's key (image/source_id): path relative to the input, or a listing's URI
@@ -34,11 +34,19 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.format import avro_blocks, names
 from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.schema import LABEL, SOURCE_ID, ExtraSpec, ImageRecord, decode_lists, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc
+
+__all__ = [
+    "index_name", "MIN_FRAMED", "MAX_RECORD_BYTES", "MAX_BLOCK_BYTES", "NO_LABEL", "IndexFormatError", "field_name",
+    "index_schema", "IndexRow", "row_from_record", "row_from_meta", "IndexWritten", "write_index", "index_header",
+    "index_blocks", "without_header", "check_header", "read_index", "read_places", "check_place", "record_identity",
+    "row_disagreement", "identity_problem", "DATA_CHECKSUM_MISMATCH", "unframe"
+]
 
 if TYPE_CHECKING:
     from shard_utils.media.encode import RecordMeta
@@ -54,7 +62,7 @@ _BQ_RESERVED = ("_table_", "_file_", "_partition", "_row_timestamp", "__root__",
 _MAX_NAME = 300  # BigQuery's column-name limit
 
 
-class IndexFormatError(ValueError):
+class IndexFormatError(ValueError, TpuShardsError):
     """An index file is not a tpu-shards index, or a row does not fit its dataset; the message says which."""
 
 
@@ -316,61 +324,6 @@ def without_header(data: bytes, header: bytes) -> bytes:
     if data.startswith(b"Obj\x01"):
         raise IndexFormatError("an index part was written with another schema or sync marker than its split's index")
     return data
-
-
-def merge_index_parts(fileobj: BinaryIO, parts: Iterable[BinaryIO], schema: Mapping[str, Any]) -> IndexWritten:
-    """One split's index from per-shard index files (each written by its shard's writer), in shard order.
-
-    The parts' blocks are copied whole, their rows never turned into objects and encoded again (that cost
-    two thirds of the merge, serially, at the end of a build; fastavro still inflates and deflates each
-    block); every row is still read to check its shard. Streams: one
-    block in memory at a time. Parts must come in shard order, each holding rows of one shard and written
-    with `schema`; anything else is an IndexFormatError. The file is deterministic for the same parts.
-    """
-    import fastavro
-    from fastavro.schema import to_parsing_canonical_form
-
-    parsed = _parsed_for_writing(schema)
-    expected = to_parsing_canonical_form(parsed)
-    out = _Digesting(fileobj)
-    writer = fastavro.write.Writer(cast(IO[bytes], out), parsed, codec=_CODEC, sync_interval=_SYNC_INTERVAL,
-                                   sync_marker=_sync_marker(schema))
-    count, last = 0, -1
-    for number, part in enumerate(parts):
-        shard = None
-        for block in _blocks(part, expected, number):
-            for row in _rows(block):
-                if row["shard"] <= last:
-                    raise IndexFormatError(f"index part {number} holds shard {row['shard']} after shard {last}; "
-                                           "parts must come in shard order")
-                if shard is not None and row["shard"] != shard:
-                    raise IndexFormatError(f"index part {number} holds rows of shards {shard} and {row['shard']}; "
-                                           "one shard per part")
-                shard = row["shard"]
-            count += block.num_records
-            writer.write_block(block)
-        last = last if shard is None else shard
-    writer.flush()
-    out.flush()
-    return IndexWritten(count, out.digest.size, out.digest.crc32c, out.digest.sha256)
-
-
-def _blocks(part: BinaryIO, canonical_schema: str, number: int):
-    """The blocks of an index part written with the schema whose canonical form is given."""
-    import fastavro
-    from fastavro.schema import to_parsing_canonical_form
-
-    try:
-        blocks = fastavro.block_reader(part)
-        written = to_parsing_canonical_form(blocks.writer_schema)
-    except Exception as exc:
-        raise IndexFormatError(f"index part {number} is not an Avro index file: {storage.problem(exc)}") from None
-    if written != canonical_schema:
-        raise IndexFormatError(f"index part {number} was written with another schema than the split's index")
-    try:
-        yield from blocks
-    except Exception as exc:  # a damaged block: fastavro raises many types
-        raise IndexFormatError(f"index part {number} is damaged: {storage.problem(exc)}") from None
 
 
 def _rows(reader) -> Iterator[dict[str, Any]]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+from shard_utils.errors import TpuShardsError
+
+__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end"]
+
 MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass over the whole picture when decoding
 
 # Inside entropy-coded data 0xFF is followed by 0x00 (stuffing) or a restart marker (0xD0-0xD7); any other
@@ -14,7 +18,7 @@ _NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
 _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
 
 
-class TooManyScans(ValueError):
+class TooManyScans(ValueError, TpuShardsError):
     """A JPEG has more scans than MAX_SCANS: decoding it would cost a pass over the picture per scan."""
 
 

@@ -12,6 +12,8 @@ from itertools import chain
 from json.encoder import encode_basestring
 from typing import Any
 
+__all__ = ["dumps", "Records"]
+
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
@@ -30,7 +32,7 @@ class Records:
 
     def rows(self) -> list[dict[str, Any]]:
         """The list of objects it stands for."""
-        return [dict(zip(self.keys, values)) for values in zip(*self.columns)]
+        return [dict(zip(self.keys, values, strict=True)) for values in zip(*self.columns, strict=True)]
 
     def text(self, level: int, step: int) -> str:
         if not self.keys or not len(self.columns[0]):

@@ -10,6 +10,8 @@ from typing import Any
 
 from shard_utils.format import names
 
+__all__ = ["MAX_DEPTH", "MAX_INT", "depth_problem", "KINDS", "OPTION_KINDS", "option_problem"]
+
 MAX_DEPTH = 32  # objects and lists inside each other; a manifest nests 5 deep, a --describe'd metadata a few more
 MAX_INT = 2**63 - 1  # what an int64 holds: every count and option a manifest records
 _LEAVES = frozenset({str, bool, type(None)})  # JSON values with nothing to check inside

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+__all__ = ["is_integer_label", "numeric", "label_order", "renumbered"]
+
 _INTEGER = re.compile(r"0|-?[1-9][0-9]*")
 
 

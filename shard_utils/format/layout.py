@@ -11,6 +11,14 @@ import re
 
 from shard_utils.storage.lock import LOCK_NAME  # noqa: F401 - the output's lock, named by the lock
 
+__all__ = [
+    "LOCK_NAME", "MANIFEST_NAME", "REJECTED_NAME", "SKIPPED_NAME", "QUALITY_NAME", "TEMP_ROOT", "CROISSANT_NAME",
+    "CARD_NAME", "TFDS_DATASET_INFO", "TFDS_FEATURES", "TFDS_LABELS", "TFDS_LABELS_BEFORE", "SHARD_EXTENSIONS",
+    "FORMATS", "ARRAY_RECORD", "SHARD_NAME", "SHARD_PATTERN", "ARRAY_RECORD_PATTERN", "INDEX_NAME", "INDEX_PATTERN",
+    "GENERATION_TAG", "REPORT_PATTERN", "SHARD_FILE", "ARRAY_RECORD_FILE", "INDEX_FILE", "REPORT_FILE",
+    "generation_split", "shard_name", "array_record_name", "formats_of", "index_name", "report_name"
+]
+
 MANIFEST_NAME = "manifest.json"
 REJECTED_NAME = "rejected.jsonl"
 SKIPPED_NAME = "skipped.jsonl"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import IO, Any
 
 from shard_utils import storage
-from shard_utils.errors import InternalError
+from shard_utils.errors import InternalError, TpuShardsError
 from shard_utils.format import json_text, json_values, names, schema
 from shard_utils.format import splits as split_expressions
 from shard_utils.format.image_size import MAX_IMAGE_SIDE, ImageSize
@@ -30,6 +30,15 @@ from shard_utils.format.layout import (  # noqa: F401
 )
 from shard_utils.format.tfrecord import FOOTER, HEADER
 
+__all__ = [
+    "ARRAY_RECORD", "ARRAY_RECORD_PATTERN", "CARD_NAME", "CROISSANT_NAME", "MANIFEST_NAME", "REJECTED_NAME",
+    "SHARD_PATTERN", "SKIPPED_NAME", "array_record_name", "FORMAT_VERSION", "ARRAY_RECORD_VERSION",
+    "READABLE_VERSIONS", "SHARD_FORMATS", "MEDIA", "MAX_MANIFEST_BYTES",
+    "ManifestError", "Shard", "Generation", "IndexFile", "Split", "Manifest", "unknown_split", "safe_relative_path",
+    "from_dict", "check_generations", "parse", "MAX_REPORT_LINE", "bounded_lines", "iter_report_entries",
+    "read_report", "manifest_path", "read_manifest_bytes", "load", "assemble"
+]
+
 FORMAT_VERSION = 2
 ARRAY_RECORD_VERSION = 3  # a dataset of ArrayRecord shards only: readers of versions 1 and 2 must refuse it
 READABLE_VERSIONS = (1, 2, 3)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
@@ -45,7 +54,7 @@ _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest of a quarter of a million shards; a larger one is refused unparsed
 
 
-class ManifestError(ValueError):
+class ManifestError(ValueError, TpuShardsError):
     """A manifest is missing, malformed or unsafe; the message says which field and why."""
 
 
@@ -193,7 +202,7 @@ class Manifest:
         if not split_expressions.is_expression(split):
             return [storage.join(self.location, s.path) for s in self.split(split).shards]  # type: ignore[arg-type]
         selection = self.select(split)
-        cut = [p for p, whole in zip(selection.pieces, selection.whole) if not whole]
+        cut = [p for p, whole in zip(selection.pieces, selection.whole, strict=True) if not whole]
         if cut:
             raise ValueError(f"split expression {selection.expression!r} cuts shard {cut[0].shard} of "
                              f"{cut[0].split!r} (takes its records {cut[0].start}..{cut[0].stop - 1}); shard_paths "
@@ -383,7 +392,7 @@ def _twins(raw: Any, shards: Sequence[Shard], where: str) -> list[Shard]:
     if not isinstance(raw, list) or len(raw) != len(shards):
         raise ManifestError(f"{where}: array_record_shards must list one ArrayRecord shard per shard ({len(shards)})")
     twins = [_shard(t, f"{where} array_record shard {i}", ARRAY_RECORD) for i, t in enumerate(raw)]
-    for i, (shard, twin) in enumerate(zip(shards, twins)):
+    for i, (shard, twin) in enumerate(zip(shards, twins, strict=True)):
         expected = posixpath.join(posixpath.dirname(shard.path), array_record_name(posixpath.basename(shard.path)))
         if twin.path != expected or twin.num_records != shard.num_records or twin.generation != shard.generation:
             raise ManifestError(f"{where} array_record shard {i}: {twin.path!r} ({twin.num_records} records) is not "

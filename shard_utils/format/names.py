@@ -8,6 +8,11 @@ from __future__ import annotations
 import re
 import unicodedata
 
+__all__ = [
+    "MAX_NAME", "MAX_PATH", "shown", "split_name_problem", "generation_name_problem", "path_part_problem",
+    "gcs_name_problem", "escaped_name"
+]
+
 MAX_NAME = 200  # characters in a split name or in one part of a path inside a dataset
 MAX_PATH = 1000  # characters in a path inside a dataset
 _SPLIT = re.compile(r"[A-Za-z0-9_-]+")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 
+__all__ = ["sort_key", "split_hash", "unit_hash", "choose_split"]
+
 
 def sort_key(seed: int, key: str) -> int:
     """A 64-bit seeded hash of a record key: the global shuffle order."""

@@ -11,9 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+__all__ = [
+    "IMAGE_ENCODED", "IMAGE_FORMAT", "IMAGE_HEIGHT", "IMAGE_WIDTH", "IMAGE_CHANNELS", "LABEL", "LABEL_TEXT",
+    "SOURCE_ID", "SHA256", "VIDEO_ENCODED", "VIDEO_NUM_FRAMES", "VIDEO_FRAME_RATE", "EMBEDDING", "EXTRA_PREFIX",
+    "VARIABLE", "MAX_FEATURE_VALUES", "NO_LABEL", "FEATURES", "DTYPES", "Example", "ExtraValue", "ExtraSpec",
+    "ImageRecord", "label_ids_of", "encode_example", "decode_example", "decode_lists", "feature_table", "media_key",
+    "check_features"
+]
 
 IMAGE_ENCODED = "image/encoded"
 IMAGE_FORMAT = "image/format"
@@ -93,7 +101,7 @@ def _example_classes():
 Example = _example_classes()
 
 
-ExtraValue = Union[int, float, str]
+ExtraValue = int | float | str
 
 
 @dataclass(frozen=True)
@@ -240,7 +248,8 @@ def feature_table(*, media: str = "image", multi_label: bool = False, num_frames
             table[key] = {**table[key], "shape": [VARIABLE], "max_length": int(max_lengths.get(key, 0))}
     for spec in extras:
         if spec.dtype not in DTYPES:
-            raise ValueError(f"extra column {spec.name!r} has dtype {spec.dtype!r}; expected one of {', '.join(DTYPES)}")
+            raise ValueError(f"extra column {spec.name!r} has dtype {spec.dtype!r}; "
+                             f"expected one of {', '.join(DTYPES)}")
         entry: dict[str, Any] = {"dtype": spec.dtype, "shape": []}
         if spec.is_list:
             entry = {"dtype": spec.dtype, "shape": [VARIABLE], "max_length": int(max_lengths.get(spec.key, 0))}

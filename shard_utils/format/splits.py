@@ -170,8 +170,8 @@ def resolve(expression: str | Sequence[str], shard_records: Mapping[str, Sequenc
             for earlier in taken.get(name, []):
                 if first < earlier[1] and earlier[0] < last:
                     overlap = f"records {max(first, earlier[0])}..{min(last, earlier[1]) - 1} of {name!r}"
-                    raise ValueError(f"split expression {text!r}: {term.text!r} and {earlier[2]!r} overlap ({overlap}); "
-                                     "each record may be selected once")
+                    raise ValueError(f"split expression {text!r}: {term.text!r} and {earlier[2]!r} overlap "
+                                     f"({overlap}); each record may be selected once")
             taken.setdefault(name, []).append((first, last, term.text))
             _cut(name, counts, first, last, pieces, whole)
     return Selection(text, tuple(pieces), tuple(whole))

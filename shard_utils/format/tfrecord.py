@@ -10,14 +10,17 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import IO, BinaryIO
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require
+
+__all__ = ["HEADER", "FOOTER", "FramingError", "masked_crc", "frame", "count_from_headers", "iter_records"]
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = 12  # 8 length bytes + 4 CRC bytes
 FOOTER = 4
 
 
-class FramingError(ValueError):
+class FramingError(ValueError, TpuShardsError):
     """A TFRecord file is truncated or fails a length or data checksum."""
 
 

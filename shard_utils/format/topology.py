@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from shard_utils.errors import TpuShardsError
+
 __all__ = ["TABLE", "Topology", "TopologyError", "cores_x_hosts", "lookup", "shard_division"]
 
 
-class TopologyError(ValueError):
+class TopologyError(ValueError, TpuShardsError):
     """An accelerator type this table does not know; the message lists the ones it does."""
 
 

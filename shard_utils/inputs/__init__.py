@@ -8,6 +8,12 @@ from dataclasses import dataclass
 
 from shard_utils.format import names
 
+__all__ = [
+    "SPLIT_DIRS", "SPLIT_ALIASES", "VIDEO_EXTENSIONS", "MEDIA_EXTENSIONS", "SYSTEM_NAMES", "SYSTEM_DIRS",
+    "ExtraValues", "MediaItem", "skip_reason", "has_split_dirs", "split_and_label", "parse_splits",
+    "usual_split_meant", "one_edit_apart", "Skip", "extension_of"
+]
+
 SPLIT_DIRS = ("train", "validation", "test")
 SPLIT_ALIASES = {"valid": "validation", "val": "validation", "eval": "validation", "dev": "validation"}
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".webm", ".mkv", ".avi"})
@@ -119,7 +125,7 @@ def one_edit_apart(a: str, b: str) -> bool:
     """Whether two different strings are one insertion, deletion, substitution or adjacent swap apart."""
     if a == b or abs(len(a) - len(b)) > 1:
         return False
-    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     if len(a) == len(b):
         swapped = a[i + 1:i + 2] + a[i:i + 1] == b[i:i + 2] and a[i + 2:] == b[i + 2:]
         return a[i + 1:] == b[i + 1:] or swapped

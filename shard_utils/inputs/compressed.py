@@ -13,10 +13,14 @@ import lzma
 import zlib
 from typing import BinaryIO, cast
 
+from shard_utils.errors import TpuShardsError
+
+__all__ = ["CompressionError", "decompressed"]
+
 _CHUNK = 1 << 16  # compressed bytes read at a time
 
 
-class CompressionError(ValueError):
+class CompressionError(ValueError, TpuShardsError):
     """A compressed listing's bytes are not a valid stream of its format (what was read before stands)."""
 
 

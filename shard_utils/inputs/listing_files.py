@@ -14,11 +14,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.format import avro_blocks
 from shard_utils.format.avro_blocks import SYNC_SIZE
 from shard_utils.inputs import listings
 from shard_utils.inputs.compressed import CompressionError
 from shard_utils.inputs.listings import ListingRow
+
+__all__ = [
+    "BOM", "MAX_LINE", "ListingError", "WHOLE_FILE", "read_rows", "read_line", "lines", "text_lines", "header_problem",
+    "json_row"
+]
 
 BOM = b"\xef\xbb\xbf"
 MAX_LINE = 4 * 2**20  # bytes in one line of a CSV/TSV or JSONL listing, and in one CSV row with its line breaks
@@ -27,7 +33,7 @@ MAX_LINE = 4 * 2**20  # bytes in one line of a CSV/TSV or JSONL listing, and in 
 _END = "\ud800"
 
 
-class ListingError(ValueError):
+class ListingError(ValueError, TpuShardsError):
     """A listing file cannot be read to its end; the message names the file and where the reading stopped."""
 
 
@@ -149,7 +155,7 @@ def _csv_row(name: str, start: int, header: list[str], fields: list[str]) -> Lis
         return ListingRow(name, "line", where, None, f"has {len(fields)} fields, the header {len(header)}")
     # A cell that is not UTF-8 keeps its bytes as surrogate escapes: a path cell may name a file whose name is
     # not UTF-8 (listings.resolve_path), every other cell is refused when it is used (listings._text).
-    return ListingRow(name, "line", where, dict(zip(header, fields)))
+    return ListingRow(name, "line", where, dict(zip(header, fields, strict=True)))
 
 
 def _read_jsonl(f, name: str, tracker, fmt: str) -> Iterator[ListingRow]:

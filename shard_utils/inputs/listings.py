@@ -20,6 +20,15 @@ from shard_utils import inputs, storage
 from shard_utils.format import names, schema
 from shard_utils.inputs import MediaItem
 
+__all__ = [
+    "FORMATS", "EXTENSIONS", "COMPRESSED", "DELIMITERS", "PATH_COLUMNS", "DEFAULT_LABEL_COLUMN",
+    "DEFAULT_EXTRA_SEPARATOR", "EXTRA_TYPES", "FLOAT32_MAX", "INT64_RANGE", "NAME_TAKEN", "Rejection",
+    "ListingOptions", "ListingRow", "add_arguments", "listing_options_from", "format_of", "check_name_pattern",
+    "quoted", "parse_extra_columns", "choose_path_column", "check_columns", "item_from_row", "classify_entry",
+    "item_from_walk", "unlabeled_item", "label_from_name", "labels_of", "check_split", "resolve_path", "extra_values",
+    "duplicate_key", "pick_first", "missing"
+]
+
 FORMATS = ("csv", "tsv", "jsonl", "avro")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
               ".avro": "avro"}
@@ -128,7 +137,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--extra-separator", help="separator of list items in a CSV cell (default: whitespace)")
     g.add_argument("--label-separator", help="separator of several labels in one label cell (multi-label)")
     g.add_argument("--label-from-name", metavar="REGEX",
-                   help=r"label from the file name by a regex with a group (?P<label>...), e.g. '^(?P<label>.+)_\d+\.\w+$'")
+                   help=r"label from the file name by a regex with a group (?P<label>...), "
+                        r"e.g. '^(?P<label>.+)_\d+\.\w+$'")
 
 
 def listing_options_from(args: Any) -> ListingOptions:

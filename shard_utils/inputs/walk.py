@@ -8,6 +8,8 @@ from shard_utils.format import names
 from shard_utils.inputs import MediaItem, listings
 from shard_utils.inputs.listings import ListingOptions
 
+__all__ = ["SortedChunk", "sort_chunk", "name_taken"]
+
 
 @dataclass
 class SortedChunk:

@@ -6,8 +6,14 @@ the budget is rejected `too_large` with the figure, so a build's workers never a
 """
 from __future__ import annotations
 
+from shard_utils.errors import TpuShardsError
+
+__all__ = [
+    "DEFAULT_WORKER_MEMORY", "OVERHEAD", "FULL_SIZE_OUT", "RESIZING", "TARGET_OUT", "CHEAPEST",
+    "OutOfMemory", "decode_bytes", "largest_image", "mib"
+]
+
 DEFAULT_WORKER_MEMORY = 1 << 30  # bytes one worker may spend decoding, converting and encoding one image
-MIN_WORKER_MEMORY = 256 << 20
 OVERHEAD = 64 << 20  # the encoder's buffers and the record's framing around an image's pixels
 # Bytes per pixel Pillow stores for a decoded image of each mode (the others take 4).
 _STORED = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
@@ -21,7 +27,7 @@ TARGET_OUT = 4 + FULL_SIZE_OUT  # bytes per pixel of a resized picture: the resu
 CHEAPEST = min(_STORED.get(m, 4) + c for m, c in _CONVERTED.items()) + RESIZING  # bytes per pixel, cheapest mode
 
 
-class OutOfMemory(Exception):
+class OutOfMemory(TpuShardsError):
     """The system refused memory that an image within the budget needed: a resource failure, never a rejection."""
 
 

@@ -18,14 +18,22 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require
 from shard_utils.media.images import resize
+
+__all__ = [
+    "PREPROCESS_MODES", "IMAGENET_MEAN", "IMAGENET_STD", "EMBEDDING_NAN", "DEFAULT_BATCH_SIZE", "MAX_BATCH_SIZE",
+    "ImageInput", "EmbedError", "EmbedSpec", "ModelInfo", "parse_input_size", "preprocess", "record_pixels",
+    "fit_to_input", "nonfinite_rows", "Embedder", "check_model", "load_embedder", "model_sha256", "local_model_path",
+    "EmbedRecords"
+]
 
 PREPROCESS_MODES = ("scale01", "minus1to1", "imagenet", "none")
 # torchvision's ImageNet statistics, on the [0, 1] scale (RGB): (x / 255 - mean) / std.
@@ -36,10 +44,10 @@ DEFAULT_BATCH_SIZE = 32
 MAX_BATCH_SIZE = 4096
 _INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8")
 
-ImageInput = Union[np.ndarray, bytes]
+ImageInput = np.ndarray | bytes
 
 
-class EmbedError(ValueError):
+class EmbedError(ValueError, TpuShardsError):
     """The embedding model cannot be used as given; the message says what to change."""
 
 
@@ -336,7 +344,7 @@ def _input_size(shape: tuple, spec: EmbedSpec) -> tuple[int, int]:
             raise EmbedError(f"the model accepts images of any size ({_shape_text(shape)}); "
                              "pass --embed-input-size H,W")
         return int(fixed[0]), int(fixed[1])
-    for given, own, name in zip(spec.input_size, fixed, ("height", "width")):
+    for given, own, name in zip(spec.input_size, fixed, ("height", "width"), strict=True):
         if own is not None and own != given:
             raise EmbedError(f"--embed-input-size {spec.input_size[0]},{spec.input_size[1]} does not match the "
                              f"model's input {_shape_text(shape)} ({name} {own})")
@@ -423,7 +431,7 @@ class EmbedRecords:
             counts.append(len(frames))
         vectors = _LOADED[self.spec].embed(images)
         out, at = [], 0
-        for p, n in zip(prepared, counts):
+        for p, n in zip(prepared, counts, strict=True):
             rows, at = vectors[at:at + n], at + n
             if nonfinite_rows(rows).any():
                 out.append({"source": p.meta.source_id, "reason": EMBEDDING_NAN,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Union
 
 from shard_utils.format import schema
 from shard_utils.format.order import choose_split, sort_key
@@ -20,6 +19,11 @@ from shard_utils.media.reads import DEFAULT_MAX_FILE_BYTES, Unusable, read_sourc
 from shard_utils.media.video import VideoOptions, prepare_video
 from shard_utils.quality.flags import Inspection, flag_findings
 from shard_utils.quality.signature import to_hex
+
+__all__ = [
+    "EncodeSettings", "RecordMeta", "Encoded", "Prepared", "Reject", "Outcome", "framed", "reject", "unlabeled_reject",
+    "first_line", "encode_item", "encode_data", "killed_message"
+]
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class Prepared:
 
 
 Reject = dict  # {"source": ..., "reason": ..., "message": ...}
-Outcome = Union[Encoded, Prepared, Reject]
+Outcome = Encoded | Prepared | Reject
 
 
 def framed(prepared: Prepared, embedding: tuple[float, ...] | None = None, key: str = schema.EMBEDDING) -> Encoded:
@@ -195,8 +199,3 @@ def killed_message(item: MediaItem, settings: EncodeSettings) -> str:
 def _extras(item: MediaItem, specs: tuple[schema.ExtraSpec, ...]) -> tuple:
     values = dict(item.extras)
     return tuple((spec, tuple(values.get(spec.name, ()))) for spec in specs)
-
-
-def encode_batch(items: list[MediaItem], settings: EncodeSettings) -> list[Outcome]:
-    """encode_item over a batch, in order: the unit of work of a pool worker."""
-    return [encode_item(item, settings) for item in items]

@@ -16,10 +16,18 @@ from fractions import Fraction
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.format.image_size import ImageSize
 from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end  # noqa: F401 - also named here
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, OutOfMemory, decode_bytes, mib
 from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
+
+__all__ = [
+    "MAX_SCANS", "TooManyScans", "jpeg_primary_end", "FORMATS", "RESIZE_MODES", "VALIDATE_MODES", "DEFAULT_MAX_PIXELS",
+    "DEFAULT_BACKGROUND", "HEIF_EXTRA_HINT", "Rejected", "ImageOptions", "PreparedImage", "prepare_image",
+    "memory_needed", "memory_for", "to_rgb", "TILE_PIXELS", "fill_box", "fit_size", "REDUCING_GAP", "MAX_REDUCE",
+    "resize"
+]
 
 # Formats we accept, by what Pillow detects in the bytes (not the file name). HEIF needs pillow-heif.
 FORMATS = {"JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "DIB", "TIFF", "HEIF", "AVIF"}
@@ -42,7 +50,9 @@ _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _HEVC_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs"}
 _GENERIC_HEIF_BRANDS = {b"mif1", b"msf1"}
 _AVIF_BRANDS = {b"avif", b"avis"}
-class Rejected(Exception):
+
+
+class Rejected(TpuShardsError):
     """An input that cannot become a record; `reason` is a short category for the manifest."""
 
     def __init__(self, reason: str, message: str):

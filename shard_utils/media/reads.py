@@ -18,8 +18,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.storage.throttle import GaveUp, Waited
 from shard_utils.text import printable
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES", "READS_IN_FLIGHT", "BYTES_IN_FLIGHT", "READ_BLOCK", "UNKNOWN_SIZE", "TransientReadError",
+    "Unusable", "read_source", "T", "prefetched", "needs_prefetch"
+]
 
 DEFAULT_MAX_FILE_BYTES = 256 * 2**20
 READS_IN_FLIGHT = 16  # gs:// reads a worker keeps going while it decodes
@@ -28,7 +34,7 @@ READ_BLOCK = 8 * 2**20  # the largest read of a local file
 UNKNOWN_SIZE = 2**20  # what a read of a file of unknown size is counted as, for that budget
 
 
-class TransientReadError(RuntimeError):
+class TransientReadError(RuntimeError, TpuShardsError):
     """A source could not be read for a reason that may pass; the message names it and the cause."""
 
 

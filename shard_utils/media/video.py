@@ -20,6 +20,10 @@ from shard_utils.extras import require
 from shard_utils.inputs import VIDEO_EXTENSIONS  # noqa: F401 - the video step's extensions, named here too
 from shard_utils.media.images import ImageOptions, Rejected, resize
 
+__all__ = [
+    "VIDEO_EXTENSIONS", "MAX_FRAMES", "Source", "VideoOptions", "PreparedVideo", "prepare_video", "container_format"
+]
+
 MAX_FRAMES = 10_000  # per clip: more is a typo, not a dataset
 # The containers we read, told from their first bytes (never from the name, never by FFmpeg's own probing,
 # which would also accept playlists and other formats that open further files or URLs).

@@ -179,7 +179,7 @@ def _near_pairs(sigs: np.ndarray, threshold: int, rows: int = 256) -> Iterator[t
         ii += start
         upper = ii < jj
         if upper.any():
-            yield from zip(ii[upper].tolist(), jj[upper].tolist())
+            yield from zip(ii[upper].tolist(), jj[upper].tolist(), strict=True)
 
 
 class UnionFind:
@@ -299,7 +299,7 @@ def find_clusters(records: Sequence[tuple[int, Member]], threshold: int, cap: in
         values = banding.band_values(sigs)
         for band in range(banding.bands):
             buckets: dict[int, list[tuple[int, str]]] = {}
-            for sig, value in zip(sigs.tolist(), values[:, band].tolist()):
+            for sig, value in zip(sigs.tolist(), values[:, band].tolist(), strict=True):
                 buckets.setdefault(value, []).append((sig, distinct[sig]))
             for bucket in buckets.values():
                 if len(bucket) > 1:

@@ -2,12 +2,20 @@
 
 Every finding names its kind, the source ids it is about and the split of each (`sources` and `splits`, the
 same length, in the same order), plus what was measured. One image's flags name one source; a near-duplicate
-cluster or a label conflict names all its members (the first sorts the file: put the one kept first). A finding whose sources lie in several splits is a leak.
+cluster or a label conflict names all its members (the first sorts the file: put the one kept first). A finding whose
+sources lie in several splits is a leak.
 """
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from shard_utils.errors import TpuShardsError
+
+__all__ = [
+    "NEAR_DUPLICATE", "LABEL_CONFLICT", "SMALL", "ASPECT", "BLUR", "OVEREXPOSED", "UNDEREXPOSED", "GRAYSCALE",
+    "CLUSTER_KINDS", "IMAGE_KINDS", "KINDS", "BadFinding", "finding", "check", "leaks", "from_line", "counts"
+]
 
 NEAR_DUPLICATE = "near_duplicate"  # images whose signatures are within NEAR_DISTANCE bits
 LABEL_CONFLICT = "label_conflict"  # near-duplicates with different labels
@@ -22,7 +30,7 @@ IMAGE_KINDS = (SMALL, ASPECT, BLUR, OVEREXPOSED, UNDEREXPOSED, GRAYSCALE)
 KINDS = CLUSTER_KINDS + IMAGE_KINDS
 
 
-class BadFinding(ValueError):
+class BadFinding(ValueError, TpuShardsError):
     """A finding (or a line of quality.jsonl) that does not have the shape above."""
 
 
@@ -56,7 +64,7 @@ def leaks(made: dict) -> bool:
     """Whether the finding's sources lie in more than one split (a near-duplicate across train and test); its
     sources `rejected` (--near-dups drop, --dedup) are in none."""
     gone = set(made.get("rejected", ()))
-    return len({split for source, split in zip(made["sources"], made["splits"]) if source not in gone}) > 1
+    return len({split for source, split in zip(made["sources"], made["splits"], strict=True) if source not in gone}) > 1
 
 
 def from_line(line: str) -> dict:

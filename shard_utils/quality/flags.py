@@ -14,6 +14,11 @@ from PIL import Image
 from shard_utils.quality import findings
 from shard_utils.quality.signature import grey, signature_of_grey
 
+__all__ = [
+    "VIEW_SIDE", "Flag", "Thresholds", "THRESHOLDS", "view_of", "sharpness", "colourfulness", "size_flags",
+    "pixel_flags", "Inspection", "inspect", "flag_findings"
+]
+
 VIEW_SIDE = 128  # the longer side of the view the pixel flags and the signature are measured on
 
 Flag = tuple[str, float, float]  # (kind, value, threshold)

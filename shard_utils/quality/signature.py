@@ -10,6 +10,11 @@ import functools
 import numpy as np
 from PIL import Image
 
+__all__ = [
+    "SIDE", "BITS_SIDE", "NEAR_DISTANCE", "HEX_DIGITS", "grey", "signature_of_grey", "signature", "hamming", "to_hex",
+    "from_hex"
+]
+
 SIDE = 32  # the grey thumbnail the DCT is taken of
 BITS_SIDE = 8  # the lowest 8x8 frequencies make the 64 bits
 NEAR_DISTANCE = 10  # at most this many differing bits: a near-duplicate (docs/quality.md measures it)

@@ -20,6 +20,8 @@ from shard_utils import storage
 from shard_utils.extras import require
 from shard_utils.format.manifest import Manifest, load
 
+__all__ = ["ShardSlice", "shard_slices", "array_record_source"]
+
 
 @dataclass(frozen=True)
 class ShardSlice:

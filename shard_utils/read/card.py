@@ -12,6 +12,8 @@ from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME, MANIFEST_NAM
 from shard_utils.format.manifest import Manifest
 from shard_utils.read.tfds_meta import split_expression
 
+__all__ = ["MAX_LABEL_ROWS", "card_bytes", "card", "command_line"]
+
 MAX_LABEL_ROWS = 50  # the label table's rows; the rest are counted in one line
 _SPDX = re.compile(r"^[A-Za-z0-9.+-]{1,64}$")  # a licence identifier Hugging Face takes as `license:`
 

@@ -16,6 +16,8 @@ from shard_utils.format import schema
 from shard_utils.format.manifest import Manifest, ManifestError
 from shard_utils.read.shapes import target_size
 
+__all__ = ["FEATURE_MODES", "LENGTH_SUFFIX", "feature_spec", "image_dtype", "normalizer", "RecordDecoder"]
+
 FEATURE_MODES = ("media", "embedding")  # what `features=` selects as the model input
 LENGTH_SUFFIX = "/length"  # an extra list's length: extra/<name>/length
 _TF_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}

@@ -14,9 +14,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from shard_utils import inputs, storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.format.manifest import Manifest, ManifestError, load
 from shard_utils.read import find_record
 from shard_utils.read.stored import StoredRecord, iter_split, label_texts
+
+__all__ = [
+    "MAP_NAME", "NAME_MAX", "MAX_EXTENSION", "MAP_COLUMNS", "ExtractError", "Extracted", "clean_name", "fit",
+    "split_extension", "Namer", "Layout", "extract"
+]
 
 MAP_NAME = "extract_map.csv"
 NAME_MAX = 255  # bytes in one file name on ext4, XFS, APFS, NTFS (UTF-16 units there), ...
@@ -24,7 +30,7 @@ MAX_EXTENSION = 16  # a longer "extension" is part of the name
 MAP_COLUMNS = ("split", "shard", "record", "source_id", "labels", "path", "note")
 
 
-class ExtractError(ValueError):
+class ExtractError(ValueError, TpuShardsError):
     """The extract request cannot be carried out as asked (unknown split or label, a non-empty folder, ...)."""
 
 

@@ -8,15 +8,18 @@ import difflib
 import posixpath
 from collections.abc import Callable, Iterable
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.format.manifest import Manifest
 from shard_utils.inputs.listings import resolve_path
 from shard_utils.read.stored import StoredRecord
+
+__all__ = ["MAX_CANDIDATES", "SUGGESTIONS", "NotFound", "wanted_ids", "stem", "find", "closest"]
 
 MAX_CANDIDATES = 200_000  # source ids kept to suggest from (a larger dataset suggests from its first ones)
 SUGGESTIONS = 3
 
 
-class NotFound(LookupError):
+class NotFound(LookupError, TpuShardsError):
     """No record matches; `closest` holds the nearest source ids (possibly none)."""
 
     def __init__(self, given: str, closest: list[str]):

@@ -1,4 +1,5 @@
-"""Global `jax.Array` batches for JAX training on a mesh, from a dataset's manifest (JAX, Grain; no TensorFlow).
+"""Global `jax.Array` batches for JAX training on a mesh, from a dataset's manifest (JAX, Grain; TensorFlow only
+for `decoder="tensorflow"`).
 
     it = make_iterator("gs://bucket/ds", "train", 1024, seed=0, start_step=step)   # step: restored with the model
     for batch in it:                        # {"image": f32[1024, H, W, 3], "label": i32[1024]}, global arrays
@@ -14,11 +15,11 @@ processes, so the input's whole state is the step (`get_state()`, saved with Orb
 `set_state` or `start_step=`), and every epoch is read exactly once. Evaluation (`training=False`) is one pass in
 index order: every record once over all processes, and a `mask` (1.0 real, 0.0 padding) where the last batch pads.
 
-Records are read and decoded (Pillow) in a pool of this process's threads, a few batches ahead, not in tf.data:
-no TensorFlow beside JAX (importing jax and grain costs a process 1.3 s of CPU and 200 MB, with tensorflow 4.4 s and
-736 MB), and ArrayRecord read natively through Grain's `ArrayRecordDataSource` (local or gs://) when the dataset has
-ArrayRecord shards, else TFRecord shards through their index. tf.data still decodes and resizes for about half the host
-CPU (docs/performance.md, "The JAX iterator", has the figures).
+By default records are read and decoded (Pillow) in a pool of this process's threads, a few batches ahead, not in
+tf.data: no TensorFlow beside JAX (importing jax and grain costs a process 1.3 s of CPU and 200 MB, with tensorflow
+4.4 s and 736 MB), and ArrayRecord read natively through Grain's `ArrayRecordDataSource` (local or gs://) when the
+dataset has ArrayRecord shards, else TFRecord shards through their index. tf.data still decodes and resizes for about
+half the host CPU (docs/performance.md, "The JAX iterator", has the figures): `decoder="tensorflow"` decodes there.
 """
 from __future__ import annotations
 

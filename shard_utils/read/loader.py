@@ -50,7 +50,7 @@ __all__ = ["AUTOTUNE", "FEATURE_MODES", "LENGTH_SUFFIX", "eval_steps", "load_man
 
 AUTOTUNE = tf.data.AUTOTUNE
 ManifestLike = Union[str, "os.PathLike[str]", Manifest]
-SplitLike = Union[str, Sequence[str]]  # a split name, an expression ("train[:80%]+validation") or a list of them
+SplitLike = str | Sequence[str]  # a split name, an expression ("train[:80%]+validation") or a list of them
 
 # Serialized records held by the training shuffle buffer, as a memory budget (bytes) and bounds (records).
 _SHUFFLE_BUDGET_BYTES = 256 * 2**20
@@ -170,13 +170,13 @@ def make_dataset(
     (plain Keras, JAX/NumPy per host) it is the batch of this host. Elements are
     `(input, label)` when training, `(input, label, weight)` when evaluating, or dicts when
     `as_dict=True`; a split without labels (an unlabeled build) gives `(input, source_id)` with
-    `training=False` (padding: source_id b"", weight 0), every record once per pass; the input is the image (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with
-    `features="embedding"`, the precomputed embedding (no media decoded). Labels are indices into
-    `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to [0, 1], then
-    normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and
-    `random_flip` apply only when training, identically to every frame of a clip. Training
-    repeats forever; evaluation repeats its exact pass of `eval_steps(...)` batches unless
-    `repeat=False`. Pass Keras' `steps_per_execution` here and to `eval_steps` alike.
+    `training=False` (padding: source_id b"", weight 0), every record once per pass; the input is the image
+    (`[H, W, 3]`), the video clip (`[N, H, W, 3]`) or, with `features="embedding"`, the precomputed embedding (no media
+    decoded). Labels are indices into `manifest.labels` (multi-label: multi-hot float32 vectors). Images are scaled to
+    [0, 1], then normalized by `mean`/`std` (per channel, in [0, 1] units) if given. `random_crop` and `random_flip`
+    apply only when training, identically to every frame of a clip. Training repeats forever; evaluation repeats its
+    exact pass of `eval_steps(...)` batches unless `repeat=False`. Pass Keras' `steps_per_execution` here and to
+    `eval_steps` alike.
 
     `start_step` (0 for a new run) makes training resumable: with a `seed`, global step k holds exactly the
     records `shard_utils.epochs` assigns it, on any number of pipelines, and the dataset starts at step
@@ -305,7 +305,7 @@ def _files(m: Manifest, selection: Selection) -> list[_File]:
     if m.shard_format != "tfrecord":
         m.shard_paths(selection.splits[0])  # raises: how to read a dataset of ArrayRecord shards only
     out = []
-    for piece, whole in zip(selection.pieces, selection.whole):
+    for piece, whole in zip(selection.pieces, selection.whole, strict=True):
         path = storage.join(m.location, m.splits[piece.split].shards[piece.shard].path)
         out.append((path, piece.num_records, piece.start, -1 if whole else piece.num_records))
     return out
@@ -365,7 +365,7 @@ def _read(files: Sequence[_File], dataset: str, deterministic: bool, shuffle_see
     Each shard has its own TFRecordDataset checked against the manifest's record count, so a damaged
     shard raises an error naming it. `shuffle` reorders the shards every epoch.
     """
-    paths, counts, starts, takes = zip(*files)
+    paths, counts, starts, takes = zip(*files, strict=True)
     table = tf.data.Dataset.from_tensor_slices((list(paths), *(tf.constant(v, tf.int64) for v in (counts, starts,
                                                                                                    takes))))
     if shuffle:
@@ -428,11 +428,12 @@ def _training_records(m: Manifest, selection: Selection, files: list[_File], n: 
 def _selected_bytes(m: Manifest, selection: Selection) -> int:
     """About how many bytes a selection's records hold (a cut shard counted pro rata)."""
     return sum(s.num_bytes * p.num_records // max(1, s.num_records) for p, s in zip(selection.pieces,
-                                                                                   _shards(m, selection)))
+                                                                                   _shards(m, selection), strict=True))
 
 
-def _resumable_records(m: Manifest, selection: Selection, n: int, index: int, seed: int | None, per_step: int, training: bool,
-                       buffer: int | None, start_step: int | None, start_example: int | None) -> tf.data.Dataset:
+def _resumable_records(m: Manifest, selection: Selection, n: int, index: int, seed: int | None, per_step: int,
+                       training: bool, buffer: int | None, start_step: int | None,
+                       start_example: int | None) -> tf.data.Dataset:
     """(record, seeds) of this pipeline's share (per_step records) of every global step from the start on."""
     if not training:
         raise ValueError("start_step and start_example are for training; an evaluation pass is exact and "

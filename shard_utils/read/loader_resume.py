@@ -15,6 +15,8 @@ from shard_utils.format.manifest import Manifest
 from shard_utils.read import epochs
 from shard_utils.read.resume import ENDLESS, ShareReader
 
+__all__ = ["training_records"]
+
 
 def training_records(m: Manifest, split: str, *, seed: int, share: epochs.Share, origin: int,
                      first_step: int) -> tf.data.Dataset:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require_all
 from shard_utils.format import schema
 from shard_utils.format.generations import DigestingReader
@@ -31,13 +32,18 @@ from shard_utils.format.tfrecord import FramingError
 from shard_utils.read.array_record_source import array_record_source  # noqa: F401 - public from here too
 from shard_utils.read.stated import drain, size_problem
 
+__all__ = [
+    "array_record_source", "COALESCE_MAX_BYTES", "RecordReadError", "SplitIndex", "load_index", "load_indexes",
+    "sources", "RandomAccessSource", "host_slice", "Decoder"
+]
+
 # Every read checks both framing CRC32Cs and the index is Avro: after a --no-deps install, say what is missing.
 require_all(("google_crc32c", "fastavro"), "shard_utils.random_access")
 
 COALESCE_MAX_BYTES = 8 << 20  # adjacent records merged into one ranged read, up to this many bytes
 
 
-class RecordReadError(IOError):
+class RecordReadError(IOError, TpuShardsError):
     """A record could not be read or failed its checksums; the message names the split, index and shard."""
 
 

@@ -7,6 +7,8 @@ from shard_utils import storage
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.manifest import IndexFile, Shard
 
+__all__ = ["size_problem", "stored_problems", "digest_problems", "drain"]
+
 
 def size_problem(uri: str, entry: Shard | IndexFile) -> str | None:
     """Why a stated file must not be read: missing, not a regular file (refused without waiting on it), or of

@@ -15,6 +15,8 @@ from shard_utils.format.layout import ARRAY_RECORD
 from shard_utils.format.manifest import Manifest, Shard
 from shard_utils.format.tfrecord import FramingError, iter_records
 
+__all__ = ["ShardReadError", "StoredRecord", "label_texts", "open_shard", "iter_shard", "iter_split"]
+
 
 class ShardReadError(storage.StorageError):
     """A shard cannot be opened, or a record in it does not parse; the message names the shard and record."""

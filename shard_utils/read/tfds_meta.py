@@ -32,6 +32,8 @@ from shard_utils.format import layout, schema
 from shard_utils.format.layout import ARRAY_RECORD, ARRAY_RECORD_PATTERN, SHARD_PATTERN, generation_split
 from shard_utils.format.manifest import Manifest, Shard
 
+__all__ = ["GENERATION_0", "tfds_files", "class_names", "split_expression", "tfds_split_name", "array_record_builder"]
+
 DATASET_INFO, FEATURES, LABELS = layout.TFDS_DATASET_INFO, layout.TFDS_FEATURES, layout.TFDS_LABELS
 GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000
 _SPLIT = re.compile(r"^[A-Za-z0-9_-]+$")  # TFDS split names: word characters and '-'

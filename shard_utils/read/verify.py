@@ -41,6 +41,12 @@ from shard_utils.format.tfrecord import FramingError, iter_records
 from shard_utils.quality import findings
 from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
 
+__all__ = [
+    "verify", "CHEAP_CHECK_THREADS", "check_cheap", "check_reports", "check_quality", "check_croissant",
+    "IN_MEMORY_SHARD_BYTES", "check_shard", "check_array_record_shard", "check_record", "MAX_INDEX_PROBLEMS",
+    "check_indexes", "check_index"
+]
+
 
 def verify(dataset: str, deep: bool = False) -> list[str]:
     """All problems found in a dataset (empty when it is intact). With `deep`, a dataset with ArrayRecord shards
@@ -69,7 +75,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         index_problems = check_index(m, split_name, deep, reader=read_and_check)
         for i, shard in enumerate(split.shards):
             problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
-        for shard, twin in zip(split.shards, split.array_record_shards or ()):
+        for shard, twin in zip(split.shards, split.array_record_shards or (), strict=False):
             problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
         problems.extend(index_problems)
     return _links_outside(m) + problems + check_reports(m) + check_quality(m) + check_croissant(m)
@@ -525,7 +531,7 @@ class _IndexRows:
         if self.unlabeled != self.split.unlabeled:
             self.problem(f"{self.where}: {self.unlabeled} rows have no label, the manifest says {self.split.unlabeled} "
                          "unlabeled records")
-        for shard, count in zip(self.split.shards, self.counts):
+        for shard, count in zip(self.split.shards, self.counts, strict=True):
             if count != shard.num_records:
                 self.problem(f"{self.where}: {count} rows for {shard.path}, manifest says {shard.num_records} records")
 

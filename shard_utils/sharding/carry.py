@@ -20,6 +20,11 @@ from shard_utils.format.manifest import Manifest, Shard
 from shard_utils.sharding.copy_records import DamagedShard, shard_records
 from shard_utils.sharding.runs import RunFile, RunWriter
 
+__all__ = [
+    "CARRY_FOLDER", "LatestGeneration", "latest_generations", "carried_splits", "CarryTask", "CarriedRun", "Carried",
+    "carry_tasks", "carry_shard", "carried_of"
+]
+
 CARRY_FOLDER = "carried"  # under a run's temporary folder: the runs copied from a latest generation
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
 from shard_utils.format import array_record, schema
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import IndexRow, field_name, identity_problem
@@ -22,8 +23,10 @@ from shard_utils.format.order import sort_key
 from shard_utils.format.tfrecord import FramingError, frame, iter_records
 from shard_utils.media.encode import RecordMeta
 
+__all__ = ["DamagedShard", "shard_records", "array_record_shard_records", "meta_from_row", "meta_from_record"]
 
-class DamagedShard(ValueError):
+
+class DamagedShard(ValueError, TpuShardsError):
     """A source shard does not match its manifest or index; the message names the shard and what is wrong."""
 
 

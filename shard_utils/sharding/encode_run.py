@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from shard_utils.errors import InternalError
 from shard_utils.format.order import sort_key
 from shard_utils.inputs import MediaItem
-from shard_utils.media.encode import Encoded, EncodeSettings, Prepared, encode_data, reject, unlabeled_reject
+from shard_utils.media.encode import Encoded, EncodeSettings, Prepared, encode_data, unlabeled_reject
 from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 from shard_utils.storage.throttle import Waited
+
+__all__ = ["Embed", "EMBED_BATCH", "RunTask", "EncodeTally", "EncodedRun", "item_order", "encode_run", "read_items"]
 
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given
@@ -126,10 +128,3 @@ def read_items(items: Sequence[MediaItem], settings: EncodeSettings, waited: Wai
     if any(needs_prefetch(item.uri) for item in items):
         return prefetched(items, read, lambda item: item.size)
     return ((item, read(item)) for item in items)
-
-
-def rejects_only(task: RunTask, reason: str, message: str) -> EncodedRun:
-    """The outcome of a run none of whose items can be encoded for one reason (e.g. a decoder that keeps
-    crashing its worker process): every item rejected."""
-    return EncodedRun(task.split, task.run, None, tuple(reject(i, reason, message) for i in task.items),
-                      EncodeTally())

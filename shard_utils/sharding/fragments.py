@@ -24,6 +24,11 @@ from shard_utils.errors import InternalError
 from shard_utils.media.encode import Encoded, RecordMeta
 from shard_utils.sharding.run_plan import SplitLayout
 
+__all__ = [
+    "META_CHUNK", "READ_BUDGET", "MIN_WINDOW", "MetaRange", "Section", "FragmentInfo", "Slice", "write_fragment",
+    "FragmentBuffer", "slices", "read_slice", "window_for", "merge"
+]
+
 META_CHUNK = 1024  # records per pickled chunk of a metadata file: a slice reads only the chunks it needs
 READ_BUDGET = 16 * 2**20  # bytes a shard writer holds of its slices at once, shared by all of them
 MIN_WINDOW = 64 * 2**10  # the smallest read of a slice (one ranged GET on gs://)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from shard_utils.format import generations, layout
 from shard_utils.format.layout import SHARD_EXTENSIONS
 
+__all__ = ["ShardNaming"]
+
 
 @dataclass(frozen=True)
 class ShardNaming:

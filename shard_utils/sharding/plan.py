@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from shard_utils.errors import PlanError
 
+__all__ = ["MB", "BUILD_REMEDY", "RESHARD_REMEDY", "num_shards", "shard_sizes", "shard_starts", "DEFAULT_BUCKET_BITS",
+           "bucket_of"]
+
 MB = 1_000_000
 BUILD_REMEDY = "add images, lower --num-cores/--num-hosts, or change --splits"
 RESHARD_REMEDY = "reshard to fewer shards per step: lower --num-cores/--num-hosts"
@@ -21,9 +24,11 @@ def num_shards(num_records: int, num_bytes: int, *, num_cores: int = 8, num_host
     where = f"split {split!r}: " if split else ""
     if forced is not None:
         if forced <= 0 or forced % unit:
-            raise PlanError(f"{where}--num-shards {forced} is not a positive multiple of num_cores x num_hosts = {unit}")
+            raise PlanError(f"{where}--num-shards {forced} is not a positive multiple of "
+                            f"num_cores x num_hosts = {unit}")
         if forced > num_records:
-            raise PlanError(f"{where}--num-shards {forced} is more than its {num_records} records; shards would be empty")
+            raise PlanError(f"{where}--num-shards {forced} is more than its {num_records} records; "
+                            "shards would be empty")
         return forced
     if num_records < unit:
         raise PlanError(

@@ -28,6 +28,12 @@ from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS, bucket_of
 
+__all__ = [
+    "SPILL_DIVISOR", "RECORD_OVERHEAD", "PENDING_KEYS", "UNSIZED_GUESS", "OrderKey", "BucketCounts", "ListingTotals",
+    "SizeSample", "estimated_bytes", "spill_shards", "SplitLayout", "plan_layout", "plan_exact_layouts", "plan_layouts",
+    "BoundaryFinder"
+]
+
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
 RECORD_OVERHEAD = 400  # bytes a record adds to its source file (features, framing), when nothing better is known
 PENDING_KEYS = 4096  # keys a histogram holds back before merging them, at least
@@ -103,7 +109,7 @@ class BucketCounts:
             raise InternalError(f"rank outside the {self.total} keys counted")
         at = np.searchsorted(ends, wanted, side="right")
         before = np.where(at > 0, ends[np.maximum(at - 1, 0)], 0)
-        return [(int(self.buckets[i]), int(r - b)) for i, r, b in zip(at, wanted, before)]
+        return [(int(self.buckets[i]), int(r - b)) for i, r, b in zip(at, wanted, before, strict=True)]
 
 
 @dataclass

@@ -27,6 +27,11 @@ from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.media.encode import RecordMeta
 
+__all__ = [
+    "CHUNK_BYTES", "TAIL_SUFFIX", "UPLOAD_THREADS", "META_VERSION", "RunEntry", "RunFile", "run_names", "RunWriter",
+    "Checksums", "move_prefix", "prefix_piece_bytes"
+]
+
 CHUNK_BYTES = 16 * 2**20  # gs:// runs are parts of about this size
 TAIL_SUFFIX = ".tail"  # beside a local run whose file became a shard: the bytes past the shard's end
 _TAIL_START = struct.Struct(">Q")  # a tail file starts with the run offset of its first byte
@@ -133,7 +138,8 @@ class RunWriter:
             return
         path = storage.join(self.path, f"part-{len(self._parts):05d}")
         self._wait_upload()
-        self._upload = storage.io_threads("upload", UPLOAD_THREADS).submit(storage.write_bytes, path, b"".join(self._buffer))
+        uploads = storage.io_threads("upload", UPLOAD_THREADS)
+        self._upload = uploads.submit(storage.write_bytes, path, b"".join(self._buffer))
         self._parts.append((path, self._buffered))
         self._buffer, self._buffered = [], 0
 

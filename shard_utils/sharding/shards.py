@@ -19,6 +19,8 @@ from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.fragments import Slice
 from shard_utils.sharding.run_plan import SplitLayout
 
+__all__ = ["RunCount", "Piece", "ShardPlan", "SplitShards", "shard_count", "plan_split_shards"]
+
 
 @dataclass(frozen=True)
 class RunCount:
@@ -142,7 +144,7 @@ class _Tails:
 
 
 def _tails(runs: Sequence[RunCount], takes: Sequence[int]) -> _Tails:
-    return _Tails(Piece(r.run, take, r.records - take) for r, take in zip(runs, takes) if r.records > take)
+    return _Tails(Piece(r.run, take, r.records - take) for r, take in zip(runs, takes, strict=True) if r.records > take)
 
 
 def _deal(tails: _Tails, n: int) -> list[Piece]:

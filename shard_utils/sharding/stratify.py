@@ -41,4 +41,4 @@ def class_cuts(hashes: np.ndarray, fractions: Sequence[float]) -> tuple[int, ...
 
 def split_of(names: Sequence[str], cuts: Sequence[int], split_hash: int) -> str:
     """The split of an item of a class with these cuts: the first whose cut lies past the item's hash."""
-    return next((name for name, cut in zip(names, cuts) if split_hash < cut), names[-1])
+    return next((name for name, cut in zip(names, cuts, strict=False) if split_hash < cut), names[-1])

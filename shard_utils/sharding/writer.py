@@ -22,6 +22,10 @@ from shard_utils.sharding.fragments import Slice
 from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
 from shard_utils.sharding.shards import ShardPlan
 
+__all__ = [
+    "COPY_BLOCK", "TwinShard", "ShardResult", "ShardTask", "shard_paths", "write_shard", "write_twin", "describe"
+]
+
 COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
 
 

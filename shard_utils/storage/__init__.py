@@ -42,6 +42,16 @@ from shard_utils.storage.base import (  # noqa: F401
 )
 from shard_utils.storage.throttle import Waited
 
+__all__ = [
+    "base", "ranges", "GCS", "HTTP_CONNECTIONS", "LIST_PAGE_SIZE", "READ_CHUNK_SIZE", "WRITE_CHUNK_SIZE", "Digest",
+    "Entry", "NotFoundError", "StorageError", "basename", "crc32c_base64", "gcs_client", "io_threads", "is_gcs",
+    "join", "parent", "split_gcs", "problem", "checksum", "stores_checksums", "exists", "size", "list_names", "walk",
+    "list_level", "top_level_dirs", "read_bytes", "read_range", "open_read", "read_in_chunks", "write_bytes",
+    "open_write", "start_sync", "sync", "create_exclusive", "read_versioned", "replace_if_version",
+    "delete_if_version", "make_folder", "copy", "rename", "compose", "move_prefix", "unfinished_writes", "delete",
+    "delete_prefix"
+]
+
 
 def problem(exc: BaseException, uri: str = "") -> str:
     """One line saying why an operation on uri failed and what to check; never a credential.
@@ -125,7 +135,6 @@ def stores_checksums(uri: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- client
-
 
 
 def exists(uri: str) -> bool:

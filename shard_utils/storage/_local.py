@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.storage import base as storage
 
 _BLOCK = 4 * 1024 * 1024
@@ -139,7 +140,7 @@ def _symlink_entry(rel: str, path: str, real_root: str, follow: bool) -> storage
     return storage.Entry(rel, st.st_size)
 
 
-class NotRegularFile(OSError):
+class NotRegularFile(OSError, TpuShardsError):
     """A path to read is a named pipe, device or socket, which could block forever or never end."""
 
 

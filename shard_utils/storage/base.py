@@ -13,7 +13,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from shard_utils.errors import TpuShardsError
 from shard_utils.text import printable
+
+__all__ = [
+    "GCS", "LIST_PAGE_SIZE", "WRITE_CHUNK_SIZE", "READ_CHUNK_SIZE", "StorageError", "NotFoundError", "is_gcs", "join",
+    "split_gcs", "parent", "basename", "crc32c_base64", "Digest", "io_threads", "HTTP_CONNECTIONS", "gcs_client",
+    "Entry"
+]
 
 GCS = "gs://"
 LIST_PAGE_SIZE = 1000  # objects per gs:// listing request; listings stream page by page
@@ -21,7 +28,7 @@ WRITE_CHUNK_SIZE = 16 * 1024 * 1024  # bytes per resumable-upload request of ope
 READ_CHUNK_SIZE = 8 * 1024 * 1024  # bytes per ranged GET of open_read on gs://
 
 
-class StorageError(Exception):
+class StorageError(TpuShardsError):
     """A path cannot be read or written; the message names the verb, the path and what to check."""
 
     def __init__(self, message: str, *, verb: str | None = None, uri: str | None = None,

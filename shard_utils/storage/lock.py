@@ -20,18 +20,20 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from shard_utils import storage
+from shard_utils.errors import TpuShardsError
+
+__all__ = [
+    "LOCK_NAME", "LEASE_SECONDS", "OutputBusy", "Lease", "lock_path", "describe", "acquire", "refresh", "keep",
+    "stop_keeping", "holds", "release"
+]
 
 LOCK_NAME = ".tpu-shards-lock.json"  # the output's lock, beside the dataset
 
 LEASE_SECONDS = 15 * 60
 
 
-class OutputBusy(ValueError):
+class OutputBusy(ValueError, TpuShardsError):
     """Another live run holds the output's lock."""
-
-
-class LockLost(RuntimeError):
-    """This run's lock was taken over (its lease ran out) before it could publish."""
 
 
 @dataclass(frozen=True)

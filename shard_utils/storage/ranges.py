@@ -13,6 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+__all__ = [
+    "FALLBACK_ALPHABET", "SAMPLE", "level_key", "varying_characters", "successor_cuts", "even_cuts", "cut_points",
+    "start_of", "ranges_between"
+]
+
 FALLBACK_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"  # in byte order
 SAMPLE = 2000  # names looked at to learn where and with what characters names vary
 
@@ -83,4 +88,4 @@ def ranges_between(after: tuple[str, bool] | None, cuts: Sequence[str],
     floor = start_of(after)[0] if after is not None else None
     kept = sorted(c for c in set(cuts) if (floor is None or c > floor) and (end is None or c < end))
     starts: list[tuple[str, bool] | None] = [after, *((c, True) for c in kept)]
-    return list(zip(starts, [*kept, end]))
+    return list(zip(starts, [*kept, end], strict=True))

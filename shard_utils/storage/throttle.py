@@ -19,6 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from shard_utils.errors import TpuShardsError
+
+__all__ = ["T", "Clock", "Throttle", "RetryPolicy", "Tries", "GaveUp", "Waited", "with_retries"]
+
 T = TypeVar("T")
 Clock = Callable[[], float]
 
@@ -144,7 +148,7 @@ class Tries:
         return wait
 
 
-class GaveUp(RuntimeError):
+class GaveUp(RuntimeError, TpuShardsError):
     """A request still failed when its object's retry budget was spent; `last` is its last failure."""
 
     def __init__(self, last: BaseException, tries: int, seconds: float):

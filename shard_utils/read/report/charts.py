@@ -161,7 +161,7 @@ def _counts_or_hist(ax, samples: Sequence[SplitSample], which: int, colors: dict
             for v in vs:
                 heights[positions[v]] += 1
             ax.bar(range(len(values)), heights, bottom=bottom, color=colors[name], label=_label(name), width=0.7)
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=45 if len(values) > 6 else 0)
     else:
         edges = _bin_edges(values[0], values[-1])
@@ -218,7 +218,7 @@ def rejected_chart(m: Manifest):
     rows = max(len(r) for _, r in parts)
     fig = _figure(5 * len(parts) + 1, 1.2 + 0.32 * rows)
     axes = fig.subplots(1, len(parts), squeeze=False)[0]
-    for ax, (title, reasons) in zip(axes, parts):
+    for ax, (title, reasons) in zip(axes, parts, strict=True):
         items = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[::-1]
         bars = ax.barh(range(len(items)), [v for _, v in items], color="#C44E52" if title == "rejected" else "#8C8C8C")
         ax.set_yticks(range(len(items)), [_label(k) for k, _ in items])

@@ -75,7 +75,8 @@ td.num,th.num{text-align:right}
 
 
 def render_page(m: Manifest, samples: Sequence[SplitSample], charts: dict[str, str], sheets: list[str],
-                rejected: RejectedRows, quality: QualityFindings | None = None, quality_sheet: str | None = None) -> str:
+                rejected: RejectedRows, quality: QualityFindings | None = None,
+                quality_sheet: str | None = None) -> str:
     """index.html: every value escaped; images referenced by the file names given (beside the page)."""
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -94,7 +95,7 @@ def render_page(m: Manifest, samples: Sequence[SplitSample], charts: dict[str, s
         "<p class=\"muted\">Records sampled by seed, grouped by class; under each image its label text and "
         "source id.</p>",
     ]
-    for sample, sheet in zip(samples, sheets):
+    for sample, sheet in zip(samples, sheets, strict=True):
         parts.append(f"<h3>{_e(sample.split)}</h3>" + _img(sheet, f"contact sheet of split {sample.split}"))
         parts.extend(f'<p class="problem">{_e(p)}</p>' for p in sample.problems)
     parts.append("<h2>Rejected files</h2>")

@@ -74,7 +74,8 @@ def cluster_sample(m: Manifest, clusters: list[dict]) -> SplitSample:
     """The clusters as a sheet's groups: one row each (named by its number, kind and splits), its members' stored
     images, each captioned with its split and source id; members not found in the dataset are left out (a
     `drop` kept one), named in `problems`."""
-    wanted = {(split, source) for made in clusters for source, split in zip(made["sources"], made["splits"])}
+    wanted = {(split, source) for made in clusters
+              for source, split in zip(made["sources"], made["splits"], strict=True)}
     sample = SplitSample("near-duplicates", 0, {}, {})
     try:
         images = _stored_images(m, wanted)
@@ -84,11 +85,11 @@ def cluster_sample(m: Manifest, clusters: list[dict]) -> SplitSample:
         leak = "leaks across splits: " if findings.leaks(made) else ""
         name = f"{number}. {leak}{made['kind'].replace('_', ' ')} ({', '.join(sorted(set(made['splits'])))})"
         tiles = [Tile(split, "", 0, source, (split,), images[(split, source)], 0)
-                 for source, split in zip(made["sources"], made["splits"]) if (split, source) in images]
+                 for source, split in zip(made["sources"], made["splits"], strict=True) if (split, source) in images]
         sample.groups[name] = tiles
         sample.class_counts[name] = len(made["sources"])
         sample.problems += [f"{source} ({split}) is not in the dataset" for source, split
-                            in zip(made["sources"], made["splits"]) if (split, source) not in images]
+                            in zip(made["sources"], made["splits"], strict=True) if (split, source) not in images]
     return sample
 
 
