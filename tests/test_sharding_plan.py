@@ -64,7 +64,8 @@ def test_the_estimate_scales_file_sizes_by_the_sample():
     assert layout.num_shards == 8  # 20 MB / 2.5 MB
     unsized = totals_of(keys, 16)
     assert run_plan.estimated_bytes(unsized, small) == 1000 * 20_000
-    assert run_plan.estimated_bytes(unsized, run_plan.SizeSample()) == 1000 * (run_plan.UNSIZED_GUESS + run_plan.RECORD_OVERHEAD)
+    assert run_plan.estimated_bytes(unsized, run_plan.SizeSample()) == \
+        1000 * (run_plan.UNSIZED_GUESS + run_plan.RECORD_OVERHEAD)
 
 
 def test_spill_shards_only_when_a_split_has_sixteen_shards_or_more():

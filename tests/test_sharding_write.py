@@ -25,8 +25,8 @@ def encoded_runs(tmp_path: Path, folder: str, *, shards: int, bits: int = 16):
     keys = sorted(item_order(i, settings.seed) for i in items)
     totals = run_plan.ListingTotals(keys=run_plan.BucketCounts(bits))
     totals.add([k for k, _ in keys], [i.size for i in items])
-    layout = run_plan.plan_layout("train", totals, run_plan.SizeSample(), num_cores=2, num_hosts=1, target_shard_bytes=1,
-                             forced=shards)
+    layout = run_plan.plan_layout("train", totals, run_plan.SizeSample(), num_cores=2, num_hosts=1,
+                                  target_shard_bytes=1, forced=shards)
     by_bucket: dict[int, list] = {}
     for k in keys:
         by_bucket.setdefault(run_plan.bucket_of(k[0], bits), []).append(k)
