@@ -93,7 +93,7 @@ def describe(m, show: bool, write: bool) -> None:
     """Print and/or write a dataset's croissant.json and card, from its manifest."""
     from shard_utils import storage
     from shard_utils.format import croissant
-    from shard_utils.format.layout import CARD_NAME, CROISSANT_NAME
+    from shard_utils.format.filenames import CARD_NAME, CROISSANT_NAME
     from shard_utils.read import card
 
     data = croissant.croissant_bytes(m)

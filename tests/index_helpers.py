@@ -19,8 +19,8 @@ from conftest import photo
 from shard_utils import storage
 from shard_utils.format import index, schema
 from shard_utils.format import manifest as manifest_mod
-from shard_utils.format.layout import shard_name
 from shard_utils.format.manifest import IndexFile, Manifest, Shard, Split
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.format.tfrecord import frame, iter_records
 from shard_utils.media.encode import RecordMeta
 
@@ -111,7 +111,7 @@ def write_dataset(out: Path, shards: dict[str, list[list[schema.ImageRecord]]], 
     for name, shard_records in shards.items():
         entries, parts, classes = [], [], Counter()
         for i, records in enumerate(shard_records):
-            path = shard_name(name, i, len(shard_records))
+            path = TFRECORD.shard_name(name, i, len(shard_records))
             digest, rows = storage.Digest(), []
             with open(out / path, "wb") as f:
                 for record in records:

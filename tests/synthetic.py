@@ -18,7 +18,7 @@ from PIL import Image
 from shard_utils import storage
 from shard_utils.format import manifest as manifest_lib
 from shard_utils.format import schema
-from shard_utils.format.layout import shard_name
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.format.tfrecord import frame
 
 
@@ -68,7 +68,7 @@ def write_dataset(out: Path, splits: dict[str, list[schema.ImageRecord]], labels
         shards = []
         for index in range(num_shards):
             mine = items[index::num_shards]
-            name = shard_name(split, index, num_shards)
+            name = TFRECORD.shard_name(split, index, num_shards)
             data = b"".join(frame(schema.encode_example(r)) for r in mine)
             (out / name).write_bytes(data)
             digest = storage.Digest()

@@ -12,7 +12,7 @@ import pytest
 from conftest import faults, photo, run_cli, run_job, write_images
 from readers import records
 
-from shard_utils.format import generations, layout, manifest, schema
+from shard_utils.format import filenames, generations, manifest, schema, shard_formats
 from shard_utils.format.manifest import ManifestError, load
 from shard_utils.read.verify import verify
 from shard_utils.sharding import plan
@@ -69,12 +69,13 @@ def test_old_shards_and_reports_are_byte_identical_and_a_generation_is_added(app
     for name, split in grown.splits.items():
         assert split.shards[:len(first.splits[name].shards)] == first.splits[name].shards
         new = [s for s in split.shards if s.generation == 1]
-        assert [s.path for s in new] == [layout.shard_name(name, i, len(new), generation=1) for i in range(len(new))]
+        assert [s.path for s in new] == [shard_formats.TFRECORD.shard_name(name, i, len(new), generation=1)
+                                         for i in range(len(new))]
         sizes = [s.num_records for s in new]
         assert len(new) % 2 == 0 and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
         assert sum(sizes) == grown.generations[1].num_records[name]
         assert [len(records(out / s.path)) for s in new] == sizes
-        assert split.index.path == layout.index_name(name, 1)
+        assert split.index.path == filenames.index_name(name, 1)
     # Files only the old manifest named are gone; nothing temporary is left.
     assert not any(n.endswith(".index.avro") and ".g001." not in n for n in after)
     assert not (out / ".tpu-shards-tmp").exists()

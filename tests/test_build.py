@@ -12,9 +12,9 @@ from readers import all_records, by_source, dataset_files, records, rejected, sh
 
 from shard_utils.errors import PlanError
 from shard_utils.format import schema
-from shard_utils.format.layout import shard_name
 from shard_utils.format.manifest import load
 from shard_utils.format.order import choose_split, sort_key
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.sharding import plan
 
 
@@ -32,7 +32,7 @@ def built(tmp_path_factory) -> SimpleNamespace:
 def test_shards_are_balanced_multiples_of_cores_and_accounted(built):
     out, m = built.out, built.manifest
     shards = m.splits["train"].shards
-    assert [s.path for s in shards] == [shard_name("train", i, 8) for i in range(8)]
+    assert [s.path for s in shards] == [TFRECORD.shard_name("train", i, 8) for i in range(8)]
     counts = [len(records(out / s.path)) for s in shards]
     assert counts == [s.num_records for s in shards] == plan.shard_sizes(36, 8)
     assert max(counts) - min(counts) <= 1 and min(counts) > 0
@@ -192,7 +192,7 @@ def test_overwrite_replaces_the_whole_dataset(images, tmp_path):
     assert len(list(out.glob("train-*-of-00016.tfrecord"))) == 16
     run_job(images, out, "--overwrite")
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([shard_name("train", i, 8) for i in range(8)] + dataset_files())
+    assert names == sorted([TFRECORD.shard_name("train", i, 8) for i in range(8)] + dataset_files())
 
 
 @pytest.mark.slow
@@ -272,7 +272,7 @@ def test_label_offset_is_stored_and_recorded(images, tmp_path):
 @pytest.mark.slow
 def test_tfrec_extension_for_kaggle_notebooks(images, tmp_path):
     m = run_job(images, tmp_path / "out", "--shard-extension", "tfrec")
-    assert [s.path for s in m.splits["train"].shards] == [shard_name("train", i, 8, "tfrec") for i in range(8)]
+    assert [s.path for s in m.splits["train"].shards] == [TFRECORD.shard_name("train", i, 8, "tfrec") for i in range(8)]
     assert len(list((tmp_path / "out").glob("*.tfrec"))) == 8
     from shard_utils.read.verify import verify
 

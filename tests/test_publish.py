@@ -19,8 +19,8 @@ from benchmarks.scale_sim import reports as scale_reports
 from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format import index
-from shard_utils.format.layout import shard_name
 from shard_utils.format.manifest import load
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.format.tfrecord import frame
 from shard_utils.read.verify import verify
 from shard_utils.sharding.run_plan import SplitLayout
@@ -37,7 +37,7 @@ def make_run(tmp_path, n_shards=2, records=(3, 2)):
     runlock.acquire(str(out), "r1", config.created)
     results, total = [], 0
     for i in range(n_shards):
-        name = shard_name("train", i, n_shards)
+        name = TFRECORD.shard_name("train", i, n_shards)
         framed = [frame(f"record {i}.{j}".encode()) for j in range(records[i])]
         data = b"".join(framed)
         temp = storage.join(run.temp_dir, "shards", name)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import write_images
 
-from shard_utils.format.layout import shard_name
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import EncodeSettings
 from shard_utils.sharding import run_plan
@@ -40,7 +40,7 @@ def encoded_runs(tmp_path: Path, folder: str, *, shards: int, bits: int = 16):
             for r in range(layout.num_runs)}
     planned = plan_split_shards(layout, [RunCount(r, f.count) for r, f in runs.items()], num_cores=2, num_hosts=1,
                                 forced=shards)
-    tasks = [ShardTask(s, shard_name("train", s.shard, s.num_shards), s.shard, {p.run: runs[p.run] for p in
+    tasks = [ShardTask(s, TFRECORD.shard_name("train", s.shard, s.num_shards), s.shard, {p.run: runs[p.run] for p in
                                                                                    s.pieces}) for s in planned.shards]
     return tasks
 

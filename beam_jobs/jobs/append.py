@@ -44,9 +44,9 @@ from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import new_run_id
 from beam_jobs.run.tally import Tally
 from shard_utils import inputs, storage
-from shard_utils.format import array_record, index, layout, manifest, schema
+from shard_utils.format import index, manifest, schema, shard_formats
+from shard_utils.format.filenames import generation_split
 from shard_utils.format.generations import next_generation
-from shard_utils.format.layout import generation_split
 from shard_utils.format.tfrecord import FramingError
 from shard_utils.format.topology import cores_x_hosts
 from shard_utils.quality.clusters import Member
@@ -93,7 +93,7 @@ class DatasetPart:
     """One file that names source ids of the dataset: an index (with its split's shards, to check rows against),
     an ArrayRecord shard, or a report."""
 
-    kind: str  # record (an index), array_record, rejected or skipped
+    kind: str  # record (an index), a shard format (its shards, read whole: array_record), rejected or skipped
     uri: str
     split: str = ""
     rows: int = 0  # an index's row count, as the manifest says
@@ -103,8 +103,8 @@ class DatasetPart:
 
 def dataset_parts(m: manifest.Manifest) -> list[DatasetPart]:
     """Every file that names the dataset's source ids."""
-    if m.shard_format == layout.ARRAY_RECORD:
-        parts = [DatasetPart("array_record", storage.join(m.location, shard.path), name)
+    if not m.first_format.indexed:  # its shards are read whole: the records carry the ids
+        parts = [DatasetPart(m.shard_format, storage.join(m.location, shard.path), name)
                  for name, s in m.splits.items() for shard in s.shards]
     else:
         parts = [DatasetPart("record", storage.join(m.location, s.index.path), name, s.index.num_rows,
@@ -123,11 +123,11 @@ def read_part(part: DatasetPart):
     try:
         if part.kind == "record":
             yield from _index_ids(part)
-        elif part.kind == "array_record":
-            yield from _record_ids(uri, part.split)
+        elif part.kind in shard_formats.FORMATS:
+            yield from _record_ids(shard_formats.get(part.kind), uri, part.split)
         else:
             yield from ((entry["source"], part.kind) for entry in manifest.read_report(uri, uri))
-    except (index.IndexFormatError, storage.StorageError, array_record.ArrayRecordError, ValueError) as exc:
+    except (index.IndexFormatError, storage.StorageError, ValueError) as exc:  # a broken shard: ValueError
         raise manifest.ManifestError(f"cannot append to a damaged dataset: {uri}: {storage.problem(exc, uri)}; "
                                      "tpu-shards verify lists every problem") from None
 
@@ -176,9 +176,10 @@ def dataset_member(source_id: str, split: str, labels, sha256: str, signature: i
             Member(source_id, split, tuple(labels), None, sha256))
 
 
-def _record_ids(uri: str, split: str):
-    """The source ids (and SHA-256s: the records carry no signature) an ArrayRecord shard's records carry."""
-    for data in array_record.read_records(uri):
+def _record_ids(shard_format: shard_formats.ShardFormat, uri: str, split: str):
+    """The source ids (and SHA-256s: the records carry no signature) a shard's records carry (a dataset of
+    ArrayRecord shards, which has no index)."""
+    for data in shard_format.read(uri):
         fields = schema.decode_lists(data)
         source_id = b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
         yield source_id, "record"
@@ -267,10 +268,10 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig, given: Collect
     if old.media != "image" or old.embedding is not None:
         raise UsageError(f"{where}: appending supports image datasets without embeddings")
     inherit.check_same(old.options, config.manifest_options(), given, where)
-    if layout.formats_of(config.format) != old.formats:
+    if shard_formats.formats_of(config.format) != old.formats:
         raise UsageError(f"{where}: it holds {' and '.join(old.formats)} shards, this append asks for --format "
                          f"{config.format}; give --format {old.options.get('format') or _format_of(old)}")
-    missing = [name for name, s in old.splits.items() if s.index is None and old.shard_format == "tfrecord"]
+    missing = [name for name, s in old.splits.items() if s.index is None and old.first_format.indexed]
     if missing:
         raise UsageError(f"{where}: split {missing[0]!r} has no record index (an older tpu-shards built it); reshard "
                          "it into a new folder (tpu-shards reshard SRC DST writes one) and append there")
@@ -286,7 +287,7 @@ def check_appendable(old: manifest.Manifest, config: BuildConfig, given: Collect
 
 
 def _format_of(m: manifest.Manifest) -> str:
-    return "both" if len(m.formats) == 2 else m.formats[0]
+    return shard_formats.option_of(m.formats)
 
 
 def check_intact(old: manifest.Manifest, config: BuildConfig) -> None:

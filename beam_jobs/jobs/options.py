@@ -18,7 +18,7 @@ from beam_jobs.run.config import BuildConfig, RejectLimit
 from shard_utils import inputs, storage
 from shard_utils.format import names, schema, topology
 from shard_utils.format.image_size import parse_image_size
-from shard_utils.format.layout import FORMATS, SHARD_EXTENSIONS
+from shard_utils.format.shard_formats import OPTIONS, TFRECORD, formats_of, get
 from shard_utils.inputs import listings
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, largest_image, mib
 from shard_utils.media.embed import DEFAULT_BATCH_SIZE, PREPROCESS_MODES
@@ -80,9 +80,9 @@ def parser() -> OneLineParser:
     ap.add_argument("--label-offset", type=int, default=0,
                     help="store label id + N (e.g. 1 for readers with 1-based labels, such as the tensorflow/tpu "
                          "ResNet parser); recorded in the manifest, and the loader subtracts it back")
-    ap.add_argument("--shard-extension", choices=SHARD_EXTENSIONS, default="tfrecord",
+    ap.add_argument("--shard-extension", choices=TFRECORD.extensions, default=TFRECORD.extensions[0],
                     help="shard file extension: tfrecord (default) or tfrec (what Kaggle's TPU notebooks glob)")
-    ap.add_argument("--format", choices=FORMATS, default="tfrecord",
+    ap.add_argument("--format", choices=OPTIONS, default=TFRECORD.name,
                     help="shards to publish: tfrecord (default), array_record (Grain's random-access format; needs "
                          "the array_record extra) or both, from one pass over the media: the same records in the same "
                          "order and balance")
@@ -382,15 +382,14 @@ def check_format(value: str, shard_extension: str, needed_for: str | None = None
     """--format, checked: ArrayRecord needs the array_record package (MissingExtra naming the pip command and
     `needed_for`, what asked for ArrayRecord: default `--format VALUE`), and --shard-extension names TFRecord
     shards, which --format array_record does not publish."""
-    if value not in FORMATS:
-        raise UsageError(f"--format {value!r} must be one of {', '.join(FORMATS)}")
-    if value == "array_record" and shard_extension != "tfrecord":
-        raise UsageError(f"--shard-extension {shard_extension} names TFRecord shards; --format array_record publishes "
-                         "none (use --format both)")
-    if value != "tfrecord":
-        from shard_utils.format import array_record
-
-        array_record.check_installed(needed_for or f"--format {value}")
+    if value not in OPTIONS:
+        raise UsageError(f"--format {value!r} must be one of {', '.join(OPTIONS)}")
+    formats = [get(f) for f in formats_of(value)]
+    if TFRECORD not in formats and shard_extension != TFRECORD.extensions[0]:
+        raise UsageError(f"--shard-extension {shard_extension} names {TFRECORD.title} shards; --format {value} "
+                         "publishes none (use --format both)")
+    for shard_format in formats:
+        shard_format.check_installed(needed_for or f"--format {value}")
     return value
 
 

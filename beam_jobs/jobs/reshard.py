@@ -18,7 +18,6 @@ import datetime
 import functools
 import hashlib
 import posixpath
-import re
 import sys
 import time
 from collections import Counter
@@ -49,13 +48,13 @@ from shard_utils import storage
 from shard_utils.errors import PlanError
 from shard_utils.format import generations, index, manifest, schema
 from shard_utils.format.index import IndexFormatError, IndexRow
-from shard_utils.format.layout import ARRAY_RECORD, FORMATS, SHARD_PATTERN
 from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format.shard_formats import BOTH, FIRST, OPTIONS, TFRECORD, get, option_of
 from shard_utils.inputs import listings
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.media.encode import Encoded
 from shard_utils.sharding import fragments, plan
-from shard_utils.sharding.copy_records import DamagedShard, array_record_shard_records, shard_records
+from shard_utils.sharding.copy_records import DamagedShard, shard_records, unindexed_shard_records
 from shard_utils.text import printable_lines
 
 __all__ = [
@@ -159,7 +158,7 @@ class CopyRecords(beam.PTransform):
 
 
 class _CopyFn(beam.DoFn):
-    def __init__(self, config: BuildConfig, location: str, shard_format: str = "tfrecord"):
+    def __init__(self, config: BuildConfig, location: str, shard_format: str = FIRST.name):
         self.config, self.location, self.shard_format = config, location, shard_format
 
     def start_bundle(self):
@@ -170,8 +169,9 @@ class _CopyFn(beam.DoFn):
         self._run = keep_lease(run, self.config)
         cfg = self.config
         uri = storage.join(self.location, task.shard.path)
-        records = array_record_shard_records(uri, task.shard, seed=cfg.seed, label_offset=cfg.label_offset,
-                                             extras=cfg.listing.extras) if self.shard_format == ARRAY_RECORD else \
+        shard_format = get(self.shard_format)
+        records = unindexed_shard_records(uri, task.shard, shard_format, seed=cfg.seed, label_offset=cfg.label_offset,
+                                          extras=cfg.listing.extras) if not shard_format.indexed else \
             shard_records(uri, task.shard, task.rows, seed=cfg.seed, label_offset=cfg.label_offset,
                           extras=cfg.listing.extras)
         try:
@@ -314,7 +314,7 @@ def parser() -> OneLineParser:
                                                           "source's, else 128)")
     ap.add_argument("--num-shards", type=int, help="force this many shards per split (a multiple of cores x hosts)")
     ap.add_argument("--seed", type=int, help="seed of the record order (default: the source's)")
-    ap.add_argument("--format", choices=FORMATS,
+    ap.add_argument("--format", choices=OPTIONS,
                     help="shards of the new dataset: tfrecord, array_record or both (default: the source's); records "
                          "are copied between the formats as they are")
     ap.add_argument("--overwrite", action="store_true", help="replace the dataset already in DST")
@@ -344,7 +344,7 @@ def source_extras(source: Manifest) -> tuple[schema.ExtraSpec, ...]:
 
 def source_format(source: Manifest) -> str:
     """The --format that built the source: tfrecord, array_record or both."""
-    return "both" if len(source.formats) == 2 else source.formats[0]
+    return option_of(source.formats)
 
 
 def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, created: str | None,
@@ -365,15 +365,12 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         raise UsageError("--target-shard-mb must be more than 0 and at most 100000")
     if not 0 <= args.hash_bucket_bits <= 20 or not 0 < args.fragment_mb <= 4096:
         raise UsageError("--hash-bucket-bits must be in 0..20 and --fragment-mb in (0, 4096]")
-    first = re.match(SHARD_PATTERN, posixpath.basename(next(iter(source.splits.values())).shards[0].path))
+    extension = TFRECORD.extension_of(posixpath.basename(next(iter(source.splits.values())).shards[0].path))
     shard_format = args.format or source_format(source)
-    if shard_format != "tfrecord":
-        options.check_format(shard_format, first["extension"] if first and shard_format == "both" else "tfrecord",
-                             None if args.format else f"resharding a dataset of --format {shard_format}")
-    if source.shard_format == ARRAY_RECORD:  # its records are read from its ArrayRecord shards, whatever it becomes
-        from shard_utils.format import array_record
-
-        array_record.check_installed("resharding a dataset of --format array_record")
+    options.check_format(shard_format, extension if extension and shard_format == BOTH else TFRECORD.extensions[0],
+                         None if args.format else f"resharding a dataset of --format {shard_format}")
+    # its records are read from its own shards (ArrayRecord ones need the extra), whatever it becomes
+    source.first_format.check_installed(f"resharding a dataset of --format {source.shard_format}")
     return BuildConfig(
         input=source.location, output=args.dst, temp_root=temp_root, run_id=run_id, created=created,
         splits=(), num_cores=cores, num_hosts=hosts,
@@ -381,7 +378,7 @@ def make_config(args, source: Manifest, *, temp_root: str, run_id: str | None, c
         target_shard_mb=target, num_shards=args.num_shards,
         seed=args.seed if args.seed is not None else int(source.options.get("seed") or 0),
         tool_version=shard_utils.__version__, label_offset=source.label_offset,
-        shard_extension=first["extension"] if first else "tfrecord", max_rejected=NO_REJECT_LIMIT, format=shard_format,
+        shard_extension=extension or TFRECORD.extensions[0], max_rejected=NO_REJECT_LIMIT, format=shard_format,
         bucket_bits=args.hash_bucket_bits, fragment_bytes=int(args.fragment_mb * 2**20), overwrite=args.overwrite,
         listing=ListingOptions(extras=source_extras(source)), local=local)
 

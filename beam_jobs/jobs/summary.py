@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from shard_utils import inputs, storage
-from shard_utils.format import labels, manifest
+from shard_utils.format import labels, manifest, shard_formats
 from shard_utils.text import printable
 
 __all__ = [
-    "COUNTER_ORDER", "counter_totals", "metrics_summary", "FORMAT_NAMES", "formats_text", "shard_kind", "twins_line",
+    "COUNTER_ORDER", "counter_totals", "metrics_summary", "formats_text", "shard_kind", "twins_line",
     "shard_noun", "counted", "shards_of", "split_name_notes", "label_ids_line", "summary"
 ]
 
@@ -39,18 +39,15 @@ def metrics_summary(result) -> str:
     return ("  counters: " + ", ".join(f"{n} {totals[n]}" for n in names)) if names else ""
 
 
-FORMAT_NAMES = {"tfrecord": "TFRecord", "array_record": "ArrayRecord"}
-
-
 def formats_text(m: manifest.Manifest) -> str:
     """The dataset's shard formats in words: "TFRecord shards", "ArrayRecord shards", "TFRecord and ArrayRecord
     shards"."""
-    return " and ".join(FORMAT_NAMES[f] for f in m.formats) + " shards"
+    return " and ".join(shard_formats.get(f).title for f in m.formats) + " shards"
 
 
 def shard_kind(m: manifest.Manifest) -> str:
     """" ArrayRecord" when a dataset's `shards` are ArrayRecord files, else "" (they are TFRecord)."""
-    return " ArrayRecord" if m.shard_format != "tfrecord" else ""
+    return "" if m.first_format is shard_formats.FIRST else f" {m.first_format.title}"
 
 
 def twins_line(twins: list[manifest.Shard] | None) -> list[str]:

@@ -16,7 +16,7 @@ from beam_jobs.pipeline.common import WithSingleton, collected
 from beam_jobs.pipeline.plan_runs import FindBoundaries, SplitTotalsFn
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import InternalError, PlanError
-from shard_utils.format.layout import shard_name
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.sharding import fragments, plan
 from shard_utils.sharding.fragments import FragmentInfo
 from shard_utils.sharding.run_plan import BoundaryFinder, SplitLayout, plan_exact_layouts
@@ -95,4 +95,4 @@ def shard_task(grouped, extension: str) -> ShardTask:
         raise InternalError(f"shard {shard} of split {split!r} got {sum(p.count for p in ordered)} records, "
                             f"planned {planned}")
     return ShardTask(ShardPlan(split, shard, num_shards, slices=ordered),
-                     shard_name(split, shard, num_shards, extension), shard)
+                     TFRECORD.shard_name(split, shard, num_shards, extension), shard)

@@ -22,11 +22,9 @@ from beam_jobs.run.reports import Report, as_report
 from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
-from shard_utils.format import generations, layout, schema
-from shard_utils.format.layout import QUALITY_NAME
+from shard_utils.format import filenames, generations, schema, shard_formats
+from shard_utils.format.filenames import QUALITY_NAME
 from shard_utils.format.manifest import (
-    ARRAY_RECORD_VERSION,
-    FORMAT_VERSION,
     REJECTED_NAME,
     SKIPPED_NAME,
     Generation,
@@ -106,7 +104,8 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     index (the old one, then the new shards' rows) and the cumulative reports."""
     g = generations.next_generation(old)
     names = generations.label_order(labels, old.labels)
-    tfrecord = "tfrecord" in config.formats
+    first = shard_formats.get(config.formats[0])  # what `shards` are: TFRecord when published
+    tfrecord = shard_formats.TFRECORD.name in config.formats
     moves: list[Move] = []
     splits, indexes, gen_records, gen_shards, gen_carried = {}, [], {}, {}, {}
     for split_name, split in old.splits.items():
@@ -124,7 +123,7 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
         kept = len(split.shards) if carried is None else carried.first_place
         moves += shard_moves(mine, config.formats)
         if tfrecord:
-            indexes.append(IndexJob(split_name, layout.index_name(split_name, g), tuple(r.index_part for r in mine),
+            indexes.append(IndexJob(split_name, filenames.index_name(split_name, g), tuple(r.index_part for r in mine),
                                     sum(r.num_records for r in mine), tuple(config.listing.extras), split.index,
                                     None if carried is None else sum(s.num_records for s in split.shards[:kept])))
         gen_records[split_name] = sum(r.num_records for r in mine) - (carried.num_records if carried else 0)
@@ -142,26 +141,26 @@ def grow(config: BuildConfig, run: RunInfo, old: Manifest, results: Sequence[Sha
     reports = {}
     rejected_part = _grown_part(old.rejected, rejected.counts.by_reason, len(rejected))
     if len(rejected):
-        rejected_part["path"] = layout.report_name(REJECTED_NAME, g)
+        rejected_part["path"] = filenames.report_name(REJECTED_NAME, g)
         reports[rejected_part["path"]] = _cumulative(old, old.rejected.get("path"), rejected, g)
     skipped_part = _grown_part(old.skipped, tally.skipped, skipped_count)
     if tally.extensions:
         skipped_part["by_extension"] = _added(old.skipped.get("by_extension", {}), tally.extensions)
     if len(skipped_files):
-        skipped_part["path"] = layout.report_name(SKIPPED_NAME, g)
+        skipped_part["path"] = filenames.report_name(SKIPPED_NAME, g)
         reports[skipped_part["path"]] = _cumulative(old, old.skipped.get("path"), skipped_files, g)
     quality_part = old.quality
     if config.quality_checks and quality is not None:  # the old findings, then this generation's
         before = old.quality or {}
         quality_part = quality_section(_added(before.get("by_kind", {}), quality.counts.by_reason),
-                                       layout.report_name(QUALITY_NAME, g))
+                                       filenames.report_name(QUALITY_NAME, g))
         reports[quality_part["path"]] = _cumulative(old, before.get("path"), quality, g)
     new = dataclasses.replace(
         old, splits=splits, labels=names, features=_features(old, results, config), created=run.created,
         tool_version=config.tool_version, files_seen=old.files_seen + tally.seen, rejected=rejected_part,
         skipped=skipped_part, duplicates=_duplicates(old, config, rejected, cross_split), quality=quality_part,
         generations=generations.generations_of(old) + [generation],
-        format_version=FORMAT_VERSION if tfrecord else ARRAY_RECORD_VERSION,
+        format_version=first.manifest_version,
         location=config.output)
     return Publication(run, new, tuple(moves), tuple(indexes), tuple(sorted(reports.items())), grows=old)
 
@@ -172,8 +171,8 @@ def _grown_split(g: int, split: Split, mine: Sequence[ShardResult], labels: Sequ
     of its latest generation's when they carry its records; its index is written when publishing."""
     tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256, g) for r in mine]
     twins = [dataclasses.replace(twin_entry(r), generation=g) for r in mine] \
-        if layout.ARRAY_RECORD in formats else None
-    shards = tfrecords if "tfrecord" in formats else twins or []
+        if shard_formats.ARRAY_RECORD.name in formats else None
+    shards = tfrecords if shard_formats.TFRECORD.name in formats else twins or []
     classes: Counter = Counter()
     for r in mine:
         classes.update(dict(r.class_counts))

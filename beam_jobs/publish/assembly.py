@@ -11,12 +11,10 @@ from beam_jobs.run.config import DatasetSpec
 from beam_jobs.run.identity import RunInfo
 from beam_jobs.run.tally import Tally
 from shard_utils.errors import InternalError
-from shard_utils.format import croissant, schema
+from shard_utils.format import croissant, schema, shard_formats
+from shard_utils.format.filenames import CARD_NAME, CROISSANT_NAME
 from shard_utils.format.labels import label_order
-from shard_utils.format.layout import ARRAY_RECORD, CARD_NAME, CROISSANT_NAME
 from shard_utils.format.manifest import (
-    ARRAY_RECORD_VERSION,
-    FORMAT_VERSION,
     SKIPPED_NAME,
     IndexFile,
     Manifest,
@@ -40,6 +38,7 @@ def build_manifest(config: DatasetSpec, run: RunInfo, results: Sequence[ShardRes
     label is an integer; `labels.label_order`), after `known_labels`, which keep theirs. `plans`: each split's plan
     (anything with `num_shards`); `rejected`: the rejects by reason."""
     names = label_order(labels, known_labels)
+    first = shard_formats.get(config.formats[0])  # what `shards` are: TFRecord when published
     splits = {}
     longest: Counter = Counter()
     for r in results:
@@ -53,8 +52,8 @@ def build_manifest(config: DatasetSpec, run: RunInfo, results: Sequence[ShardRes
         for r in mine:
             classes.update(dict(r.class_counts))
         tfrecords = [Shard(r.name, r.num_records, r.num_bytes, r.crc32c, r.sha256) for r in mine]
-        twins = [twin_entry(r) for r in mine] if ARRAY_RECORD in config.formats else None
-        shards = tfrecords if "tfrecord" in config.formats else twins or []
+        twins = [twin_entry(r) for r in mine] if shard_formats.ARRAY_RECORD.name in config.formats else None
+        shards = tfrecords if shard_formats.TFRECORD.name in config.formats else twins or []
         num_records = sum(r.num_records for r in mine)
         splits[split] = Split(
             num_records=num_records, num_bytes=sum(s.num_bytes for s in shards),
@@ -82,8 +81,7 @@ def build_manifest(config: DatasetSpec, run: RunInfo, results: Sequence[ShardRes
         media="video" if video else "image", embedding=embedding,
         image_size=list(image.size) if image.size and image.resize != "fit" else None,
         num_cores=config.num_cores, num_hosts=config.num_hosts, label_offset=config.label_offset,
-        shard_format="tfrecord" if "tfrecord" in config.formats else ARRAY_RECORD,
-        format_version=FORMAT_VERSION if "tfrecord" in config.formats else ARRAY_RECORD_VERSION)
+        shard_format=first.name, format_version=first.manifest_version)
 
 
 def quality_section(by_kind: Mapping[str, int], path: str) -> dict:
@@ -107,7 +105,7 @@ def in_place_order(results: Sequence[ShardResult], split: str) -> list[ShardResu
 def with_indexes(m: Manifest, indexes: Mapping[str, IndexFile]) -> Manifest:
     """The manifest with the index entries of the splits that got a new one."""
     missing = [name for name, s in m.splits.items() if s.index is None and name not in indexes
-               and m.shard_format == "tfrecord"]
+               and m.first_format.indexed]
     if missing:
         raise InternalError(f"split {missing[0]!r} has no index")
     splits = {name: replace(s, index=indexes.get(name, s.index)) for name, s in m.splits.items()}

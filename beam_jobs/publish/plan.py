@@ -14,8 +14,9 @@ from beam_jobs.run.reports import Report, as_report
 from beam_jobs.run.tally import Tally
 from shard_utils.errors import InternalError
 from shard_utils.format import index, schema
-from shard_utils.format.layout import ARRAY_RECORD, QUALITY_NAME
+from shard_utils.format.filenames import QUALITY_NAME
 from shard_utils.format.manifest import REJECTED_NAME, SKIPPED_NAME, IndexFile, Manifest
+from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD
 from shard_utils.sharding.writer import ShardResult
 
 __all__ = ["Move", "IndexJob", "Publication", "plan_publication", "shard_moves"]
@@ -98,7 +99,7 @@ def plan_publication(results: Sequence[ShardResult], config: DatasetSpec, *, pla
     extras = tuple(config.listing.extras)
     indexes = tuple(IndexJob(name, index.index_name(name), tuple(r.index_part for r in in_place_order(results, name)),
                              split.num_records, extras) for name, split in manifest.splits.items()
-                    if "tfrecord" in config.formats)
+                    if TFRECORD.name in config.formats)
     reports = [(REJECTED_NAME, rejected)]
     if len(skipped_files):
         reports.append((SKIPPED_NAME, skipped_files))
@@ -114,9 +115,9 @@ def shard_moves(results: Sequence[ShardResult], formats: Sequence[str]) -> tuple
     TFRecord shards stay in the run's temporary folder (what the twins were written from) and go with it."""
     moves = []
     for r in sorted(results, key=lambda r: r.name):
-        if "tfrecord" in formats:
+        if TFRECORD.name in formats:
             moves.append(Move(r.temp_path, r.name, r.num_bytes))
-        if ARRAY_RECORD in formats:
+        if ARRAY_RECORD.name in formats:
             if r.array_record is None:
                 raise InternalError(f"shard {r.name} has no ArrayRecord twin")
             moves.append(Move(r.array_record.temp_path, r.array_record.name, r.array_record.num_bytes))

@@ -8,15 +8,14 @@ import hashlib
 from beam_jobs.errors import UsageError
 from beam_jobs.run.identity import RunInfo
 from shard_utils import storage
-from shard_utils.format.layout import (
-    ARRAY_RECORD_FILE,
+from shard_utils.format import shard_formats
+from shard_utils.format.filenames import (
     CARD_NAME,
     CROISSANT_NAME,
     INDEX_FILE,
     LOCK_NAME,
     QUALITY_NAME,
     REPORT_FILE,
-    SHARD_FILE,
     TEMP_ROOT,
     TFDS_LABELS_BEFORE,
 )
@@ -120,7 +119,7 @@ def remove_run_folder(temp_root: str, temp_dir: str) -> None:
 
 def is_dataset_file(name: str) -> bool:
     """Whether a name in a dataset folder is one of the job's shards, indexes or reports."""
-    return bool(SHARD_FILE.match(name) or ARRAY_RECORD_FILE.match(name) or INDEX_FILE.match(name)
+    return bool(shard_formats.of_shard(name) or INDEX_FILE.match(name)
                 or REPORT_FILE.match(name)
                 or name in (REJECTED_NAME, SKIPPED_NAME, QUALITY_NAME))
 

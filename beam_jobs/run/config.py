@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_utils import storage
-from shard_utils.format import layout
+from shard_utils.format import shard_formats
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.media.embed import EmbedSpec
 from shard_utils.media.encode import EncodeSettings
@@ -80,8 +80,8 @@ class DatasetSpec:
     seed: int = 0
     tool_version: str = ""
     label_offset: int = 0
-    shard_extension: str = "tfrecord"
-    format: str = "tfrecord"  # --format: which shards are published (tfrecord, array_record or both)
+    shard_extension: str = shard_formats.TFRECORD.extensions[0]
+    format: str = shard_formats.TFRECORD.name  # --format: which shards are published (tfrecord, array_record or both)
     max_rejected: RejectLimit = RejectLimit(fraction=0.5)
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # larger source files are rejected `too_large`, never read whole
     dedup: bool = False
@@ -107,12 +107,12 @@ class DatasetSpec:
     @property
     def formats(self) -> tuple[str, ...]:
         """The shard formats published: ("tfrecord",), ("array_record",) or both, TFRecord first."""
-        return layout.formats_of(self.format)
+        return shard_formats.formats_of(self.format)
 
     @property
     def array_record(self) -> bool:
         """Whether ArrayRecord twins of the shards are written."""
-        return layout.ARRAY_RECORD in self.formats
+        return shard_formats.ARRAY_RECORD.name in self.formats
 
     @property
     def uses_listing(self) -> bool:

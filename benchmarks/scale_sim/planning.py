@@ -43,8 +43,8 @@ from beam_jobs.run.identity import RunInfo
 from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.format import schema
-from shard_utils.format.layout import shard_name
 from shard_utils.format.manifest import IndexFile
+from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.inputs.walk import sort_chunk
 from shard_utils.media.encode import RecordMeta
@@ -359,7 +359,7 @@ def run_and_shard_costs(planned: Planned, items: list, seed: int) -> dict[str, f
         half = len(runs[1]) // 2
         pieces = (Piece(0, half, len(runs[0]) - half), Piece(1, 0, half))
         plan = ShardPlan(SPLIT, 0, 2, pieces, prefix=False)
-        task = ShardTask(plan, shard_name(SPLIT, 0, 2), 0, files)
+        task = ShardTask(plan, TFRECORD.shard_name(SPLIT, 0, 2), 0, files)
         start = time.process_time()
         written = write_shard(task, folder)
         copied = (time.process_time() - start) / written.num_records * 1e6

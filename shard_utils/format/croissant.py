@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from shard_utils.format import json_text, schema
-from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
+from shard_utils.format.filenames import CROISSANT_NAME
 from shard_utils.format.manifest import MAX_MANIFEST_BYTES, IndexFile, Manifest, Shard
+from shard_utils.format.shard_formats import ARRAY_RECORD, FORMATS
 
 __all__ = [
     "CONFORMS_TO", "ENCODINGS", "SHARDS", "SPLIT_OF_SHARD", "MAX_CROISSANT_BYTES", "METADATA", "metadata",
@@ -23,8 +24,7 @@ __all__ = [
 ]
 
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
-ENCODINGS = {"tfrecord": "application/x-tfrecord", ARRAY_RECORD: "application/x-array-record",
-             "index": "application/x-avro"}
+ENCODINGS = {**{f.name: f.mime_type for f in FORMATS.values()}, "index": "application/x-avro"}
 SHARDS = "shards"  # the FileSet of every shard, the records' source
 SPLIT_OF_SHARD = r"^(.+?)(?:-g\d{3,})?-\d{5}-of-\d{5}\.[a-z_]+$"  # a shard's file name -> its split
 # A larger croissant.json is refused unparsed. A label takes up to 10 times the bytes here that it takes in the
@@ -107,7 +107,7 @@ def described_files(m: Manifest) -> Iterator[tuple[Shard | IndexFile, str]]:
     """Every file the description names, with its encoding format: shards, ArrayRecord twins, indexes."""
     for split in m.splits.values():
         yield from ((s, ENCODINGS[m.shard_format]) for s in split.shards)
-        yield from ((s, ENCODINGS[ARRAY_RECORD]) for s in split.array_record_shards or ())
+        yield from ((s, ENCODINGS[ARRAY_RECORD.name]) for s in split.array_record_shards or ())
         if split.index is not None:
             yield split.index, ENCODINGS["index"]
 

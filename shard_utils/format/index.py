@@ -36,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 from shard_utils import storage
 from shard_utils.errors import TpuShardsError
 from shard_utils.format import avro_blocks, names
-from shard_utils.format.layout import index_name  # noqa: F401 - a split's index, named where indexes are read
+from shard_utils.format.filenames import index_name  # noqa: F401 - a split's index, named where indexes are read
 from shard_utils.format.manifest import IndexFile
 from shard_utils.format.schema import LABEL, SOURCE_ID, ExtraSpec, ImageRecord, decode_lists, label_ids_of
 from shard_utils.format.tfrecord import FOOTER, HEADER, FramingError, masked_crc

@@ -16,19 +16,16 @@ from shard_utils import storage
 from shard_utils.errors import InternalError, TpuShardsError
 from shard_utils.format import json_text, json_values, names, schema
 from shard_utils.format import splits as split_expressions
-from shard_utils.format.image_size import MAX_IMAGE_SIDE, ImageSize
-from shard_utils.format.layout import (  # noqa: F401
-    ARRAY_RECORD,
-    ARRAY_RECORD_PATTERN,
+from shard_utils.format.filenames import (  # noqa: F401
     CARD_NAME,
     CROISSANT_NAME,
     MANIFEST_NAME,
     REJECTED_NAME,
-    SHARD_PATTERN,
     SKIPPED_NAME,
-    array_record_name,
 )
-from shard_utils.format.tfrecord import FOOTER, HEADER
+from shard_utils.format.image_size import MAX_IMAGE_SIDE, ImageSize
+from shard_utils.format.shard_formats import ARRAY_RECORD as AR
+from shard_utils.format.shard_formats import FIRST, FORMATS, TFRECORD, ShardFormat, get
 
 __all__ = [
     "ARRAY_RECORD", "ARRAY_RECORD_PATTERN", "CARD_NAME", "CROISSANT_NAME", "MANIFEST_NAME", "REJECTED_NAME",
@@ -39,15 +36,20 @@ __all__ = [
     "read_report", "manifest_path", "read_manifest_bytes", "load", "assemble"
 ]
 
-FORMAT_VERSION = 2
-ARRAY_RECORD_VERSION = 3  # a dataset of ArrayRecord shards only: readers of versions 1 and 2 must refuse it
+FORMAT_VERSION = TFRECORD.manifest_version
+ARRAY_RECORD_VERSION = AR.manifest_version  # ArrayRecord shards only: readers of 1 and 2 must refuse it
+# The names the stable path `shard_utils.manifest` has always exported, now the shard formats' own.
+ARRAY_RECORD = AR.name
+SHARD_PATTERN = TFRECORD.pattern.pattern
+ARRAY_RECORD_PATTERN = AR.pattern.pattern
+array_record_name = AR.twin_name
 READABLE_VERSIONS = (1, 2, 3)  # 1: before media, label_offset, multi_label, embedding, indexes, duplicates
 # Version 2 also carries, once a dataset has been appended to, `generations` and each later shard's `generation`;
 # both are optional, so a manifest without them (a dataset built once) is unchanged. A dataset built with
 # --format both stays version 2: its `shards` are TFRecord as before, and each split's `array_record_shards`
 # (twins, one per shard, the same records in the same order) are ignored by older readers. Version 3 has
 # `shard_format: "array_record"`: its `shards` are ArrayRecord files and it has no index.
-SHARD_FORMATS = ("tfrecord", ARRAY_RECORD)
+SHARD_FORMATS = tuple(FORMATS)
 MEDIA = ("image", "video")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CRC32C = re.compile(r"^[A-Za-z0-9+/]{6}==$")
@@ -145,7 +147,7 @@ class Manifest:
     duplicates: dict[str, Any] | None = None  # with --dedup: count, cross_split {"train|test": n}
     quality: dict[str, Any] | None = None  # the quality checks: count, by_kind {kind: n}, path (quality.jsonl)
     generations: list[Generation] | None = None  # None: built once (every shard is generation 0)
-    shard_format: str = "tfrecord"  # what `shards` are: tfrecord, or array_record (--format array_record)
+    shard_format: str = FIRST.name  # what `shards` are: tfrecord, or array_record (--format array_record)
     format_version: int = FORMAT_VERSION
     location: str = field(default="", compare=False)
 
@@ -186,16 +188,19 @@ class Manifest:
     @property
     def formats(self) -> tuple[str, ...]:
         """The shard formats the dataset holds: ("tfrecord",), ("array_record",) or both."""
-        if self.shard_format == ARRAY_RECORD:
-            return (ARRAY_RECORD,)
         twins = any(s.array_record_shards for s in self.splits.values())
-        return ("tfrecord", ARRAY_RECORD) if twins else ("tfrecord",)
+        return (self.shard_format, AR.name) if twins else (self.shard_format,)
+
+    @property
+    def first_format(self) -> ShardFormat:
+        """The format of the splits' `shards` (the manifest's `shard_format`)."""
+        return get(self.shard_format)
 
     def shard_paths(self, split: str | Sequence[str]) -> list[str]:
         """Full paths (local or gs://) of the TFRecord shards of a split, or of an expression made of whole shards
         ('fold0+fold1', 'train[:4shard]'), in reading order; ManifestError for a dataset of ArrayRecord shards only,
         ValueError for an expression that cuts a shard (read it with the loader)."""
-        if self.shard_format != "tfrecord":
+        if not self.first_format.indexed:
             raise ManifestError(f"split {split!r} holds ArrayRecord shards only (built with --format array_record): "
                                 "read them with grain.sources.ArrayRecordDataSource(manifest.array_record_paths("
                                 f"{split!r})), or reshard to TFRecord")
@@ -213,7 +218,7 @@ class Manifest:
     def array_record_shards(self, split: str) -> list[Shard]:
         """A split's ArrayRecord shards in shard order; ManifestError when the dataset has none."""
         entry = self.split(split)
-        if self.shard_format == ARRAY_RECORD:
+        if self.shard_format == AR.name:
             return list(entry.shards)
         if entry.array_record_shards is None:
             raise ManifestError(f"split {split!r} has no ArrayRecord shards (build with --format both or "
@@ -255,7 +260,7 @@ class Manifest:
             for g in out["generations"]:
                 if not g["carried"]:
                     g.pop("carried")
-        if out["shard_format"] == "tfrecord":
+        if out["shard_format"] == FIRST.name:
             order.remove("shard_format")
         return {k: out[k] for k in order}
 
@@ -329,14 +334,12 @@ def _count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> in
     return value
 
 
-def _shard(obj: Any, where: str, shard_format: str = "tfrecord") -> Shard:
+def _shard(obj: Any, where: str, shard_format: ShardFormat = FIRST) -> Shard:
     if not isinstance(obj, Mapping):
         raise ManifestError(f"{where}: must be an object")
     path = safe_relative_path(_get(obj, "path", str, where))
-    if shard_format == ARRAY_RECORD and not re.match(ARRAY_RECORD_PATTERN, posixpath.basename(path)):
-        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.array_record")
-    if shard_format != ARRAY_RECORD and not re.match(SHARD_PATTERN, posixpath.basename(path)):
-        raise ManifestError(f"{where}: shard name {path!r} does not follow <split>-NNNNN-of-NNNNN.tfrecord (or .tfrec)")
+    if not shard_format.matches(posixpath.basename(path)):
+        raise ManifestError(f"{where}: shard name {path!r} does not follow {shard_format.name_rule}")
     crc, sha = _get(obj, "crc32c", str, where), _get(obj, "sha256", str, where)
     if not _CRC32C.match(crc):
         raise ManifestError(f"{where}: crc32c {crc!r} is not a base64 CRC32C")
@@ -344,13 +347,13 @@ def _shard(obj: Any, where: str, shard_format: str = "tfrecord") -> Shard:
         raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
     generation = _count(obj, "generation", where) if "generation" in obj else 0
     num_records, num_bytes = _count(obj, "num_records", where, 1), _count(obj, "num_bytes", where, 1)
-    if shard_format != ARRAY_RECORD and num_records * (HEADER + FOOTER) > num_bytes:
+    if num_records * shard_format.min_record_bytes > num_bytes:
         raise ManifestError(f"{where}: {num_records} records cannot fit in {num_bytes} bytes (a record takes at least "
-                            f"{HEADER + FOOTER})")
+                            f"{shard_format.min_record_bytes})")
     return Shard(path, num_records, num_bytes, crc, sha, generation)
 
 
-def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
+def _split(name: str, obj: Any, shard_format: ShardFormat = FIRST) -> Split:
     problem = names.split_name_problem(name)
     if problem:
         raise ManifestError(f"manifest: split name {names.shown(name)} {problem}; refused (it would become part of "
@@ -378,12 +381,13 @@ def _split(name: str, obj: Any, shard_format: str = "tfrecord") -> Split:
     if unlabeled > num_records:
         raise ManifestError(f"{where}: unlabeled {unlabeled} is more than its {num_records} records")
     index = _index(obj["index"], f"{where} index", num_records) if obj.get("index") is not None else None
-    if index is not None and shard_format == ARRAY_RECORD:
-        raise ManifestError(f"{where}: a split of ArrayRecord shards has no index (its shards give random access)")
+    if index is not None and not shard_format.indexed:
+        raise ManifestError(f"{where}: a split of {shard_format.title} shards has no index (its shards give random "
+                            "access)")
     twins = _twins(obj["array_record_shards"], shards, where) if obj.get("array_record_shards") is not None else None
-    if twins is not None and shard_format == ARRAY_RECORD:
-        raise ManifestError(f"{where}: array_record_shards are the twins of TFRecord shards; this dataset's shards "
-                            "are ArrayRecord already")
+    if twins is not None and shard_format is not FIRST:
+        raise ManifestError(f"{where}: array_record_shards are the twins of {FIRST.title} shards; this dataset's "
+                            f"shards are {shard_format.title} already")
     return Split(num_records, num_bytes, dict(counts), shards, index, twins, unlabeled)
 
 
@@ -391,9 +395,10 @@ def _twins(raw: Any, shards: Sequence[Shard], where: str) -> list[Shard]:
     """A split's ArrayRecord twins: one per TFRecord shard, beside it, named after it, as many records."""
     if not isinstance(raw, list) or len(raw) != len(shards):
         raise ManifestError(f"{where}: array_record_shards must list one ArrayRecord shard per shard ({len(shards)})")
-    twins = [_shard(t, f"{where} array_record shard {i}", ARRAY_RECORD) for i, t in enumerate(raw)]
+    twins = [_shard(t, f"{where} array_record shard {i}", AR) for i, t in enumerate(raw)]
     for i, (shard, twin) in enumerate(zip(shards, twins, strict=True)):
-        expected = posixpath.join(posixpath.dirname(shard.path), array_record_name(posixpath.basename(shard.path)))
+        twin_name = AR.twin_name(posixpath.basename(shard.path))
+        expected = posixpath.join(posixpath.dirname(shard.path), twin_name)
         if twin.path != expected or twin.num_records != shard.num_records or twin.generation != shard.generation:
             raise ManifestError(f"{where} array_record shard {i}: {twin.path!r} ({twin.num_records} records) is not "
                                 f"the twin of {shard.path!r} ({shard.num_records} records)")
@@ -434,14 +439,15 @@ def from_dict(obj: Any, location: str = "") -> Manifest:
     splits_raw = _get(obj, "splits", dict, "manifest")
     if not splits_raw:
         raise ManifestError("manifest: has no splits")
-    shard_format = obj.get("shard_format", "tfrecord")
+    shard_format = obj.get("shard_format", FIRST.name)
     if shard_format not in SHARD_FORMATS:
         raise ManifestError(f"manifest: shard_format must be one of {', '.join(SHARD_FORMATS)}, got "
                             f"{names.shown(shard_format)}")
-    if shard_format == ARRAY_RECORD and version < ARRAY_RECORD_VERSION:
-        raise ManifestError(f"manifest: shard_format array_record needs format_version {ARRAY_RECORD_VERSION}, "
+    first = FORMATS[shard_format]
+    if first is not FIRST and version < first.manifest_version:  # every version so far reads TFRecord shards
+        raise ManifestError(f"manifest: shard_format {first.name} needs format_version {first.manifest_version}, "
                             f"got {version}")
-    splits = {name: _split(name, s, shard_format) for name, s in splits_raw.items()}
+    splits = {name: _split(name, s, first) for name, s in splits_raw.items()}
     if len({s.array_record_shards is None for s in splits.values()}) > 1:
         raise ManifestError("manifest: array_record_shards must be given for every split or for none")
     image_size = _image_size(obj.get("image_size"))

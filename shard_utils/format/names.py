@@ -16,7 +16,7 @@ __all__ = [
 MAX_NAME = 200  # characters in a split name or in one part of a path inside a dataset
 MAX_PATH = 1000  # characters in a path inside a dataset
 _SPLIT = re.compile(r"[A-Za-z0-9_-]+")
-_GENERATION = re.compile(r".+-g[0-9]{3,}")  # layout.generation_split: generation 1 of `train` is `train-g001`
+_GENERATION = re.compile(r".+-g[0-9]{3,}")  # filenames.generation_split: generation 1 of `train` is `train-g001`
 
 
 def shown(name: object, limit: int = 60) -> str:

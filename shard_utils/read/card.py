@@ -8,8 +8,9 @@ import re
 from typing import Any
 
 from shard_utils.format import croissant
-from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME, MANIFEST_NAME
+from shard_utils.format.filenames import CROISSANT_NAME, MANIFEST_NAME
 from shard_utils.format.manifest import Manifest
+from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD
 from shard_utils.read.tfds_meta import split_expression
 
 __all__ = ["MAX_LABEL_ROWS", "card_bytes", "card", "command_line"]
@@ -126,12 +127,12 @@ def _loading(m: Manifest) -> str:
            f'ds = loader.make_dataset(manifest, "{split}", 64)  # (image, label) batches',
            "for images, labels in ds.take(1).as_numpy_iterator():  # JAX: NumPy batches",
            "    print(images.shape, labels[:8])", "```\n"]
-    if "tfrecord" in m.formats:
+    if TFRECORD.name in m.formats:
         out += ["Grain (random access through the index):\n", "```python", "import grain",
                 "from shard_utils.random_access import Decoder, RandomAccessSource",
                 f'src = RandomAccessSource("PATH/TO/THIS/FOLDER", "{split}")',
                 "ds = grain.MapDataset.source(src).seed(0).shuffle().map(Decoder.for_source(src)).batch(256)", "```\n"]
-    if ARRAY_RECORD in m.formats:
+    if ARRAY_RECORD.name in m.formats:
         out += ["Grain over the ArrayRecord shards:\n", "```python", "import grain",
                 "from shard_utils.format.manifest import load", 'm = load("PATH/TO/THIS/FOLDER")',
                 f'source = grain.sources.ArrayRecordDataSource(m.array_record_paths("{split}"))', "```\n"]

@@ -37,6 +37,7 @@ import numpy as np
 from shard_utils.extras import require
 from shard_utils.format import schema
 from shard_utils.format.manifest import Manifest, load
+from shard_utils.format.shard_formats import ARRAY_RECORD
 from shard_utils.format.splits import Selection
 from shard_utils.read import epochs
 from shard_utils.read.array_record_source import array_record_source
@@ -178,7 +179,7 @@ def _step_rows(seed: int, num_records: int, global_batch_size: int, rows: tuple[
 def _source(m: Manifest, selection: Selection):
     """Random access to the selection's records: ArrayRecord shards when the dataset has them, else TFRecord ones
     through their index (the same records in the same order)."""
-    if "array_record" not in m.formats:
+    if ARRAY_RECORD.name not in m.formats:
         return RandomAccessSource(m, selection.expression)
     return array_record_source(m, selection.expression)
 

@@ -302,7 +302,7 @@ _File = tuple[str, int, int, int]
 def _files(m: Manifest, selection: Selection) -> list[_File]:
     """The reads of a selection, one per piece: whole shards read to their end (a shard holding more records than
     the manifest says then fails), a shard cut by a slice from its first selected record for as many records."""
-    if m.shard_format != "tfrecord":
+    if not m.first_format.indexed:  # TFRecordDataset reads TFRecord shards only
         m.shard_paths(selection.splits[0])  # raises: how to read a dataset of ArrayRecord shards only
     out = []
     for piece, whole in zip(selection.pieces, selection.whole, strict=True):

@@ -111,7 +111,7 @@ def load_index(m: Manifest, split: str, max_record_bytes: int = MAX_RECORD_BYTES
     """Read and check one split's index file against the manifest (size from stat or object metadata before any
     read, then streamed: CRC32C, every row's place)."""
     entry = m.split(split)
-    if entry.index is None and m.shard_format != "tfrecord":
+    if entry.index is None and not m.first_format.indexed:
         raise IndexFormatError(f"split {split!r} holds ArrayRecord shards only (--format array_record), which give "
                                "random access without an index: use grain.sources.ArrayRecordDataSource("
                                f"manifest.array_record_paths({split!r}))")

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from shard_utils import storage
-from shard_utils.format import array_record, schema
-from shard_utils.format.layout import ARRAY_RECORD
+from shard_utils.format import schema
 from shard_utils.format.manifest import Manifest, Shard
-from shard_utils.format.tfrecord import FramingError, iter_records
+from shard_utils.format.shard_formats import READ_ERRORS
 
-__all__ = ["ShardReadError", "StoredRecord", "label_texts", "open_shard", "iter_shard", "iter_split"]
+__all__ = ["ShardReadError", "StoredRecord", "label_texts", "iter_shard", "iter_split"]
 
 
 class ShardReadError(storage.StorageError):
@@ -86,43 +84,20 @@ def label_texts(m: Manifest, record: StoredRecord) -> list[str]:
     return names
 
 
-def open_shard(m: Manifest, shard: Shard) -> BinaryIO:
-    """A binary stream over a shard, local or gs:// (read in chunks, never whole)."""
-    path = storage.join(m.location, shard.path)
-    try:
-        return storage.open_read(path)
-    except storage.StorageError as exc:
-        raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
-
-
 def iter_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
-    """Every record of one shard (TFRecord or ArrayRecord), in order; a broken frame or record is a ShardReadError
-    naming both."""
-    if m.shard_format == ARRAY_RECORD:
-        yield from _array_record_shard(m, split, shard)
-        return
-    with open_shard(m, shard) as stream:
-        index = 0
-        try:
-            for index, data in enumerate(iter_records(stream)):
-                try:
-                    fields = schema.decode_lists(data)
-                except ValueError as exc:
-                    raise ShardReadError(f"{shard.path}: record {index}: {exc}; run `tpu-shards verify`") from None
-                yield StoredRecord(split, shard.path, index, fields)
-        except FramingError as exc:
-            raise ShardReadError(f"{shard.path}: {exc}; run `tpu-shards verify` on the dataset") from None
-
-
-def _array_record_shard(m: Manifest, split: str, shard: Shard) -> Iterator[StoredRecord]:
+    """Every record of one shard (of the dataset's first format: TFRecord or ArrayRecord), in order; a broken frame
+    or record is a ShardReadError naming both."""
+    records = m.first_format.read(storage.join(m.location, shard.path), shard.path)
     try:
-        for index, data in enumerate(array_record.read_records(storage.join(m.location, shard.path), shard.path)):
+        for index, data in enumerate(records):
             try:
                 fields = schema.decode_lists(data)
             except ValueError as exc:
                 raise ShardReadError(f"{shard.path}: record {index}: {exc}; run `tpu-shards verify`") from None
             yield StoredRecord(split, shard.path, index, fields)
-    except array_record.ArrayRecordError as exc:
+    except ShardReadError:
+        raise
+    except READ_ERRORS as exc:
         raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None
     except storage.StorageError as exc:
         raise ShardReadError(f"{exc}; run `tpu-shards verify` on the dataset") from None

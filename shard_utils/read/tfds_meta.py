@@ -28,13 +28,14 @@ import posixpath
 import re
 from typing import Any
 
-from shard_utils.format import layout, schema
-from shard_utils.format.layout import ARRAY_RECORD, ARRAY_RECORD_PATTERN, SHARD_PATTERN, generation_split
+from shard_utils.format import filenames, schema
+from shard_utils.format.filenames import generation_split
 from shard_utils.format.manifest import Manifest, Shard
+from shard_utils.format.shard_formats import ARRAY_RECORD, FIRST, of_shard
 
 __all__ = ["GENERATION_0", "tfds_files", "class_names", "split_expression", "tfds_split_name", "array_record_builder"]
 
-DATASET_INFO, FEATURES, LABELS = layout.TFDS_DATASET_INFO, layout.TFDS_FEATURES, layout.TFDS_LABELS
+DATASET_INFO, FEATURES, LABELS = filenames.TFDS_DATASET_INFO, filenames.TFDS_FEATURES, filenames.TFDS_LABELS
 GENERATION_0 = "g000"  # the TFDS name of generation 0 once a split has several: train-g000
 _SPLIT = re.compile(r"^[A-Za-z0-9_-]+$")  # TFDS split names: word characters and '-'
 _FEATURES = "tensorflow_datasets.core.features."
@@ -54,7 +55,7 @@ def tfds_files(m: Manifest, *, name: str = "tpu_shards", version: str = "1.0.0")
         info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": schema.IMAGE_ENCODED},
                                                       {"featureKey": schema.LABEL}]}}
     if _both(m):
-        info["alternativeFileFormats"] = [ARRAY_RECORD]
+        info["alternativeFileFormats"] = list(m.formats[1:])
     files = {DATASET_INFO: _json(info), FEATURES: _json(_features(m, len(names)))}
     if names:
         files[LABELS] = "".join(n + "\n" for n in names).encode("utf-8")
@@ -105,8 +106,9 @@ def _by_generation(shards: list[Shard]) -> dict[int, list[Shard]]:
 def _both(m: Manifest) -> bool:
     """Whether TFDS can read either format: ArrayRecord twins beside `.tfrecord` shards (TFDS names a format by
     its file suffix, so twins of `.tfrec` shards are not offered to it)."""
-    return len(m.formats) == 2 and all(re.match(SHARD_PATTERN, posixpath.basename(s.path))["extension"] == "tfrecord"
-                                       for split in m.splits.values() for s in split.shards)
+    first = m.first_format
+    return len(m.formats) > 1 and all(first.extension_of(posixpath.basename(s.path)) == first.name
+                                      for split in m.splits.values() for s in split.shards)
 
 
 def _split_infos(split: str, m: Manifest) -> list[dict[str, Any]]:
@@ -130,8 +132,8 @@ def _template(split: str, stored_as: str, paths: list[str], any_format: bool = F
     """TFDS's filepathTemplate for our shard names (stored under `stored_as`, read as TFDS split `split`);
     refuses names it would not reproduce exactly. `any_format`: the suffix is TFDS's {FILEFORMAT}, so the
     template names the TFRecord shards and their ArrayRecord twins alike."""
-    first = re.match(SHARD_PATTERN, posixpath.basename(paths[0])) or re.match(ARRAY_RECORD_PATTERN,
-                                                                             posixpath.basename(paths[0]))
+    shard_format = of_shard(posixpath.basename(paths[0]))
+    first = shard_format.matches(posixpath.basename(paths[0])) if shard_format else None
     folder = posixpath.dirname(paths[0])
     prefix = "{SPLIT}" if stored_as == split else stored_as
     suffix = "{FILEFORMAT}" if any_format else first["extension"] if first else ""
@@ -139,7 +141,7 @@ def _template(split: str, stored_as: str, paths: list[str], any_format: bool = F
     digits = max(len(str(len(paths))), 5)  # TFDS pads index and count to this width
     for i, path in enumerate(paths):
         expected = template.format(SPLIT=split, SHARD_X_OF_Y=f"{i:0{digits}d}-of-{len(paths):0{digits}d}",
-                                   FILEFORMAT="tfrecord")
+                                   FILEFORMAT=FIRST.name)
         if path != expected:
             raise ValueError(f"split {split!r}: shard {path!r} is not named as TFDS expects ({expected!r})")
     return template
@@ -178,9 +180,9 @@ def array_record_builder(dataset: str):
 
     tfds = require("tensorflow_datasets", "bench", "reading a dataset with TFDS")
     builder = tfds.builder_from_directory(dataset)
-    if builder.info.file_format.value != ARRAY_RECORD:
-        if ARRAY_RECORD not in {f.value for f in builder.info.alternative_file_formats}:
+    if builder.info.file_format.value != ARRAY_RECORD.name:
+        if ARRAY_RECORD.name not in {f.value for f in builder.info.alternative_file_formats}:
             raise ValueError(f"{dataset} has no ArrayRecord shards for TFDS (build with --format both or "
                              "array_record)")
-        builder.info.set_file_format(ARRAY_RECORD, override=True, override_if_initialized=True)
+        builder.info.set_file_format(ARRAY_RECORD.name, override=True, override_if_initialized=True)
     return builder

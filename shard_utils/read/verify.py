@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from shard_utils import storage
 from shard_utils.format import array_record, croissant, schema
+from shard_utils.format.filenames import CROISSANT_NAME
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import (
     MAX_RECORD_BYTES,
@@ -26,7 +27,6 @@ from shard_utils.format.index import (
     row_disagreement,
     unframe,
 )
-from shard_utils.format.layout import ARRAY_RECORD, CROISSANT_NAME
 from shard_utils.format.manifest import (
     MAX_REPORT_LINE,
     IndexFile,
@@ -37,13 +37,15 @@ from shard_utils.format.manifest import (
     iter_report_entries,
     load,
 )
+from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD, ShardFormat, get
 from shard_utils.format.tfrecord import FramingError, iter_records
 from shard_utils.quality import findings
 from shard_utils.read.stated import digest_problems, drain, size_problem, stored_problems
 
 __all__ = [
     "verify", "CHEAP_CHECK_THREADS", "check_cheap", "check_reports", "check_quality", "check_croissant",
-    "IN_MEMORY_SHARD_BYTES", "check_shard", "check_array_record_shard", "check_record", "MAX_INDEX_PROBLEMS",
+    "IN_MEMORY_SHARD_BYTES", "check_shard", "check_unindexed_shard", "check_array_record_shard", "check_record",
+    "MAX_INDEX_PROBLEMS",
     "check_indexes", "check_index"
 ]
 
@@ -55,13 +57,13 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         m = load(dataset)
     except ManifestError as exc:
         return [str(exc)]
-    if deep and ARRAY_RECORD in m.formats:  # before any work: a deep check reads every ArrayRecord record
-        array_record.check_installed("verify --deep, which reads the ArrayRecord shards' records (plain verify "
-                                     "does not),")
+    for shard_format in map(get, m.formats) if deep else ():  # before any work: a deep check reads every record
+        shard_format.check_installed(f"verify --deep, which reads the {shard_format.title} shards' records (plain "
+                                     "verify does not),")
     problems: list[str] = []
     for split_name, split in m.splits.items():
-        if m.shard_format == ARRAY_RECORD:
-            problems.extend(p for shard in split.shards for p in check_array_record_shard(m, shard, deep))
+        if not m.first_format.indexed:  # ArrayRecord shards only: no index, no twins
+            problems.extend(p for shard in split.shards for p in check_unindexed_shard(m, shard, deep, m.first_format))
             continue
         shard_problems: dict[int, list[str]] = {}
 
@@ -76,7 +78,7 @@ def verify(dataset: str, deep: bool = False) -> list[str]:
         for i, shard in enumerate(split.shards):
             problems.extend(shard_problems[i] if i in shard_problems else check_shard(m, shard, deep))
         for shard, twin in zip(split.shards, split.array_record_shards or (), strict=False):
-            problems.extend(check_array_record_shard(m, twin, deep, tfrecord=shard))
+            problems.extend(check_unindexed_shard(m, twin, deep, ARRAY_RECORD, tfrecord=shard))
         problems.extend(index_problems)
     return _links_outside(m) + problems + check_reports(m) + check_quality(m) + check_croissant(m)
 
@@ -268,10 +270,11 @@ def _record_problems(m: Manifest, shard: Shard, deep: bool, stream: DigestingRea
     return problems
 
 
-def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Shard | None = None) -> list[str]:
-    """Problems with one ArrayRecord shard: size and checksums (object metadata on gs:// unless `deep`), read as
-    bytes, so without the array_record package; with `deep`, every record read with the package and checked, its
-    count, and each record equal to its TFRecord twin's when there is one."""
+def check_unindexed_shard(m: Manifest, shard: Shard, deep: bool, shard_format: ShardFormat,
+                          tfrecord: Shard | None = None) -> list[str]:
+    """Problems with one shard no index describes (an ArrayRecord shard or twin): size and checksums (object
+    metadata on gs:// unless `deep`), read as bytes, so without the format's package; with `deep`, every record
+    read with it and checked, its count, and each record equal to its TFRecord twin's when there is one."""
     path = storage.join(m.location, shard.path)
     if not deep and storage.stores_checksums(path):
         return stored_problems(path, shard)
@@ -281,15 +284,20 @@ def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Sh
         with array_record.local_copy(path) as local:
             problems = _check_file(local, shard)
             try:
-                return problems + _check_records(m, local, shard, tfrecord)
-            except array_record.ArrayRecordError as exc:
+                return problems + _check_records(m, local, shard, shard_format, tfrecord)
+            except shard_format.error as exc:
                 return problems + [str(exc)]
     except storage.NotFoundError:
         return [f"{shard.path}: missing"]
     except storage.StorageError as exc:
         return [f"{shard.path}: cannot read: {storage.problem(exc, path)}"]
-    except array_record.ArrayRecordError as exc:
+    except shard_format.error as exc:
         return [str(exc)]
+
+
+def check_array_record_shard(m: Manifest, shard: Shard, deep: bool, tfrecord: Shard | None = None) -> list[str]:
+    """`check_unindexed_shard` of an ArrayRecord shard (the name the stable path `shard_utils.verify` exports)."""
+    return check_unindexed_shard(m, shard, deep, ARRAY_RECORD, tfrecord)
 
 
 def _check_file(path: str, shard: Shard) -> list[str]:
@@ -301,13 +309,14 @@ def _check_file(path: str, shard: Shard) -> list[str]:
     return digest_problems(digest, shard)
 
 
-def _check_records(m: Manifest, local: str, shard: Shard, tfrecord: Shard | None) -> list[str]:
-    """Every record of an ArrayRecord shard checked, and compared with its TFRecord twin's records in order."""
+def _check_records(m: Manifest, local: str, shard: Shard, shard_format: ShardFormat,
+                   tfrecord: Shard | None) -> list[str]:
+    """Every record of a shard checked, and compared with its TFRecord twin's records in order."""
     problems: list[str] = []
     twin = _twin_records(m, tfrecord)
     other = tfrecord.path if tfrecord is not None else ""
     count = 0
-    for count, record in enumerate(array_record.read_records(local, shard.path), start=1):
+    for count, record in enumerate(shard_format.read(local, shard.path), start=1):
         problems.extend(f"{shard.path}: record {count - 1}: {p}" for p in check_record(m, record))
         if twin is not None and next(twin, None) != record:
             problems.append(f"{shard.path}: record {count - 1} differs from record {count - 1} of {other}")
@@ -315,7 +324,7 @@ def _check_records(m: Manifest, local: str, shard: Shard, tfrecord: Shard | None
     if count != shard.num_records:
         problems.append(f"{shard.path}: {count} records, manifest says {shard.num_records}")
     if twin is not None and next(twin, None) is not None:
-        problems.append(f"{shard.path}: {other} holds more records than its ArrayRecord twin")
+        problems.append(f"{shard.path}: {other} holds more records than its {shard_format.title} twin")
     return problems
 
 
@@ -328,9 +337,8 @@ def _twin_records(m: Manifest, tfrecord: Shard | None) -> Iterator[bytes] | None
 
     def records() -> Iterator[bytes]:
         try:
-            with storage.open_read(path) as f:
-                yield from iter_records(f)  # type: ignore[arg-type]
-        except (FramingError, storage.StorageError):
+            yield from TFRECORD.read(path)
+        except (TFRECORD.error, storage.StorageError):
             return
 
     return records()

@@ -5,9 +5,9 @@ metadata (`encode.RecordMeta`: source id, labels, SHA-256, size, extras) comes f
 the row's source id and labels are found to be the record's own, or, for a dataset without an index, from the
 record's own fields. The sort key comes from the new seed.
 Every shard is checked against its manifest entry (record count, size, CRC32C, SHA-256) and against its
-index rows (each row's place); the first mismatch is a DamagedShard naming the shard. An ArrayRecord shard (a
-dataset built with --format array_record, which has no index) gives its records framed as TFRecord records,
-their metadata from their own fields.
+index rows (each row's place); the first mismatch is a DamagedShard naming the shard. A shard no index describes
+(an ArrayRecord shard: a dataset built with --format array_record) is read through its format and gives its
+records framed as TFRecord records, their metadata from their own fields.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import IndexRow, field_name, identity_problem
 from shard_utils.format.manifest import Shard
 from shard_utils.format.order import sort_key
+from shard_utils.format.shard_formats import ShardFormat
 from shard_utils.format.tfrecord import FramingError, frame, iter_records
 from shard_utils.media.encode import RecordMeta
 
-__all__ = ["DamagedShard", "shard_records", "array_record_shard_records", "meta_from_row", "meta_from_record"]
+__all__ = ["DamagedShard", "shard_records", "unindexed_shard_records", "meta_from_row", "meta_from_record"]
 
 
 class DamagedShard(ValueError, TpuShardsError):
@@ -58,10 +59,11 @@ def shard_records(uri: str, shard: Shard, rows: Sequence[IndexRow] | None, *, se
     _check_whole(shard, count, reader.digest, rows)
 
 
-def array_record_shard_records(uri: str, shard: Shard, *, seed: int, label_offset: int = 0,
-                               extras: Sequence[schema.ExtraSpec] = ()) -> Iterator[tuple[RecordMeta, bytes]]:
-    """(meta, framed record) for every record of an ArrayRecord shard in order; DamagedShard when the file or its
-    records do not match the manifest (checked before any record is given)."""
+def unindexed_shard_records(uri: str, shard: Shard, shard_format: ShardFormat, *, seed: int, label_offset: int = 0,
+                            extras: Sequence[schema.ExtraSpec] = ()) -> Iterator[tuple[RecordMeta, bytes]]:
+    """(meta, framed record) for every record of a shard of `shard_format` (one no index describes: ArrayRecord) in
+    order; DamagedShard when the file or its records do not match the manifest (checked before any record is
+    given). A gs:// shard is read once, into a local copy."""
     where = shard.path
     try:
         with array_record.local_copy(uri) as local:
@@ -69,12 +71,12 @@ def array_record_shard_records(uri: str, shard: Shard, *, seed: int, label_offse
             with storage.open_read(local) as f:
                 while block := f.read(storage.READ_CHUNK_SIZE):
                     digest.update(block)
-            count = array_record.count_records(local, where)
+            count = shard_format.count(local, where)
             _check_whole(shard, count, digest, None)
-            for i, data in enumerate(array_record.read_records(local, where)):
+            for i, data in enumerate(shard_format.read(local, where)):
                 framed = frame(data)
                 yield meta_from_record(data, len(framed), seed, label_offset, extras, where, i), framed
-    except array_record.ArrayRecordError as exc:
+    except shard_format.error as exc:
         raise DamagedShard(str(exc)) from None
     except storage.StorageError as exc:
         raise DamagedShard(f"{where}: cannot read: {storage.problem(exc)}") from None

@@ -2,15 +2,16 @@
 
 A build's shard i of S is `train-0000i-of-0000S` at place i. An append's generation g is named like a
 split `train-g00g` and placed after the split's earlier shards, rotated so that hosts stay balanced
-(`generations.host_offset`). No Beam, no I/O.
+(`generations.host_offset`). The names themselves are made by `format.filenames`, through the TFRecord
+format (the shards a build writes first). No Beam, no I/O.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shard_utils.format import generations, layout
-from shard_utils.format.layout import SHARD_EXTENSIONS
+from shard_utils.format import generations
+from shard_utils.format.shard_formats import TFRECORD
 
 __all__ = ["ShardNaming"]
 
@@ -19,14 +20,13 @@ __all__ = ["ShardNaming"]
 class ShardNaming:
     """Names and places of new shards. `base`: split -> (shards it already has, host offset) for an append."""
 
-    extension: str = "tfrecord"
+    extension: str = TFRECORD.extensions[0]
     generation: int = 0
     base: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def name(self, split: str, shard: int, count: int) -> str:
         """The file name of the planner's shard `shard` of `count`."""
-        return layout.shard_name(split, self.position(split, shard, count), count, self.extension,
-                                 generation=self.generation)
+        return TFRECORD.shard_name(split, self.position(split, shard, count), count, self.extension, self.generation)
 
     def position(self, split: str, shard: int, count: int) -> int:
         """The shard's place within its generation."""
@@ -40,6 +40,6 @@ class ShardNaming:
 
     @staticmethod
     def for_build(extension: str) -> ShardNaming:
-        if extension not in SHARD_EXTENSIONS:
-            raise ValueError(f"shard extension {extension!r} is not one of {', '.join(SHARD_EXTENSIONS)}")
+        if extension not in TFRECORD.extensions:
+            raise ValueError(f"shard extension {extension!r} is not one of {', '.join(TFRECORD.extensions)}")
         return ShardNaming(extension)

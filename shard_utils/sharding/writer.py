@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from shard_utils import storage
 from shard_utils.errors import InternalError
-from shard_utils.format import array_record, index, layout, schema
-from shard_utils.format.tfrecord import iter_records
+from shard_utils.format import index, schema
+from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD
 from shard_utils.media.encode import RecordMeta
 from shard_utils.sharding import fragments
 from shard_utils.sharding.fragments import Slice
@@ -106,7 +106,7 @@ def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec]
         raise InternalError(f"shard {plan.shard} of split {plan.split!r}: {len(metas)} records in {sums.size} bytes, "
                             f"planned {plan.num_records}")
     storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
-    twin = write_twin(path, storage.join(folder, "shards", layout.array_record_name(task.name)),
+    twin = write_twin(path, storage.join(folder, "shards", ARRAY_RECORD.twin_name(task.name)),
                       len(metas)) if array_record_twin else None
     return ShardResult(plan.split, plan.shard, path, task.name, len(metas), sums.size, sums.crc32c, sums.sha256,
                        tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())), copied,
@@ -115,8 +115,7 @@ def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec]
 
 def write_twin(shard: str, dst: str, num_records: int) -> TwinShard:
     """The ArrayRecord twin of a finished TFRecord shard: its records read in order, written to dst."""
-    with storage.open_read(shard) as f:
-        written = array_record.write_shard(iter_records(f), dst)
+    written = ARRAY_RECORD.write(TFRECORD.read(shard), dst)
     if written.num_records != num_records:
         raise InternalError(f"{dst}: {written.num_records} records written, the shard holds {num_records}")
     return TwinShard(storage.basename(dst), dst, written.num_records, written.num_bytes, written.crc32c,

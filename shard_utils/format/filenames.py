@@ -1,5 +1,6 @@
 """Every file name of a dataset folder, in one place: shards, indexes, reports, the manifest, TFDS's files, and
-the job's own bookkeeping (its lock and its temporary folder).
+the job's own bookkeeping (its lock and its temporary folder). A shard format (`shard_formats`) gives only its
+file extensions; the names around them are made here.
 
 Generation g >= 1 of a split (an append) is stored exactly like a split named `<split>-g00g`; the index and the
 reports covering generations 0..g get a new name per generation, because the previous manifest names the old
@@ -13,10 +14,9 @@ from shard_utils.storage.lock import LOCK_NAME  # noqa: F401 - the output's lock
 
 __all__ = [
     "LOCK_NAME", "MANIFEST_NAME", "REJECTED_NAME", "SKIPPED_NAME", "QUALITY_NAME", "TEMP_ROOT", "CROISSANT_NAME",
-    "CARD_NAME", "TFDS_DATASET_INFO", "TFDS_FEATURES", "TFDS_LABELS", "TFDS_LABELS_BEFORE", "SHARD_EXTENSIONS",
-    "FORMATS", "ARRAY_RECORD", "SHARD_NAME", "SHARD_PATTERN", "ARRAY_RECORD_PATTERN", "INDEX_NAME", "INDEX_PATTERN",
-    "GENERATION_TAG", "REPORT_PATTERN", "SHARD_FILE", "ARRAY_RECORD_FILE", "INDEX_FILE", "REPORT_FILE",
-    "generation_split", "shard_name", "array_record_name", "formats_of", "index_name", "report_name"
+    "CARD_NAME", "TFDS_DATASET_INFO", "TFDS_FEATURES", "TFDS_LABELS", "TFDS_LABELS_BEFORE", "SHARD_NAME",
+    "INDEX_NAME", "INDEX_PATTERN", "GENERATION_TAG", "REPORT_PATTERN", "INDEX_FILE", "REPORT_FILE",
+    "generation_split", "shard_name", "shard_pattern", "index_name", "report_name"
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -31,19 +31,12 @@ TFDS_FEATURES = "features.json"
 TFDS_LABELS = "image.class.label.labels.txt"  # TFDS names a ClassLabel's file after its key, '/' made '.'
 TFDS_LABELS_BEFORE = "image-class-label.labels.txt"  # what earlier versions called it (an overwrite removes it)
 
-SHARD_EXTENSIONS = ("tfrecord", "tfrec")  # tfrec: what Kaggle's TPU notebooks glob for
-FORMATS = ("tfrecord", "array_record", "both")  # --format: which shards a build publishes
-ARRAY_RECORD = "array_record"  # the ArrayRecord shards' extension, and TFDS's name for the format
 SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.{extension}"
-SHARD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>tfrecord|tfrec)$"
-ARRAY_RECORD_PATTERN = r"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?P<extension>array_record)$"
 INDEX_NAME = "{split}.index.avro"  # beside the shards; never matches the shard-name pattern
 INDEX_PATTERN = r"^[A-Za-z0-9_.-]+\.index\.avro$"
 GENERATION_TAG = "g{:03d}"
 REPORT_PATTERN = r"^(rejected|skipped|quality)\.g\d{3,}\.jsonl$"  # cumulative reports of a generation
 
-SHARD_FILE = re.compile(SHARD_PATTERN)
-ARRAY_RECORD_FILE = re.compile(ARRAY_RECORD_PATTERN)
 INDEX_FILE = re.compile(INDEX_PATTERN)
 REPORT_FILE = re.compile(REPORT_PATTERN)
 
@@ -53,24 +46,16 @@ def generation_split(split: str, generation: int) -> str:
     return split if generation == 0 else f"{split}-{GENERATION_TAG.format(generation)}"
 
 
-def shard_name(split: str, index: int, count: int, extension: str = "tfrecord", generation: int = 0) -> str:
-    """The file name of shard `index` of `count` of a split (of one generation of it)."""
+def shard_name(split: str, index: int, count: int, extension: str, generation: int = 0) -> str:
+    """The file name of shard `index` of `count` of a split (of one generation of it), ending in `extension`."""
     return SHARD_NAME.format(split=generation_split(split, generation), index=index, count=count, extension=extension)
 
 
-def array_record_name(shard: str) -> str:
-    """The ArrayRecord twin of a TFRecord shard's name: `train-00000-of-00008.tfrecord` -> `...array_record`."""
-    found = SHARD_FILE.match(shard)
-    if not found:
-        raise ValueError(f"{shard!r} is not a TFRecord shard name")
-    return shard[:found.start("extension")] + ARRAY_RECORD
-
-
-def formats_of(option: str) -> tuple[str, ...]:
-    """The shard formats a --format value publishes: ("tfrecord",), ("array_record",) or both."""
-    if option not in FORMATS:
-        raise ValueError(f"--format {option!r} is not one of {', '.join(FORMATS)}")
-    return ("tfrecord", ARRAY_RECORD) if option == "both" else (option,)
+def shard_pattern(extensions: tuple[str, ...]) -> str:
+    """The regular expression every shard name ending in one of `extensions` matches (groups split, index,
+    count, extension)."""
+    ending = "|".join(re.escape(e) for e in extensions)
+    return rf"^(?P<split>[A-Za-z0-9_.-]+)-(?P<index>\d{{5}})-of-(?P<count>\d{{5}})\.(?P<extension>{ending})$"
 
 
 def index_name(split: str, generation: int = 0) -> str:
