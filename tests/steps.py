@@ -142,7 +142,7 @@ def labels_of(chunks: list[list[MediaItem]]) -> list[str]:
 
 def laid_out(config: BuildConfig, chunks: list[list[MediaItem]] | None = None) -> dict[str, list]:
     """PlanLayout's outputs for the input folder: keyed (chunks), layouts (one dict), failure."""
-    from beam_jobs.pipeline.layout import PlanLayout
+    from beam_jobs.pipeline.plan_runs import PlanLayout
 
     def build(p):
         out = p | beam.Create(chunks if chunks is not None else media_chunks(config)) | PlanLayout(config)

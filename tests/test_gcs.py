@@ -386,7 +386,7 @@ def test_a_bucket_build_reads_each_source_once_and_little_of_its_runs_back(gcs, 
     most a quarter of their bytes again (copied shards, and the part a prefix ends in)."""
     import urllib.parse
 
-    from beam_jobs.pipeline.layout import SAMPLE_SIZE
+    from beam_jobs.pipeline.plan_runs import SAMPLE_SIZE
 
     write_images(tmp_path / "in", {"a": 80, "b": 80}, size=(64, 48))
     raw = gcs.new_bucket("rawreads")

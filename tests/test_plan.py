@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 from shard_utils.sharding import plan
+from shard_utils.sharding.run_plan import BoundaryFinder, BucketCounts, ListingTotals, plan_exact_layouts
 
 
 @given(st.integers(1, 10**7), st.integers(1, 512))
@@ -40,16 +41,6 @@ def test_forced_shards_checked():
         plan.num_shards(10, 1, forced=16)
 
 
-@given(st.integers(1, 5000), st.integers(1, 64))
-def test_rank_to_shard_matches_sizes(n, count):
-    if count > n:
-        return
-    starts = plan.shard_starts(n, count)
-    owners = [plan.shard_of_rank(r, starts) for r in range(n)]
-    assert owners == sorted(owners)
-    assert [owners.count(i) for i in range(count)] == plan.shard_sizes(n, count)
-
-
 @given(st.lists(st.integers(0, 2**64 - 1), min_size=2, max_size=50), st.integers(0, 16))
 def test_buckets_preserve_hash_order(keys, bits):
     keys = sorted(keys)
@@ -58,15 +49,14 @@ def test_buckets_preserve_hash_order(keys, bits):
 
 
 def exact_shards(keys: list[tuple[int, str]], cores: int, bits: int, forced=None) -> list[int]:
-    """Plan a split from its keys the way the job does (counts per bucket, then the boundary buckets' keys)."""
-    totals = plan.SplitTotals()
-    for k, _ in keys:
-        totals.add(k, 100, bits)
-    p = plan.plan_split("train", totals, num_cores=cores, num_hosts=1, target_shard_bytes=10**9, forced=forced,
-                        bucket_bits=bits)
-    buckets = {b: sorted(k for k in keys if plan.bucket_of(k[0], bits) == b) for b in p.boundary_buckets}
-    p = p.with_boundaries(buckets)
-    return [p.shard_of(k) for k in keys], p
+    """Plan a split from its keys the way a reshard does (counts per bucket, then the boundary buckets' keys)."""
+    totals = ListingTotals(keys=BucketCounts(bits))
+    totals.add([k for k, _ in keys], [100] * len(keys))
+    p = plan_exact_layouts({"train": totals}, num_cores=cores, num_hosts=1, target_shard_bytes=10**9,
+                           forced=forced)["train"]
+    buckets = {b: [k for k in keys if plan.bucket_of(k[0], bits) == b] for b in p.boundary_buckets}
+    p = BoundaryFinder.complete(p, [pick for b, found in buckets.items() for pick in BoundaryFinder.picks(p, b, found)])
+    return [p.run_of(k) for k in keys], p
 
 
 @pytest.mark.slow
@@ -80,8 +70,9 @@ def test_boundaries_give_exact_balance_in_key_order(keys, cores, bits, collide):
     owners, p = exact_shards(keys, cores, bits)
     by_order = [owner for _, owner in sorted(zip(keys, owners, strict=True))]
     assert by_order == sorted(by_order)  # contiguous runs of the total order
-    assert [owners.count(i) for i in range(p.num_shards)] == p.sizes
-    assert max(p.sizes) - min(p.sizes) <= 1 and min(p.sizes) >= 1
+    sizes = [p.run_size(i) for i in range(p.num_shards)]
+    assert p.num_runs == p.num_shards and [owners.count(i) for i in range(p.num_shards)] == sizes
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
 
 
 def test_bucket_bits_do_not_change_the_assignment():
@@ -93,24 +84,16 @@ def test_bucket_bits_do_not_change_the_assignment():
     assert all(exact_shards(keys, 8, bits)[0] == first for bits in (1, 4, 12, 16))
 
 
-def test_a_rank_beyond_the_counts_is_an_error():
-    with pytest.raises(PlanError):
-        plan.locate_rank(10, {0: 4, 3: 5})
-    assert plan.locate_rank(4, {0: 4, 3: 5}) == (3, 0)
-
-
-def test_plans_need_every_named_split_and_some_records():
-    t = plan.SplitTotals()
-    for k in range(16):
-        t.add(k << 40, 10, 16)
+def test_exact_layouts_need_some_records_and_say_how_to_reshard():
+    t = ListingTotals(keys=BucketCounts(16))
+    t.add([k << 40 for k in range(16)], [10] * 16)
     with pytest.raises(PlanError, match="0 records"):
-        plan.plan_splits({}, expected_splits=["train"], num_cores=8, num_hosts=1, target_shard_bytes=100)
-    with pytest.raises(PlanError, match="'validation' received no records"):
-        plan.plan_splits({"train": t}, expected_splits=["train", "validation"], num_cores=8, num_hosts=1,
-                         target_shard_bytes=100)
-    plans = plan.plan_splits({"train": t}, expected_splits=["train"], num_cores=8, num_hosts=1,
-                             target_shard_bytes=10)
-    assert plans["train"].num_shards == 16 and len(plans["train"].boundary_slots) == 15
+        plan_exact_layouts({}, num_cores=8, num_hosts=1, target_shard_bytes=100)
+    with pytest.raises(PlanError, match="'train': 16 records cannot fill 32 shards .*reshard to fewer shards"):
+        plan_exact_layouts({"train": t}, num_cores=8, num_hosts=4, target_shard_bytes=100)
+    layouts = plan_exact_layouts({"train": t}, num_cores=8, num_hosts=1, target_shard_bytes=10)
+    assert layouts["train"].num_shards == layouts["train"].num_runs == 16
+    assert len(layouts["train"].boundary_slots) == 15 and layouts["train"].estimated_bytes == 160
 
 
 def test_split_assignment_is_seeded_and_proportional():

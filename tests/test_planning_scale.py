@@ -8,11 +8,12 @@ import random
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from conftest import REPO
 
-from shard_utils.sharding import layout as lay
-from shard_utils.sharding import plan
+from shard_utils.errors import InternalError
+from shard_utils.sharding import plan, run_plan
 
 if str(REPO) not in sys.path:  # the simulator lives beside the package, in benchmarks/
     sys.path.insert(0, str(REPO))
@@ -28,11 +29,11 @@ class CountedSlots(tuple):
         return super().__iter__()
 
 
-def layout_of(num_runs: int, seed: int = 0) -> lay.SplitLayout:
+def layout_of(num_runs: int, seed: int = 0) -> run_plan.SplitLayout:
     rng = random.Random(seed)
-    totals = lay.ListingTotals()
+    totals = run_plan.ListingTotals()
     totals.add([rng.getrandbits(64) for _ in range(num_runs * 20)], [1000] * (num_runs * 20))
-    return lay.plan_layout("train", totals, lay.SizeSample(), num_cores=1, num_hosts=1, target_shard_bytes=1,
+    return run_plan.plan_layout("train", totals, run_plan.SizeSample(), num_cores=1, num_hosts=1, target_shard_bytes=1,
                            forced=num_runs)
 
 
@@ -42,7 +43,7 @@ def test_the_boundary_check_walks_the_run_starts_once_per_layout(num_runs):
     counted = replace(layout, boundary_slots=CountedSlots(layout.boundary_slots))
     CountedSlots.walks = 0
     rng = random.Random(1)
-    wanted = [lay.BoundaryFinder.wanted(counted, rng.getrandbits(64)) for _ in range(5000)]
+    wanted = [run_plan.BoundaryFinder.wanted(counted, rng.getrandbits(64)) for _ in range(5000)]
     assert CountedSlots.walks == 1
     assert 0 < sum(wanted) < len(wanted)
     assert counted.boundary_buckets is counted.boundary_buckets
@@ -62,7 +63,7 @@ def test_each_bucket_picks_its_own_run_starts_without_walking_them_all():
     CountedSlots.walks = 0
     for b, keys in keys_by_bucket.items():
         if len(keys) > max(p for bb, p in layout.boundary_slots if bb == b):
-            picked = lay.BoundaryFinder.picks(counted, b, keys)
+            picked = run_plan.BoundaryFinder.picks(counted, b, keys)
             ordered = sorted(keys)
             assert picked == [(slot, ordered[p]) for slot, (bb, p) in enumerate(layout.boundary_slots) if bb == b]
     assert CountedSlots.walks == 1
@@ -91,14 +92,15 @@ def test_located_ranks_agree_with_walking_the_counts():
                 return bucket, rank - acc
             acc += counts[bucket]
 
-    assert plan.locate_ranks(ranks, counts) == [walked(r) for r in ranks]
-    with pytest.raises(plan.PlanError):
-        plan.locate_ranks([total], counts)
+    histogram = run_plan.BucketCounts(16, np.array(sorted(counts)), np.array([counts[b] for b in sorted(counts)]))
+    assert histogram.locate(ranks) == [walked(r) for r in ranks]
+    with pytest.raises(InternalError):
+        histogram.locate([total])
 
 
-def test_a_plans_shard_sizes_one_at_a_time():
-    p = plan.SplitPlan("train", 1003, 0, 10)
-    assert [p.size_of(i) for i in range(10)] == p.sizes
+def test_a_layouts_run_sizes_one_at_a_time():
+    layout = run_plan.SplitLayout("train", 1003, 0, 12, 10)
+    assert [layout.run_size(i) for i in range(10)] == plan.shard_sizes(1003, 10)
 
 
 def test_the_simulator_accounts_for_every_item():

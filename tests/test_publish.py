@@ -23,7 +23,7 @@ from shard_utils.format.manifest import load
 from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.format.tfrecord import frame
 from shard_utils.read.verify import verify
-from shard_utils.sharding import plan
+from shard_utils.sharding.run_plan import SplitLayout
 from shard_utils.sharding.writer import ShardResult
 from shard_utils.storage import lock as runlock
 
@@ -54,7 +54,7 @@ def make_run(tmp_path, n_shards=2, records=(3, 2)):
         results.append(ShardResult("train", i, temp, name, records[i], d.size, d.crc32c, d.sha256,
                                            ((0, records[i]),), part))
         total += records[i]
-    plans = {"train": plan.SplitPlan("train", total, 0, n_shards)}
+    plans = {"train": SplitLayout("train", total, 0, n_shards, n_shards)}
     tally = Tally(seen=total + 1)
     rejected = [{"source": "a/bad.jpg", "reason": "corrupt", "message": "broken"}]
     return config, run, results, plans, tally, rejected

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.format.order import sort_key
-from shard_utils.sharding import layout as lay
-from shard_utils.sharding import plan
+from shard_utils.sharding import plan, run_plan
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 
 
@@ -18,19 +17,19 @@ def keys_of(n: int, seed: int = 0) -> list[tuple[int, str]]:
     return [(sort_key(seed, f"img{i}.jpg"), f"img{i}.jpg") for i in range(n)]
 
 
-def totals_of(keys, bits: int, sizes=None) -> lay.ListingTotals:
-    t = lay.ListingTotals(keys=lay.BucketCounts(bits))
+def totals_of(keys, bits: int, sizes=None) -> run_plan.ListingTotals:
+    t = run_plan.ListingTotals(keys=run_plan.BucketCounts(bits))
     t.add([k for k, _ in keys], sizes or [0] * len(keys))
     return t
 
 
-def find_boundaries(layout: lay.SplitLayout, keys) -> lay.SplitLayout:
+def find_boundaries(layout: run_plan.SplitLayout, keys) -> run_plan.SplitLayout:
     by_bucket: dict[int, list] = {}
     for k in keys:
-        if lay.BoundaryFinder.wanted(layout, k[0]):
-            by_bucket.setdefault(lay.bucket_of(k[0], layout.bucket_bits), []).append(k)
-    picked = [p for b, ks in by_bucket.items() for p in lay.BoundaryFinder.picks(layout, b, ks)]
-    return lay.BoundaryFinder.complete(layout, picked)
+        if run_plan.BoundaryFinder.wanted(layout, k[0]):
+            by_bucket.setdefault(run_plan.bucket_of(k[0], layout.bucket_bits), []).append(k)
+    picked = [p for b, ks in by_bucket.items() for p in run_plan.BoundaryFinder.picks(layout, b, ks)]
+    return run_plan.BoundaryFinder.complete(layout, picked)
 
 
 @settings(max_examples=60, deadline=None)
@@ -40,7 +39,7 @@ def test_runs_are_equal_contiguous_ranges_of_the_key_order(n, bits, cores, targe
     keys = keys_of(n, seed)
     if n < cores:
         return
-    layout = lay.plan_layout("train", totals_of(keys, bits), lay.SizeSample(), num_cores=cores, num_hosts=1,
+    layout = run_plan.plan_layout("train", totals_of(keys, bits), run_plan.SizeSample(), num_cores=cores, num_hosts=1,
                              target_shard_bytes=target * 100_000)
     assert layout.num_shards % cores == 0 and 1 <= layout.num_runs <= layout.num_shards <= n
     layout = find_boundaries(layout, keys)
@@ -59,17 +58,18 @@ def test_runs_are_equal_contiguous_ranges_of_the_key_order(n, bits, cores, targe
 def test_the_estimate_scales_file_sizes_by_the_sample():
     keys = keys_of(1000)
     totals = totals_of(keys, 16, sizes=[1_000_000] * 1000)  # 1 GB of 1 MB photos
-    small = lay.SizeSample(source_bytes=32_000_000, record_bytes=640_000, records=32)  # 20 KB records
-    assert lay.estimated_bytes(totals, small) == 20_000_000
-    layout = lay.plan_layout("train", totals, small, num_cores=8, num_hosts=1, target_shard_bytes=2_500_000)
+    small = run_plan.SizeSample(source_bytes=32_000_000, record_bytes=640_000, records=32)  # 20 KB records
+    assert run_plan.estimated_bytes(totals, small) == 20_000_000
+    layout = run_plan.plan_layout("train", totals, small, num_cores=8, num_hosts=1, target_shard_bytes=2_500_000)
     assert layout.num_shards == 8  # 20 MB / 2.5 MB
     unsized = totals_of(keys, 16)
-    assert lay.estimated_bytes(unsized, small) == 1000 * 20_000
-    assert lay.estimated_bytes(unsized, lay.SizeSample()) == 1000 * (lay.UNSIZED_GUESS + lay.RECORD_OVERHEAD)
+    assert run_plan.estimated_bytes(unsized, small) == 1000 * 20_000
+    assert run_plan.estimated_bytes(unsized, run_plan.SizeSample()) == \
+        1000 * (run_plan.UNSIZED_GUESS + run_plan.RECORD_OVERHEAD)
 
 
 def test_spill_shards_only_when_a_split_has_sixteen_shards_or_more():
-    assert [lay.spill_shards(s) for s in (8, 15, 16, 32, 11_700)] == [0, 0, 1, 2, 731]
+    assert [run_plan.spill_shards(s) for s in (8, 15, 16, 32, 11_700)] == [0, 0, 1, 2, 731]
 
 
 def check_split(shards, counts: list[RunCount], unit: int):
@@ -93,12 +93,12 @@ def check_split(shards, counts: list[RunCount], unit: int):
 def test_every_usable_record_lands_once_and_shards_are_balanced(data):
     unit = data.draw(st.sampled_from([1, 2, 8]))
     shards = unit * data.draw(st.integers(1, 6))
-    runs = shards - lay.spill_shards(shards)
+    runs = shards - run_plan.spill_shards(shards)
     listed = data.draw(st.integers(shards, shards * 40))
     per_run = plan.shard_sizes(listed, runs)
     counts = [RunCount(r, max(0, n - data.draw(st.integers(0, n)) if data.draw(st.booleans()) else n))
               for r, n in enumerate(per_run)]
-    layout = lay.SplitLayout("train", listed, 0, shards, runs)
+    layout = run_plan.SplitLayout("train", listed, 0, shards, runs)
     if sum(c.records for c in counts) < unit:
         with pytest.raises(PlanError, match="cannot fill"):
             plan_split_shards(layout, counts, num_cores=unit, num_hosts=1)
@@ -110,10 +110,10 @@ def test_every_usable_record_lands_once_and_shards_are_balanced(data):
 
 def test_without_rejects_every_core_shard_is_a_prefix_and_only_spill_shards_are_copied():
     shards, unit = 64, 8
-    runs = shards - lay.spill_shards(shards)
+    runs = shards - run_plan.spill_shards(shards)
     listed = 64 * 850
     counts = [RunCount(r, n) for r, n in enumerate(plan.shard_sizes(listed, runs))]
-    out = plan_split_shards(lay.SplitLayout("train", listed, 0, shards, runs), counts, num_cores=unit, num_hosts=1)
+    out = plan_split_shards(run_plan.SplitLayout("train", listed, 0, shards, runs), counts, num_cores=unit, num_hosts=1)
     check_split(out, counts, unit)
     assert [s.prefix for s in out.shards] == [True] * runs + [False] * (shards - runs)
     assert sum(s.num_records for s in out.shards if not s.prefix) / listed == pytest.approx(4 / 64, abs=0.01)
@@ -122,11 +122,11 @@ def test_without_rejects_every_core_shard_is_a_prefix_and_only_spill_shards_are_
 def test_with_one_percent_rejects_spread_by_hash_almost_every_core_shard_stays_a_prefix():
     rng = random.Random(3)
     shards, unit = 1024, 8
-    runs = shards - lay.spill_shards(shards)
+    runs = shards - run_plan.spill_shards(shards)
     listed = shards * 850
     counts = [RunCount(r, n - sum(rng.random() < 0.01 for _ in range(n)))
               for r, n in enumerate(plan.shard_sizes(listed, runs))]
-    out = plan_split_shards(lay.SplitLayout("train", listed, 0, shards, runs), counts, num_cores=unit, num_hosts=1)
+    out = plan_split_shards(run_plan.SplitLayout("train", listed, 0, shards, runs), counts, num_cores=unit, num_hosts=1)
     check_split(out, counts, unit)
     copied = sum(s.num_records for s in out.shards if not s.prefix) / out.num_records
     assert sum(s.prefix for s in out.shards) == runs
@@ -134,7 +134,7 @@ def test_with_one_percent_rejects_spread_by_hash_almost_every_core_shard_stays_a
 
 
 def test_too_many_rejects_lower_the_shard_count_or_fail_in_one_line():
-    layout = lay.SplitLayout("train", 80, 0, 16, 15)
+    layout = run_plan.SplitLayout("train", 80, 0, 16, 15)
     counts = [RunCount(r, 2) for r in range(15)]  # 30 usable records still fill the 16 shards
     out = plan_split_shards(layout, counts, num_cores=8, num_hosts=1)
     assert out.num_shards == 16
@@ -147,7 +147,7 @@ def test_too_many_rejects_lower_the_shard_count_or_fail_in_one_line():
 
 
 def test_a_dropped_record_inside_a_prefix_makes_that_shard_a_copy():
-    layout = lay.SplitLayout("train", 16, 0, 2, 2)
+    layout = run_plan.SplitLayout("train", 16, 0, 2, 2)
     counts = [RunCount(0, 7, first_dropped=3), RunCount(1, 8)]
     out = plan_split_shards(layout, counts, num_cores=2, num_hosts=1)
     check_split(out, counts, 2)
@@ -158,5 +158,5 @@ def test_a_dropped_record_inside_a_prefix_makes_that_shard_a_copy():
 
 def test_missing_runs_are_an_internal_error():
     with pytest.raises(InternalError, match="expected runs 0..2"):
-        plan_split_shards(lay.SplitLayout("train", 30, 0, 3, 3), [RunCount(0, 10), RunCount(2, 10)],
+        plan_split_shards(run_plan.SplitLayout("train", 30, 0, 3, 3), [RunCount(0, 10), RunCount(2, 10)],
                           num_cores=1, num_hosts=1)

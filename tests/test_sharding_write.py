@@ -11,7 +11,7 @@ from conftest import write_images
 from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import EncodeSettings
-from shard_utils.sharding import layout as lay
+from shard_utils.sharding import run_plan
 from shard_utils.sharding.encode_run import RunTask, encode_run, item_order
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask, write_shard
@@ -23,16 +23,16 @@ def encoded_runs(tmp_path: Path, folder: str, *, shards: int, bits: int = 16):
     items = [MediaItem(f"{p.parent.name}/{p.name}", str(p), p.stat().st_size, (p.parent.name,)) for p in paths]
     settings = EncodeSettings(label_ids={"a": 0, "b": 1})
     keys = sorted(item_order(i, settings.seed) for i in items)
-    totals = lay.ListingTotals(keys=lay.BucketCounts(bits))
+    totals = run_plan.ListingTotals(keys=run_plan.BucketCounts(bits))
     totals.add([k for k, _ in keys], [i.size for i in items])
-    layout = lay.plan_layout("train", totals, lay.SizeSample(), num_cores=2, num_hosts=1, target_shard_bytes=1,
-                             forced=shards)
+    layout = run_plan.plan_layout("train", totals, run_plan.SizeSample(), num_cores=2, num_hosts=1,
+                                  target_shard_bytes=1, forced=shards)
     by_bucket: dict[int, list] = {}
     for k in keys:
-        by_bucket.setdefault(lay.bucket_of(k[0], bits), []).append(k)
+        by_bucket.setdefault(run_plan.bucket_of(k[0], bits), []).append(k)
     picks = [p for b, ks in by_bucket.items() if b in layout.boundary_buckets
-             for p in lay.BoundaryFinder.picks(layout, b, ks)]
-    layout = lay.BoundaryFinder.complete(layout, picks)
+             for p in run_plan.BoundaryFinder.picks(layout, b, ks)]
+    layout = run_plan.BoundaryFinder.complete(layout, picks)
     by_run: dict[int, list] = {}
     for item in items:
         by_run.setdefault(layout.run_of(item_order(item, settings.seed)), []).append(item)

@@ -8,7 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from steps import counters, media_chunks, outputs, pipeline, run, step_config
 
-from beam_jobs.pipeline.layout import PlanLayout
+from beam_jobs.pipeline.plan_runs import PlanLayout
 from shard_utils.format.order import choose_split
 from shard_utils.sharding.encode_run import item_order
 

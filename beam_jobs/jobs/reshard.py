@@ -5,9 +5,10 @@ the raw media.
 
 The build's write path with another first step: instead of listing and encoding media, each source shard
 is streamed and its framed records are copied byte for byte into fragments, with their metadata from the
-split's index (`shard_utils.sharding.copy_records`); the same PlanShards / WriteShards / FinalizeDataset then
-balance, write and publish them. Labels (and their ids), features and the accounting (files seen,
-rejected, skipped, with the reports) are carried over from the source. A damaged source shard or index
+split's index (`shard_utils.sharding.copy_records`); the shards are planned from the fragments with the
+build's layout types (`PlanFragmentShards`), then the build's WriteShards and Publish write and publish
+them. Labels (and their ids), features and the accounting (files seen, rejected, skipped, with the reports)
+are carried over from the source. A damaged source shard or index
 fails the job with one line naming it, and nothing is written.
 """
 from __future__ import annotations
@@ -35,9 +36,10 @@ from beam_jobs.jobs.checks import check_with_beam, pipeline_options, prepare_out
 from beam_jobs.jobs.running import execute, guard_interrupts
 from beam_jobs.jobs.summary import counter_totals, summary
 from beam_jobs.pipeline.common import count
-from beam_jobs.pipeline.fragments import PlanFragmentShards, WriteFragmentShards
+from beam_jobs.pipeline.fragments import PlanFragmentShards
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun, keep_lease
+from beam_jobs.pipeline.write import WriteShards
 from beam_jobs.run import claim
 from beam_jobs.run.config import BuildConfig, RejectLimit
 from beam_jobs.run.identity import RunInfo, new_run_id
@@ -56,8 +58,8 @@ from shard_utils.sharding.copy_records import DamagedShard, shard_records, unind
 from shard_utils.text import printable_lines
 
 __all__ = [
-    "NO_REJECT_LIMIT", "ShardTask", "ListSourceShards", "split_tasks", "CopyRecords", "CarryOver", "carried",
-    "Carried", "listed_counts", "plan_reshard", "build_reshard_pipeline", "parser", "parse", "source_extras",
+    "NO_REJECT_LIMIT", "SourceShard", "ListSourceShards", "split_tasks", "CopyRecords", "CarryOver", "carried",
+    "SourceFields", "listed_counts", "plan_reshard", "build_reshard_pipeline", "parser", "parse", "source_extras",
     "source_format", "make_config", "load_source", "run", "main"
 ]
 
@@ -65,7 +67,7 @@ NO_REJECT_LIMIT = RejectLimit(fraction=1.0)  # a reshard rejects nothing; the so
 
 
 @dataclass(frozen=True)
-class ShardTask:
+class SourceShard:
     """One source shard to copy: its split, place, manifest entry, and its index rows (None: no index)."""
 
     split: str
@@ -78,7 +80,7 @@ class ShardTask:
 
 
 class ListSourceShards(beam.PTransform):
-    """A ShardTask per source shard, each with its rows of the split's index; tagged `damaged`: why an index
+    """A SourceShard per source shard, each with its rows of the split's index; tagged `damaged`: why an index
     cannot be used (or the source changed since the job was made: `digest`, the SHA-256 of its manifest's bytes
     then)."""
 
@@ -106,7 +108,7 @@ def split_tasks(split: str, source: Manifest, digest: str):
         return
     if entry.index is None:
         for i, shard in enumerate(entry.shards):
-            yield ShardTask(split, i, shard, None)
+            yield SourceShard(split, i, shard, None)
         return
     try:
         yield from _indexed_tasks(source, split, entry.index)
@@ -125,7 +127,7 @@ def _indexed_tasks(source: Manifest, split: str, index_file: IndexFile):
             if row.shard != shard:
                 if row.shard != shard + 1 or not rows or shard + 1 >= len(entry.shards):
                     raise DamagedShard(f"a row of shard {row.shard} follows shard {shard}; rows are not in shard order")
-                yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
+                yield SourceShard(split, shard, entry.shards[shard], tuple(rows))
                 shard, rows = row.shard, []
             if len(rows) == entry.shards[shard].num_records:
                 raise DamagedShard(f"more rows for shard {shard} than its {len(rows)} records")
@@ -135,7 +137,7 @@ def _indexed_tasks(source: Manifest, split: str, index_file: IndexFile):
     if (digest.size, digest.crc32c) != (index_file.num_bytes, index_file.crc32c):
         raise DamagedShard(f"size {digest.size} / crc32c {digest.crc32c} differ from the manifest's "
                            f"{index_file.num_bytes} / {index_file.crc32c}")
-    yield ShardTask(split, shard, entry.shards[shard], tuple(rows))
+    yield SourceShard(split, shard, entry.shards[shard], tuple(rows))
 
 
 class CopyRecords(beam.PTransform):
@@ -163,7 +165,7 @@ class _CopyFn(beam.DoFn):
         self._buffer = fragments.FragmentBuffer(self.config.fragment_bytes)
         self._run: RunInfo | None = None
 
-    def process(self, task: ShardTask, run: RunInfo):
+    def process(self, task: SourceShard, run: RunInfo):
         self._run = keep_lease(run, self.config)
         cfg = self.config
         uri = storage.join(self.location, task.shard.path)
@@ -230,7 +232,7 @@ def carried(_, source: Manifest):
 
 
 @dataclass(frozen=True)
-class Carried:
+class SourceFields:
     """Turns the manifest the build's finish made into the reshard's: the source's labels, features and
     dataset fields, the new topology in its options."""
 
@@ -271,7 +273,7 @@ def plan_reshard(results: list, config: BuildConfig, *, failure: list[str], dama
                    ("target_shard_mb", config.target_shard_mb), ("num_shards", config.num_shards),
                    ("seed", config.seed), ("format", config.format))
     return publish.plan_publication(results, config, failure=[], known_labels=source.labels,
-                                    adjust=Carried(source, new_options), **side)
+                                    adjust=SourceFields(source, new_options), **side)
 
 
 # ---------------------------------------------------------------------------------------------- the graph
@@ -287,7 +289,7 @@ def build_reshard_pipeline(p: beam.Pipeline, config: BuildConfig, source: Manife
     carry = p | "CarryOver" >> CarryOver(light)
     planned = copied.fragments | "PlanShards" >> PlanFragmentShards(config)
     nothing_dropped = p | "NoDuplicates" >> beam.Create([])  # the labels are the source's (known_labels), not found
-    shards = copied.fragments | "WriteShards" >> WriteFragmentShards(config, planned["plans"], run)
+    shards = planned["tasks"] | "WriteShards" >> WriteShards(config, run, merged=True)
     damaged = (tasks.damaged, copied.damaged, carry.damaged) | "AllDamage" >> beam.Flatten()
     _ = {"shards": shards, "plans": planned["plans"], "failure": planned["failure"], "rejected": carry.rejected,
          "skipped_files": carry.skipped_files, "tally": carry.tally,

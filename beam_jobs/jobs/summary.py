@@ -11,7 +11,7 @@ __all__ = [
 ]
 
 COUNTER_ORDER = ("files_matched", "images_written", "shards_written", "bytes_written",
-                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped", "fragment_bytes_read",
+                 "images_passed_through", "images_reencoded", "jpeg_trailers_dropped",
                  "shard_bytes_copied")
 
 

@@ -11,8 +11,8 @@ import apache_beam as beam
 
 from beam_jobs.pipeline.carry import CarryLatest
 from beam_jobs.pipeline.encode import EncodeRuns
-from beam_jobs.pipeline.layout import PlanLayout
 from beam_jobs.pipeline.near_dups import ActOnClusters, FindNearDuplicates, MoveRecords
+from beam_jobs.pipeline.plan_runs import PlanLayout
 from beam_jobs.pipeline.shards import PlanShards
 from beam_jobs.pipeline.stratify import Stratify
 from beam_jobs.pipeline.write import WriteShards

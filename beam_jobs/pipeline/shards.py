@@ -18,8 +18,8 @@ from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.carry import CarriedRun, LatestGeneration, carried_of, carried_splits
-from shard_utils.sharding.layout import SplitLayout
 from shard_utils.sharding.naming import ShardNaming
+from shard_utils.sharding.run_plan import SplitLayout
 from shard_utils.sharding.runs import RunSummary, usable_counts
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask

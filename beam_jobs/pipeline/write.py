@@ -4,8 +4,9 @@ A shard that is a prefix of a run is that run's first bytes: moved and cut local
 saved beside it first), composed from the run's parts by Cloud Storage on gs://; any other shard is copied
 from byte ranges of the runs, read in large blocks (`shard_utils.sharding.writer`). The copies are written
 first, from the runs' files; a copy run again after a prefix was taken (the step retried or run twice at
-once) reads the saved tail. Shards are spread over the workers; locally they
-are written in the build's worker processes. With --format array_record or both, each shard's ArrayRecord
+once) reads the saved tail. A reshard's shards are all copies: each merges its slices of every fragment
+(`PlanFragmentShards`). Shards are spread over the workers; locally they are written in the job's worker
+processes. With --format array_record or both, each shard's ArrayRecord
 twin is written from the finished shard by the same call (`writer.write_twin`).
 """
 from __future__ import annotations
@@ -25,14 +26,18 @@ __all__ = ["WriteShards"]
 
 
 class WriteShards(beam.PTransform):
-    """Input: ShardTask. Output: ShardResult (the shard under its temporary name)."""
+    """Input: ShardTask. Output: ShardResult (the shard under its temporary name). `merged`: every task is a
+    reshard's, slices of fragments merged, none a prefix, and they come spread over keys by a grouping: each is
+    written as it comes."""
 
-    def __init__(self, config: BuildConfig, run):
+    def __init__(self, config: BuildConfig, run, *, merged: bool = False):
         super().__init__()
-        self.config, self.run = config, run
+        self.config, self.run, self.merged = config, run, merged
 
     def expand(self, tasks):
         run = beam.pvalue.AsSingleton(self.run)
+        if self.merged:
+            return tasks | "Merge" >> beam.ParDo(_WriteShardFn(self.config), run)
         copies = (tasks
                   | "Copied" >> beam.Filter(lambda task: not task.plan.prefix)
                   | "SpreadCopies" >> beam.Reshuffle()

@@ -48,9 +48,10 @@ LIST = (_t("pipeline/listing", "list_task"), _t("pipeline/listing", "classify_ch
         _t("pipeline/listing", "_listed_chunk"))
 ENCODE = (_t("pipeline/common", "process"), _t("pipeline/common", "finish_bundle"))
 FLUSH = _t("pipeline/encode", "done")  # where a run's encoded result is taken in
-PLAN = (_t("pipeline/layout", "key_chunk"), _t("pipeline/layout", "add_input"), _t("pipeline/layout", "sample_sizes"),
-        _t("pipeline/layout", "layouts_or_failure"), _t("pipeline/layout", "boundary_keys"),
-        _t("pipeline/layout", "pick_boundaries"), _t("pipeline/shards", "plan_shards"))
+PLAN = (_t("pipeline/plan_runs", "key_chunk"), _t("pipeline/plan_runs", "add_input"),
+        _t("pipeline/plan_runs", "sample_sizes"), _t("pipeline/plan_runs", "layouts_or_failure"),
+        _t("pipeline/plan_runs", "boundary_keys"), _t("pipeline/plan_runs", "pick_boundaries"),
+        _t("pipeline/shards", "plan_shards"))
 SLICES = _t("pipeline/encode", "assign_runs")
 WRITE = (Fn("shard_utils/sharding/writer.py", "write_shard"),)
 READ_RANGE = _s("storage/__init__", "read_range")

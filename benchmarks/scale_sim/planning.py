@@ -35,8 +35,8 @@ from beam_jobs import publish
 from beam_jobs.jobs.checks import prepare_output
 from beam_jobs.pipeline.common import SINGLETON_FANOUT
 from beam_jobs.pipeline.encode import assign_runs
-from beam_jobs.pipeline.layout import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
 from beam_jobs.pipeline.listing import LIST_CHUNK
+from beam_jobs.pipeline.plan_runs import ListingTotalsFn, SmallestFn, boundary_keys, key_chunk, pick_boundaries
 from beam_jobs.pipeline.shards import plan_shards
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import RunInfo
@@ -48,7 +48,7 @@ from shard_utils.format.shard_formats import TFRECORD
 from shard_utils.inputs.listings import ListingOptions
 from shard_utils.inputs.walk import sort_chunk
 from shard_utils.media.encode import RecordMeta
-from shard_utils.sharding import layout as lay
+from shard_utils.sharding import run_plan
 from shard_utils.sharding.encode_run import item_order
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunSummary, RunWriter
@@ -101,8 +101,8 @@ class Planned:
     """What planning N items made, with the CPU seconds of each step and the largest grouped elements."""
 
     n: int
-    draft: lay.SplitLayout  # before its run boundaries were found
-    layout: lay.SplitLayout
+    draft: run_plan.SplitLayout  # before its run boundaries were found
+    layout: run_plan.SplitLayout
     run_sizes: np.ndarray  # items per run, from the keys
     summaries: list[RunSummary]
     plans: dict
@@ -129,20 +129,20 @@ def plan_all(n: int, *, workers: int = 1000, shard_bytes: int = 128_000_000, see
     with timed(times, "count (parallel)"):
         count_fn = ListingTotalsFn(config.bucket_bits)
         for part, part_sizes in zip(np.array_split(keys, workers), np.array_split(sizes, workers), strict=True):
-            totals = lay.ListingTotals(keys=lay.BucketCounts(config.bucket_bits))
+            totals = run_plan.ListingTotals(keys=run_plan.BucketCounts(config.bucket_bits))
             for lo in range(0, len(part), LIST_CHUNK * 64):  # a bundle of 64 chunks at a time
                 totals.add(part[lo:lo + LIST_CHUNK * 64].tolist(), part_sizes[lo:lo + LIST_CHUNK * 64].tolist())
             partial.append({SPLIT: totals})
     with timed(times, "merge"):
         merged = count_fn.merge_accumulators(partial)
     with timed(times, "layout"):
-        drafts = lay.plan_layouts(merged, lay.SizeSample(), expected_splits=[], num_cores=config.num_cores,
+        drafts = run_plan.plan_layouts(merged, run_plan.SizeSample(), expected_splits=[], num_cores=config.num_cores,
                                   num_hosts=config.num_hosts, target_shard_bytes=shard_bytes)
     draft = drafts[SPLIT]
     largest: dict[str, int] = {"layouts (side input)": pickled(drafts)}
     picks, grouped = boundary_picks(keys, drafts, times, largest)
     with timed(times, "complete"):
-        layouts = {SPLIT: lay.BoundaryFinder.complete(draft, [pick for _, pick in picks])}
+        layouts = {SPLIT: run_plan.BoundaryFinder.complete(draft, [pick for _, pick in picks])}
     largest["layouts (side input)"] = pickled(layouts)
     layout = layouts[SPLIT]
     run_sizes = np.bincount(np.searchsorted(np.array([k for k, _ in layout.boundaries], dtype=np.uint64), keys,
@@ -180,11 +180,11 @@ def boundary_picks(keys: np.ndarray, drafts: dict, times: dict, largest: dict) -
     return picks, len(chosen)
 
 
-def run_summaries(layout: lay.SplitLayout, run_sizes: np.ndarray, sizes: np.ndarray,
+def run_summaries(layout: run_plan.SplitLayout, run_sizes: np.ndarray, sizes: np.ndarray,
                   rng: np.random.Generator) -> list[RunSummary]:
     """What each encoded run tells planning: its count (less its rejects) and its file, in parts on gs://."""
     folder = sim_config().temp_dir("sim-run")
-    mean = int(sizes.mean()) + lay.RECORD_OVERHEAD
+    mean = int(sizes.mean()) + run_plan.RECORD_OVERHEAD
     out = []
     for run, items in enumerate(run_sizes.tolist()):
         count = items - int(rng.binomial(items, REJECTED))
@@ -212,7 +212,7 @@ def shard_results(planned: Planned, config: BuildConfig) -> list[ShardResult]:
         per_label = Counter({label: plan.num_records // LABELS for label in range(LABELS)})
         per_label[0] += plan.num_records - sum(per_label.values())
         out.append(ShardResult(plan.split, plan.shard, storage.join(config.temp_dir("sim-run"), "shards", task.name),
-                               task.name, plan.num_records, plan.num_records * (MEAN_BYTES + lay.RECORD_OVERHEAD),
+                               task.name, plan.num_records, plan.num_records * (MEAN_BYTES + run_plan.RECORD_OVERHEAD),
                                "AAAAAA==", "0" * 64, tuple(sorted(per_label.items())),
                                storage.join(config.temp_dir("sim-run"), "index", task.name + ".avro"),
                                ((schema.LABEL, 1), (schema.LABEL_TEXT, 1)), place=task.place))

@@ -1,9 +1,11 @@
-"""Sorted runs of framed records ("fragments") and how shards are cut from them and written.
+"""A reshard's copied records in sorted files ("fragments"), and how shards are cut from them.
 
-An encoder buffers its records, sorts them by (split, sort key, source id) and writes them as one
+A reshard's copy step buffers its records, sorts them by (split, sort key, source id) and writes them as one
 fragment file, and their metadata (RecordMeta) beside it in chunks. Because a shard is a contiguous
 range of its split's order, every shard takes one contiguous byte range (a slice) from each fragment:
-shard writers read exactly the bytes they write, in windows, and merge the sorted slices.
+the shard writer (`writer.write_shard`) reads exactly the bytes it writes, in windows, and merges the
+sorted slices. A build's runs are such files too, each holding one range of the order, so that its shards
+are pieces of runs taken one after another (`runs`).
 
 The metadata travels in files, not in the job's elements: a FragmentInfo holds per-split counts
 and where the metadata lies, so what the job's driver holds does not grow with the number of records.
@@ -14,17 +16,17 @@ import heapq
 import itertools
 import pickle
 import uuid
-from collections.abc import Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.media.encode import Encoded, RecordMeta
-from shard_utils.sharding.plan import SplitPlan
+from shard_utils.sharding.run_plan import SplitLayout
 
 __all__ = [
     "META_CHUNK", "READ_BUDGET", "MIN_WINDOW", "MetaRange", "Section", "FragmentInfo", "Slice", "write_fragment",
-    "FragmentBuffer", "slices", "read_slice", "window_for", "merge", "FragmentShardTask", "write_fragment_shard"
+    "FragmentBuffer", "slices", "read_slice", "window_for", "merge"
 ]
 
 META_CHUNK = 1024  # records per pickled chunk of a metadata file: a slice reads only the chunks it needs
@@ -71,16 +73,12 @@ class Section:
 
 @dataclass(frozen=True)
 class FragmentInfo:
-    """A written fragment file, its metadata file, and what it holds per split.
-
-    `dropped` names records (duplicates) that count for nothing; they stay in the files.
-    """
+    """A written fragment file, its metadata file, and what it holds per split."""
 
     path: str
     meta_path: str
     meta_offsets: tuple[int, ...]  # byte offset of each metadata chunk, then the file's size
     sections: tuple[Section, ...]
-    dropped: frozenset = field(default_factory=frozenset)
 
     def meta_range(self, first: int, count: int) -> MetaRange:
         """Where the metadata of records first..first+count-1 lies."""
@@ -90,12 +88,9 @@ class FragmentInfo:
         sizes = tuple(self.meta_offsets[c + 1] - self.meta_offsets[c] for c in range(lo, hi + 1))
         return MetaRange(self.meta_path, self.meta_offsets[lo], sizes, first - lo * META_CHUNK, count)
 
-    def metas(self, section: Section, keep_dropped: bool = False) -> list[RecordMeta]:
-        """The section's records' metadata, in key order (without the dropped ones unless asked)."""
-        metas = self.meta_range(section.first, section.count).read()
-        if self.dropped and not keep_dropped:
-            metas = [m for m in metas if m.source_id not in self.dropped]
-        return metas
+    def metas(self, section: Section) -> list[RecordMeta]:
+        """The section's records' metadata, in key order."""
+        return self.meta_range(section.first, section.count).read()
 
 
 @dataclass(frozen=True)
@@ -106,6 +101,10 @@ class Slice:
     start: int
     length: int
     metas: MetaRange
+
+    @property
+    def count(self) -> int:
+        return self.metas.count
 
 
 def write_fragment(folder: str, name: str, records: Iterable[Encoded]) -> FragmentInfo | None:
@@ -157,34 +156,24 @@ class FragmentBuffer:
             yield info
 
 
-def slices(info: FragmentInfo, plans: Mapping[str, SplitPlan],
-           dropped: Container[str] = frozenset()) -> Iterator[tuple[tuple[str, int], Slice]]:
-    """((split, shard), Slice) for every shard that takes records from this fragment.
-
-    Records whose source id is in `dropped` (duplicates) belong to no shard; one lying between two
-    records of the same shard stays inside that shard's byte range and the writer skips it.
-    """
+def slices(info: FragmentInfo, layouts: Mapping[str, SplitLayout]) -> Iterator[tuple[tuple[str, int], Slice]]:
+    """((split, shard), Slice) for every shard that takes records from this fragment (`layouts`: one run per
+    shard, `run_plan.plan_exact_layouts`)."""
     for section in info.sections:
-        metas = info.metas(section, keep_dropped=True)
-        split_plan = plans.get(section.split)
-        if split_plan is None:  # no plan: a split whose every record is a duplicate of another split's
-            if any(m.source_id not in dropped for m in metas):
-                raise InternalError(f"split {section.split!r} has records but no plan")
-            continue
-        if split_plan.boundaries is None:
-            raise InternalError(f"split {section.split!r}: shard boundaries are not known yet")
+        layout = layouts.get(section.split)
+        if layout is None:
+            raise InternalError(f"split {section.split!r} has records but no plan")
+        metas = info.metas(section)
         offsets = [section.start]
         for m in metas:
             offsets.append(offsets[-1] + m.length)
-        kept = [i for i, m in enumerate(metas) if m.source_id not in dropped]
-        owners = [split_plan.shard_of(metas[i].order) for i in kept]  # ascending: the section is in key order
+        owners = [layout.run_of(m.order) for m in metas]  # ascending: the section is in key order
         at = 0
         for shard, members in itertools.groupby(owners):  # the shards this section feeds, not all of the split's
-            lo = at
+            first = at
             at += sum(1 for _ in members)
-            first, last = kept[lo], kept[at - 1]
-            yield (section.split, shard), Slice(info.path, offsets[first], offsets[last + 1] - offsets[first],
-                                                info.meta_range(section.first + first, last + 1 - first))
+            yield (section.split, shard), Slice(info.path, offsets[first], offsets[at] - offsets[first],
+                                                info.meta_range(section.first + first, at - first))
 
 
 def read_slice(piece: Slice, window: int) -> Iterator[tuple[RecordMeta, bytes]]:
@@ -212,45 +201,3 @@ def window_for(pieces: int, budget: int = READ_BUDGET) -> int:
 def merge(runs: Iterable[Iterable[tuple[RecordMeta, bytes]]]) -> Iterator[tuple[RecordMeta, bytes]]:
     """Merge sorted runs of records into one run in key order."""
     return heapq.merge(*runs, key=lambda pair: pair[0].order)
-
-
-@dataclass(frozen=True)
-class FragmentShardTask:
-    """One shard to write from fragments: its split's plan, its slices, and its file name."""
-
-    split: str
-    shard: int
-    pieces: tuple[Slice, ...]
-    split_plan: SplitPlan
-    name: str
-
-
-def write_fragment_shard(task: FragmentShardTask, folder: str, extras=(), *, array_record_twin: bool = False):
-    """Read the shard's slices (in windows), merge them in key order, and write the shard and its index part
-    under `folder` (the run's temporary folder); with `array_record_twin`, its ArrayRecord twin too."""
-    from shard_utils.format.shard_formats import ARRAY_RECORD
-    from shard_utils.sharding.writer import ShardResult, describe, shard_paths, write_twin
-
-    pieces = sorted(task.pieces, key=lambda s: (s.fragment, s.start))
-    window = window_for(len(pieces))
-    runs = [read_slice(piece, window) for piece in pieces]
-    path, index_part = shard_paths(folder, task.name)
-    digest = storage.Digest()
-    metas = []
-    with storage.open_write(path) as out:
-        for meta, data in merge(runs):
-            out.write(data)
-            digest.update(data)
-            metas.append(meta)
-    expected = task.split_plan.size_of(task.shard)
-    if len(metas) != expected:
-        raise InternalError(f"shard {task.shard} of split {task.split!r} got {len(metas)} records, planned {expected}")
-    from shard_utils.format import index
-
-    rows, classes, longest = describe(task.shard, metas, extras)
-    storage.write_bytes(index_part, index.index_blocks(rows, index.index_schema(extras)))
-    twin = write_twin(path, storage.join(folder, "shards", ARRAY_RECORD.twin_name(task.name)),
-                      len(metas)) if array_record_twin else None
-    return ShardResult(task.split, task.shard, path, task.name, len(metas), digest.size, digest.crc32c, digest.sha256,
-                       tuple(sorted(classes.items())), index_part, tuple(sorted(longest.items())),
-                       sum(piece.length for piece in pieces), array_record=twin)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
 from shard_utils.sharding.carry import Carried
-from shard_utils.sharding.layout import SplitLayout
+from shard_utils.sharding.fragments import Slice
+from shard_utils.sharding.run_plan import SplitLayout
 
 __all__ = ["RunCount", "Piece", "ShardPlan", "SplitShards", "shard_count", "plan_split_shards"]
 
@@ -42,17 +43,19 @@ class Piece:
 @dataclass(frozen=True)
 class ShardPlan:
     """One shard: its pieces in the order they are written. `prefix`: it is exactly the first
-    `num_records` records of one run, so that run's first bytes are the shard."""
+    `num_records` records of one run, so that run's first bytes are the shard. A reshard's shard has slices
+    of fragments instead (`fragments.Slice`), whose records interleave: they are merged in key order."""
 
     split: str
     shard: int
     num_shards: int
-    pieces: tuple[Piece, ...]
-    prefix: bool
+    pieces: tuple[Piece, ...] = ()
+    prefix: bool = False
+    slices: tuple[Slice, ...] = ()
 
     @property
     def num_records(self) -> int:
-        return sum(p.count for p in self.pieces)
+        return sum(p.count for p in self.pieces) + sum(s.count for s in self.slices)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Writing one shard from its plan: a prefix of a run taken as it is, or pieces of runs copied; and its index part.
+"""Writing one shard from its plan, and its index part: a prefix of a run taken as it is, pieces of runs copied
+one after another (a build, an append), or slices of fragments merged in key order (a reshard).
 
 Safe to run twice, or twice at once: a prefix is moved or composed again into the same bytes, a copy is
 written whole under the same name. With ArrayRecord asked for, the finished TFRecord shard is read back in
@@ -15,6 +16,9 @@ from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.format import index, schema
 from shard_utils.format.shard_formats import ARRAY_RECORD, TFRECORD
+from shard_utils.media.encode import RecordMeta
+from shard_utils.sharding import fragments
+from shard_utils.sharding.fragments import Slice
 from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix, prefix_piece_bytes
 from shard_utils.sharding.shards import ShardPlan
 
@@ -63,12 +67,13 @@ class ShardResult:
 
 @dataclass(frozen=True)
 class ShardTask:
-    """A shard to write: its plan, file name, the runs its pieces come from and their dropped records."""
+    """A shard to write: its plan, file name, the runs its pieces come from and their dropped records (a
+    reshard's shard names no run: its pieces are slices of fragments)."""
 
     plan: ShardPlan
     name: str
     place: int  # its number among the split's shards (what its index rows say)
-    runs: Mapping[int, RunFile]
+    runs: Mapping[int, RunFile] = field(default_factory=dict)
     dropped: Mapping[int, frozenset[int]] = field(default_factory=dict)  # run -> positions dropped (duplicates)
 
 
@@ -83,15 +88,18 @@ def write_shard(task: ShardTask, folder: str, extras: Sequence[schema.ExtraSpec]
     `array_record_twin`, its ArrayRecord twin too."""
     plan = task.plan
     path, index_part = shard_paths(folder, task.name)
-    entries = {run: task.runs[run].entries() for run in {p.run for p in plan.pieces}}
-    if plan.prefix:
+    if plan.slices:
+        sums, metas = _write(path, _merged(plan.slices))
+        copied = sums.size
+    elif plan.prefix:
         piece = plan.pieces[0]
         run = task.runs[piece.run]
-        sums = move_prefix(run, entries[piece.run], piece.count, path)
-        metas = [e.meta for e in entries[piece.run][:piece.count]]
-        copied = prefix_piece_bytes(run, entries[piece.run], piece.count)
+        entries = run.entries()
+        sums = move_prefix(run, entries, piece.count, path)
+        metas = [e.meta for e in entries[:piece.count]]
+        copied = prefix_piece_bytes(run, entries, piece.count)
     else:
-        sums, metas = _copy(task, entries, path)
+        sums, metas = _write(path, _copied(task))
         copied = sums.size
     rows, classes, longest = describe(task.place, metas, extras)
     if sum(m.length for m in metas) != sums.size or len(metas) != plan.num_records:
@@ -114,20 +122,35 @@ def write_twin(shard: str, dst: str, num_records: int) -> TwinShard:
                      written.sha256)
 
 
-def _copy(task: ShardTask, entries: Mapping[int, list[RunEntry]], path: str) -> tuple[Checksums, list]:
+def _write(path: str, records: Iterator[tuple[RecordMeta, bytes]]) -> tuple[Checksums, list[RecordMeta]]:
+    """Write the records, in order, as the shard at `path`; its checksums and its records' metadata."""
     digest = storage.Digest()
     metas = []
     with storage.open_write(path) as out:
-        for piece in task.plan.pieces:
-            gone = task.dropped.get(piece.run, frozenset())
-            usable = [i for i in range(len(entries[piece.run])) if i not in gone] if gone else None
-            positions = usable[piece.first:piece.first + piece.count] if usable is not None else \
-                range(piece.first, piece.first + piece.count)
-            for entry, data in _records(task.runs[piece.run], entries[piece.run], positions):
-                out.write(data)
-                digest.update(data)
-                metas.append(entry.meta)
+        for meta, data in records:
+            out.write(data)
+            digest.update(data)
+            metas.append(meta)
     return Checksums(digest.size, digest.crc32c, digest.sha256), metas
+
+
+def _copied(task: ShardTask) -> Iterator[tuple[RecordMeta, bytes]]:
+    """The records of the shard's pieces of runs, one piece after another, without its runs' dropped records."""
+    entries = {run: task.runs[run].entries() for run in {p.run for p in task.plan.pieces}}
+    for piece in task.plan.pieces:
+        gone = task.dropped.get(piece.run, frozenset())
+        usable = [i for i in range(len(entries[piece.run])) if i not in gone] if gone else None
+        positions = usable[piece.first:piece.first + piece.count] if usable is not None else \
+            range(piece.first, piece.first + piece.count)
+        for entry, data in _records(task.runs[piece.run], entries[piece.run], positions):
+            yield entry.meta, data
+
+
+def _merged(pieces: Sequence[Slice]) -> Iterator[tuple[RecordMeta, bytes]]:
+    """The records of the shard's slices of fragments, merged in key order; each slice read in windows."""
+    ordered = sorted(pieces, key=lambda s: (s.fragment, s.start))
+    window = fragments.window_for(len(ordered))
+    return fragments.merge(fragments.read_slice(piece, window) for piece in ordered)
 
 
 def _records(run: RunFile, entries: Sequence[RunEntry], positions: Sequence[int]) -> Iterator[tuple[RunEntry, bytes]]:

@@ -3,14 +3,15 @@
 Every listed item gets its split and its place in the split's order (a seeded hash of its source id). The
 items are counted per split (with a histogram of their keys), a small sample of them (the first in key
 order) is encoded to learn what records their files become, and each split's shard count and runs follow
-(`shard_utils.sharding.layout`). Only the keys of the few hash buckets where a run starts are grouped and
+(`shard_utils.sharding.run_plan`). Only the keys of the few hash buckets where a run starts are grouped and
 sorted, to find the exact key where each run starts.
 """
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 import apache_beam as beam
 
@@ -20,12 +21,11 @@ from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import Encoded, encode_data
-from shard_utils.sharding import layout as lay
-from shard_utils.sharding import plan
+from shard_utils.sharding import plan, run_plan
 from shard_utils.sharding.encode_run import item_order, read_items
-from shard_utils.sharding.layout import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
+from shard_utils.sharding.run_plan import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
-__all__ = ["PlanLayout", "key_chunk"]
+__all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "SplitTotalsFn", "key_chunk"]
 
 SAMPLE_SIZE = 32  # items encoded to estimate the records' bytes
 
@@ -48,17 +48,31 @@ class PlanLayout(beam.PTransform):
                        ListingTotalsFn(cfg.bucket_bits), SmallestFn(SAMPLE_SIZE)))
                    | "Plan" >> beam.FlatMapTuple(lambda totals, first: layouts_or_failure(
                        totals, sample_sizes(first, cfg), cfg)).with_outputs("failure", main="drafts"))
-        drafts = collected(planned.drafts, "Drafts")
-        picks = (keyed
+        layouts = keyed | "FindBoundaries" >> FindBoundaries(collected(planned.drafts, "Drafts"), boundary_keys)
+        return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
+
+
+class FindBoundaries(beam.PTransform):
+    """The draft layouts ({split: SplitLayout}, once) with their run boundaries, found from the input's keys:
+    `keys_of(element, [drafts])` gives ((split, bucket), order key) of its keys in a bucket where a run starts;
+    only those buckets' keys are grouped and sorted. The build's input is keyed listing chunks, a reshard's its
+    fragments."""
+
+    def __init__(self, drafts, keys_of: Callable[[Any, list], Iterable]):
+        super().__init__()
+        self.drafts, self.keys_of = drafts, keys_of
+
+    def expand(self, pcoll):
+        drafts, keys_of = self.drafts, self.keys_of
+        picks = (pcoll
                  | "WithDrafts" >> WithSingleton(drafts)
-                 | "BoundaryKeys" >> beam.FlatMapTuple(lambda chunk, draft: boundary_keys(chunk, [draft]))
+                 | "BoundaryKeys" >> beam.FlatMapTuple(lambda element, draft: keys_of(element, [draft]))
                  | "GroupBucket" >> beam.GroupByKey()
                  | "Pick" >> beam.FlatMap(pick_boundaries, beam.pvalue.AsList(drafts)))
-        layouts = ({"drafts": drafts, "picks": picks}
-                   | "DraftsAndPicks" >> Joined()
-                   | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"])
-                                                               for d in found["drafts"])))
-        return {"keyed": keyed, "layouts": layouts, "failure": planned.failure}
+        return ({"drafts": drafts, "picks": picks}
+                | "DraftsAndPicks" >> Joined()
+                | "Boundaries" >> beam.FlatMap(lambda found: (with_boundaries(d, found["picks"])
+                                                              for d in found["drafts"])))
 
 
 def key_chunk(chunk: list[MediaItem], splits, seed: int) -> Chunk:
@@ -68,8 +82,8 @@ def key_chunk(chunk: list[MediaItem], splits, seed: int) -> Chunk:
                  for item in chunk)
 
 
-class ListingTotalsFn(beam.CombineFn):
-    """{split: ListingTotals} of every keyed item."""
+class SplitTotalsFn(beam.CombineFn):
+    """{split: ListingTotals}: what a subclass's `add_input` adds (`add`), merged split by split."""
 
     def __init__(self, bits: int):
         self.bits = bits
@@ -77,15 +91,8 @@ class ListingTotalsFn(beam.CombineFn):
     def create_accumulator(self):
         return {}
 
-    def add_input(self, acc, chunk: list[Keyed]):
-        by_split: dict[str, tuple[list, list]] = {}
-        for split, (key, _), item in chunk:
-            keys, sizes = by_split.setdefault(split, ([], []))
-            keys.append(key)
-            sizes.append(item.size)
-        for split, (keys, sizes) in by_split.items():
-            acc.setdefault(split, ListingTotals(keys=lay.BucketCounts(self.bits))).add(keys, sizes)
-        return acc
+    def add(self, acc: dict, split: str, sort_keys: list[int], sizes: list[int]) -> None:
+        acc.setdefault(split, ListingTotals(keys=run_plan.BucketCounts(self.bits))).add(sort_keys, sizes)
 
     def merge_accumulators(self, accs):
         by_split: dict[str, list[ListingTotals]] = {}
@@ -94,11 +101,25 @@ class ListingTotalsFn(beam.CombineFn):
                 by_split.setdefault(split, []).append(totals)
         out: dict[str, ListingTotals] = {}
         for split, many in by_split.items():  # each split's histograms added in one pass
-            out[split] = ListingTotals(keys=lay.BucketCounts(self.bits))
+            out[split] = ListingTotals(keys=run_plan.BucketCounts(self.bits))
             out[split].merge_all(many)
         return out
 
     def extract_output(self, acc):
+        return acc
+
+
+class ListingTotalsFn(SplitTotalsFn):
+    """{split: ListingTotals} of every keyed item."""
+
+    def add_input(self, acc, chunk: list[Keyed]):
+        by_split: dict[str, tuple[list, list]] = {}
+        for split, (key, _), item in chunk:
+            keys, sizes = by_split.setdefault(split, ([], []))
+            keys.append(key)
+            sizes.append(item.size)
+        for split, (keys, sizes) in by_split.items():
+            self.add(acc, split, keys, sizes)
         return acc
 
 
@@ -152,7 +173,7 @@ def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
 def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):
     """The splits' layouts, or (tagged `failure`) the PlanError message saying why there are none."""
     try:
-        yield lay.plan_layouts(
+        yield run_plan.plan_layouts(
             totals, sample, expected_splits=[] if config.splits_from_data else [name for name, _ in config.splits],
             num_cores=config.num_cores, num_hosts=config.num_hosts,
             target_shard_bytes=int(config.target_shard_mb * plan.MB), forced=config.num_shards)
@@ -166,7 +187,7 @@ def boundary_keys(chunk: list[Keyed], drafts: list[dict]) -> Iterable:
         for split, order, _ in chunk:
             found = layouts.get(split)
             if found is not None and BoundaryFinder.wanted(found, order[0]):
-                yield (split, lay.bucket_of(order[0], found.bucket_bits)), order
+                yield (split, run_plan.bucket_of(order[0], found.bucket_bits)), order
 
 
 def pick_boundaries(grouped, drafts: list[dict]) -> Iterable:

@@ -1,4 +1,5 @@
-"""The layout of a split before anything is encoded: how many shards, and which listed items form each run.
+"""The layout of a split before anything is encoded: how many shards, and which listed items form each run
+(a reshard's layout, made from its copied records, has one run per shard: `plan_exact_layouts`).
 
 A record's place in its split's order is a seeded hash of its source id, so it is known from the listing
 alone. The split's listed items, in that order, are cut into `num_runs` contiguous runs of equal length
@@ -29,7 +30,8 @@ from shard_utils.sharding.plan import DEFAULT_BUCKET_BITS, bucket_of
 
 __all__ = [
     "SPILL_DIVISOR", "RECORD_OVERHEAD", "PENDING_KEYS", "UNSIZED_GUESS", "OrderKey", "BucketCounts", "ListingTotals",
-    "SizeSample", "estimated_bytes", "spill_shards", "SplitLayout", "plan_layout", "plan_layouts", "BoundaryFinder"
+    "SizeSample", "estimated_bytes", "spill_shards", "SplitLayout", "plan_layout", "plan_exact_layouts", "plan_layouts",
+    "BoundaryFinder"
 ]
 
 SPILL_DIVISOR = 16  # a split of S shards has S // 16 spill shards: its runs are about 1/16 longer than shards
@@ -200,6 +202,11 @@ class SplitLayout:
         """The fields only: what is derived from them is made again where it is used, not shipped."""
         return {name: value for name, value in self.__dict__.items() if name not in _DERIVED}
 
+    def run_size(self, run: int) -> int:
+        """Items of one run (runs differ by at most one)."""
+        q, r = divmod(self.num_listed, self.num_runs)
+        return q + 1 if run < r else q
+
     def run_of(self, key: OrderKey) -> int:
         """The run an item of this key belongs to."""
         if self.boundaries is None:
@@ -221,9 +228,29 @@ def plan_layout(split: str, totals: ListingTotals, sample: SizeSample, *, num_co
                                 target_shard_bytes=target_shard_bytes, forced=forced, split=split)
     except PlanError:
         count = totals.count
-    runs = count - spill_shards(count)
-    starts = plan.shard_starts(totals.count, runs)[1:]
-    return SplitLayout(split, totals.count, estimate, count, runs, totals.keys.bits,
+    return _layout(split, totals, estimate, count, count - spill_shards(count))
+
+
+def plan_exact_layouts(totals: Mapping[str, ListingTotals], *, num_cores: int, num_hosts: int,
+                       target_shard_bytes: int, forced: int | None = None,
+                       remedy: str = plan.RESHARD_REMEDY) -> dict[str, SplitLayout]:
+    """Layouts for splits whose records are all written already (a reshard: `source_bytes` are the records' own
+    bytes, and none can be rejected): one run per shard, so a run is a shard; PlanError when a split cannot be
+    cut into cores x hosts shards."""
+    if not any(t.count for t in totals.values()):
+        raise PlanError("no input file could be used (0 records)")
+    out = {}
+    for split, t in sorted(totals.items()):
+        count = plan.num_shards(t.count, t.source_bytes, num_cores=num_cores, num_hosts=num_hosts,
+                                target_shard_bytes=target_shard_bytes, forced=forced, split=split, remedy=remedy)
+        out[split] = _layout(split, t, t.source_bytes, count, count)
+    return out
+
+
+def _layout(split: str, totals: ListingTotals, num_bytes: int, num_shards: int, num_runs: int) -> SplitLayout:
+    """The layout of `num_shards` shards over `num_runs` runs of equal length, with the slots where runs start."""
+    starts = plan.shard_starts(totals.count, num_runs)[1:]
+    return SplitLayout(split, totals.count, num_bytes, num_shards, num_runs, totals.keys.bits,
                        tuple(totals.keys.locate(starts)))
 
 
