@@ -185,3 +185,11 @@ def test_dedup_rejects_byte_copies_and_group_moves_the_rest_into_the_kept_split(
     assert decide(cluster, "report") == decide(cluster, "report", dedup=False) and not decide(cluster, "report").moved
     with pytest.raises(ValueError, match="--near-dups 'merge'"):
         decide(cluster, "merge")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=cl.FEW + 1), st.data())
+def test_a_few_signatures_make_the_same_pairs_in_plain_ints_as_in_numpy(sigs, data):
+    near = [s ^ (1 << data.draw(st.integers(0, 63))) for s in sigs[:4]]  # some pairs within the threshold
+    sigs = (sigs + near)[:cl.FEW]
+    assert list(cl._near_pairs_few(sigs, 10)) == list(cl._near_pairs(np.array(sigs, dtype=np.uint64), 10))
