@@ -28,7 +28,7 @@ __all__ = ["MAX_BUFFER", "PARTITION_BITS", "Part", "PartitionBuffer", "Partition
 PARTITION_BITS = 2  # each band's buckets in 4 partitions: 272 at 68 bands (docs/near-duplicates.md)
 MAX_BUFFER = 10_000  # signatures a worker holds before cutting them (band values: 68 x 8 bytes each at the peak)
 
-Part = tuple[int, tuple[bytes, bytes]]  # (partition, (distinct signatures, those repeated in the buffer: uint64))
+Part = tuple[int, tuple[bytes, bytes, bytes]]  # (partition, (signatures: uint64, their band values: uint16, repeated))
 
 
 def partition_count(banding: Banding, bits: int = PARTITION_BITS) -> int:
@@ -42,23 +42,28 @@ def signed(signatures: np.ndarray) -> list[int]:
 
 def cut(banding: Banding, signatures: np.ndarray, bits: int = PARTITION_BITS) -> list[Part]:
     """Buffered signatures (uint64, repeats allowed) cut into their partitions, in partition order: only those
-    that some signature falls in. The same signatures give the same parts (a retried bundle re-sends them)."""
+    that some signature falls in. A part holds its distinct signatures in (band value, signature) order, their
+    values, and in band 0 those repeated in the buffer. The same signatures give the same parts (a retried
+    bundle re-sends them)."""
     distinct, counts = np.unique(np.asarray(signatures, dtype=np.uint64), return_counts=True)
     if not len(distinct):
         return []
     repeated = distinct[counts > 1]
     values = banding.band_values(distinct)
-    shift = np.uint16(BAND_BITS - bits)
+    highs = np.arange(1, (1 << bits) + 1) << (BAND_BITS - bits)
     parts: list[Part] = []
     for band in range(banding.bands):
-        top = values[:, band] >> shift
-        order = np.argsort(top, kind="stable")  # distinct is sorted: so is each partition's slice
-        sizes = np.bincount(top, minlength=1 << bits)
-        ends = np.cumsum(sizes)
-        for high in np.flatnonzero(sizes).tolist():
-            sigs = distinct[order[ends[high] - sizes[high]:ends[high]]]
-            again = np.intersect1d(sigs, repeated, assume_unique=True) if band == 0 and len(repeated) else sigs[:0]
-            parts.append(((band << bits) | high, (sigs.tobytes(), again.tobytes())))
+        order = np.argsort(values[:, band], kind="stable")  # distinct is sorted: (value, signature) order
+        column, sigs = values[order, band], distinct[order]
+        ends = np.searchsorted(column, highs, side="left").tolist()
+        start = 0
+        for high, end in enumerate(ends):
+            if end > start:
+                again = (np.intersect1d(sigs[start:end], repeated, assume_unique=True) if band == 0 and len(repeated)
+                         else sigs[:0])
+                parts.append(((band << bits) | high,
+                              (sigs[start:end].tobytes(), column[start:end].tobytes(), again.tobytes())))
+            start = end
     return parts
 
 
@@ -96,34 +101,43 @@ class PartitionOutcome:
     hot_buckets: int = 0
 
 
-def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[bytes, bytes]], cap: int = MAX_BUCKET,
-                     bits: int = PARTITION_BITS) -> PartitionOutcome:
+def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[bytes, bytes, bytes]],
+                     cap: int = MAX_BUCKET, bits: int = PARTITION_BITS) -> PartitionOutcome:
     """The edges of one partition's buckets, from every part sent to it (any order, any number of buffers)."""
-    chunks, again = [], []
-    for sigs, repeated in parts:
-        chunks.append(np.frombuffer(sigs, dtype=np.uint64))
+    sig_chunks, value_chunks, again = [], [], []
+    for sigs, values, repeated in parts:
+        sig_chunks.append(np.frombuffer(sigs, dtype=np.uint64))
+        value_chunks.append(np.frombuffer(values, dtype=np.uint16))
         again.append(np.frombuffer(repeated, dtype=np.uint64))
     out = PartitionOutcome()
-    if not chunks:
+    if not sig_chunks:
         return out
-    band = partition >> bits
-    distinct, counts = np.unique(np.concatenate(chunks), return_counts=True)
-    if band == 0:  # equal signatures: named once, from one band, whatever number of records share them
-        alone = np.union1d(distinct[counts > 1], np.concatenate(again))
+    sigs, values = sig_chunks[0], value_chunks[0]
+    first = np.ones(len(sigs), dtype=bool)
+    if len(sig_chunks) > 1:  # one part is already in (value, signature) order, each signature once
+        sigs, values = np.concatenate(sig_chunks), np.concatenate(value_chunks)
+        order = np.lexsort((sigs, values))
+        sigs, values = sigs[order], values[order]
+        first = np.r_[True, sigs[1:] != sigs[:-1]]  # a signature's copies are adjacent: it has one value
+    if partition >> bits == 0:  # equal signatures: named once, from one band, whatever number of records share them
+        alone = np.union1d(sigs[np.flatnonzero(~first)], np.concatenate(again))
         out.edges += [(s, s) for s in signed(alone)]
-    if len(distinct) < 2:
+        sigs, values = sigs[first], values[first]
+    elif len(sig_chunks) > 1:
+        sigs, values = sigs[first], values[first]
+    if len(sigs) < 2:
         return out
-    values = banding.band_values(distinct, slice(band, band + 1))[:, 0]
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    sizes = np.diff(np.r_[starts, len(ordered)])
-    for start, size in zip(starts[sizes > 1].tolist(), sizes[sizes > 1].tolist(), strict=True):
-        members = distinct[order[start:start + size]].tolist()
-        outcome = verified_edges(((s, s) for s in members), banding.threshold, cap)
-        out.buckets_verified += 1
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    sizes = np.diff(np.r_[starts, len(values)])
+    out.buckets_verified = int((sizes > 1).sum())
+    pairs = starts[sizes == 2]  # most buckets: two signatures, compared at once
+    a, b = sigs[pairs], sigs[pairs + 1]
+    near = np.bitwise_count(a ^ b) <= banding.threshold
+    out.edges += zip(signed(a[near]), signed(b[near]), strict=True)
+    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist(), strict=True):
+        outcome = verified_edges(((s, s) for s in sigs[start:start + size].tolist()), banding.threshold, cap)
         out.hot_buckets += outcome.blocks > 1
         if outcome.edges:
-            pairs = np.array(outcome.edges, dtype=np.uint64).reshape(-1, 2)
-            out.edges += [(a, b) for a, b in signed(pairs)]
+            edges = np.array(outcome.edges, dtype=np.uint64).reshape(-1, 2)
+            out.edges += [(x, y) for x, y in signed(edges)]
     return out
