@@ -80,7 +80,8 @@ def test_every_bucket_lies_whole_in_one_partition_with_its_band_values():
     seen: dict[tuple[int, int], int] = {}
     for pid, (raw, vals, again) in parts:
         band, got, column = pid >> bp.PARTITION_BITS, np.frombuffer(raw, np.uint64), np.frombuffer(vals, np.uint16)
-        assert list(zip(column.tolist(), got.tolist())) == sorted(zip(column.tolist(), got.tolist()))
+        pairs = list(zip(column.tolist(), got.tolist(), strict=True))
+        assert pairs == sorted(pairs)
         assert (column >> 14 == pid & 3).all()
         assert (BANDING.band_values(got, slice(band, band + 1))[:, 0] == column).all()
         for v in column.tolist():

@@ -35,7 +35,7 @@ def partition_count(banding: Banding, bits: int = PARTITION_BITS) -> int:
     return banding.bands << bits
 
 
-def signed(signatures: np.ndarray) -> list[int]:
+def signed(signatures: np.ndarray) -> list:
     """uint64 signatures as Python ints in int64's range, which Beam's coder writes natively (a node's name)."""
     return np.asarray(signatures, dtype=np.uint64).view(np.int64).tolist()
 
@@ -105,10 +105,10 @@ def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[byt
                      cap: int = MAX_BUCKET, bits: int = PARTITION_BITS) -> PartitionOutcome:
     """The edges of one partition's buckets, from every part sent to it (any order, any number of buffers)."""
     sig_chunks, value_chunks, again = [], [], []
-    for sigs, values, repeated in parts:
-        sig_chunks.append(np.frombuffer(sigs, dtype=np.uint64))
-        value_chunks.append(np.frombuffer(values, dtype=np.uint16))
-        again.append(np.frombuffer(repeated, dtype=np.uint64))
+    for raw_sigs, raw_values, raw_repeated in parts:
+        sig_chunks.append(np.frombuffer(raw_sigs, dtype=np.uint64))
+        value_chunks.append(np.frombuffer(raw_values, dtype=np.uint16))
+        again.append(np.frombuffer(raw_repeated, dtype=np.uint64))
     out = PartitionOutcome()
     if not sig_chunks:
         return out
