@@ -2,16 +2,16 @@
 (beam_jobs.pipeline.near_dups) shuffles signatures (pure functions).
 
 The graph's nodes are distinct signatures, not records: records of one signature always end in one cluster, so
-a record only joins its signature's component at the end. A worker buffers signatures (at most `MAX_BUFFER`)
-and cuts them, all bands at once, into partitions: partition p holds band `p >> PARTITION_BITS`'s buckets whose
-16-bit value starts with the bits `p & (2**PARTITION_BITS - 1)`, so every bucket lies whole in one partition.
-What one buffer puts in one partition is one element: its distinct signatures as uint64 bytes (8 bytes a
-signature and band, where a band key as its own element carried the record's fields), and in band 0's
-partitions the signatures that occurred more than once in the buffer. A partition's reducer recomputes its
-band's values, cuts them into buckets and verifies those of two or more distinct signatures
-(`clusters.verified_edges`, hot buckets in blocks); band 0's reducers also name the signatures more than one
-record has (a node standing alone: a cluster of equal signatures), counting every signature once per band
-whatever number of records share it.
+a record only joins its signature's component at the end, and no record's fields travel with its band keys. A
+worker buffers signatures (at most `MAX_BUFFER`, so its memory is bounded whatever its bundle's size) and cuts
+them, all bands at once, into partitions: partition p holds band `p >> PARTITION_BITS`'s buckets whose 16-bit
+value starts with the bits `p & (2**PARTITION_BITS - 1)`, so every bucket lies whole in one partition. What one
+buffer puts in one partition is one element: its distinct signatures and their band values as arrays (10
+bytes a signature), and in band 0's partitions the signatures that occurred more than once in the buffer. A
+partition's reducer sorts what it received into buckets and verifies those of two or more distinct signatures
+(two at once with numpy, more with `clusters.verified_edges`, hot buckets in blocks); band 0's reducers also
+name the signatures more than one record has (a node standing alone: a cluster of equal signatures), so a
+signature shared by thousands of records is one entry per buffer, never a bucket of thousands.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ __all__ = ["MAX_BUFFER", "PARTITION_BITS", "Part", "PartitionBuffer", "Partition
            "reduce_partition", "signed"]
 
 PARTITION_BITS = 2  # each band's buckets in 4 partitions: 272 at 68 bands (docs/near-duplicates.md)
-MAX_BUFFER = 10_000  # signatures a worker holds before cutting them (band values: 68 x 8 bytes each at the peak)
+MAX_BUFFER = 10_000  # signatures a worker holds before cutting them: about 13 MB at the peak
 
 Part = tuple[int, tuple[bytes, bytes, bytes]]  # (partition, (signatures: uint64, their band values: uint16, repeated))
 
