@@ -16,8 +16,9 @@ signature in a cluster per band) and so is that forest: it holds the nodes in so
 Iterative label propagation would spread that too, but needs as many rounds as a cluster's chain is long; a
 forest merge is exact in one pass. The forest, as {node: component number}, is a side input that every record
 looks its signature up in; only records in some cluster go on to GroupCluster. With `--dedup` a SHA-256 shared
-by two or more records is a node too (GroupSameBytes), linked to their signatures. At 10^7 simulated signatures
-the largest of 272 partitions held 2.5 million signatures, 25 MB (docs/near-duplicates.md, `benchmarks/scale_sim/near_dups.py`).
+by two or more records is a node too (GroupSameBytes), linked to their signatures. At 10^7 simulated
+signatures the largest of 272 partitions held 2.5 million signatures, 25 MB (docs/near-duplicates.md,
+`benchmarks/scale_sim/near_dups.py`).
 
 ActOnClusters then says what `--near-dups` (and `--dedup`) does with each cluster (`quality.cluster_actions`):
 findings, records dropped where they lie, records moved. MoveRecords copies the moved records, run by run,
