@@ -170,3 +170,13 @@ def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     unsigned = Member("c.jpg", "train", (), (0, 2), "f" * 64)
     assert list(in_component((None, unsigned), comps, False)) == []
     assert list(in_component((None, unsigned), comps, True)) == [(1, unsigned)]
+
+
+def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
+    from benchmarks.scale_sim import near_dups as sim
+
+    r = sim.measure(20_000)
+    sizes = [r["largest_partition"][b] for b in sorted(r["largest_partition"])]
+    assert sizes[0] == r["distinct"] and all(a > b for a, b in zip(sizes, sizes[1:], strict=False))
+    assert r["partitions"] == 272 and r["partition_held"] >= 10 * sizes[2] // 2 and r["reduce_edges"] > 0
+    assert r["merge_records"] >= r["largest_same_signature"] == 200 and r["cut_peak"] > 0
