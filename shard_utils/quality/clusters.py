@@ -226,12 +226,12 @@ class UnionFind:
             if root != x:
                 yield root, x
 
-    def groups(self) -> list[list[str]]:
-        """Every set of two or more, each sorted, in the order of their smallest id."""
+    def groups(self, alone: bool = False) -> list[list[str]]:
+        """Every set of two or more (`alone`: and of one), each sorted, in the order of their smallest id."""
         out: dict[str, list[str]] = {}
         for x in sorted(self.parent):
             out.setdefault(self.find(x), []).append(x)
-        return [members for _, members in sorted(out.items()) if len(members) > 1]
+        return [members for _, members in sorted(out.items()) if alone or len(members) > 1]
 
 
 @dataclass(frozen=True, order=True)
