@@ -9,9 +9,17 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from steps import created, pipeline, run
+from steps import counters, created, pipeline, run
 
-from beam_jobs.pipeline.near_dups import ComponentsFn, CutPartitions, cluster_of, in_component, packed, verify_partition
+from beam_jobs.pipeline.near_dups import (
+    ClusterSignatures,
+    ComponentsFn,
+    CutPartitions,
+    cluster_of,
+    in_component,
+    packed,
+    verify_partition,
+)
 from shard_utils.quality import band_partitions as bp
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind, find_clusters
@@ -127,11 +135,16 @@ def test_equal_signatures_are_named_once_from_band_0_and_never_compared():
     assert [e for pid, p in band0 for e in bp.reduce_partition(BANDING, pid, [p]).edges if e[0] == e[1]] == [(5, 5)]
 
 
-def test_a_hot_bucket_is_verified_in_blocks_and_counted():
-    """40 signatures equal in band 0's 16 bits, else random: one bucket over a cap of 8, verified in 5 blocks."""
+def band_0_crowd(n: int = 40) -> np.ndarray:
+    """n signatures equal in band 0's 16 bits, else random: one bucket of n."""
     rng = np.random.default_rng(4)
     mask = sum(1 << int(b) for b in cl._bit_orders(BANDING.permutations)[0, :16])
-    sigs = np.array([(int(r) & ~mask) | mask for r in rng.integers(0, 2**63, 40, dtype=np.uint64)], dtype=np.uint64)
+    return np.array([(int(r) & ~mask) | mask for r in rng.integers(0, 2**63, n, dtype=np.uint64)], dtype=np.uint64)
+
+
+def test_a_hot_bucket_is_verified_in_blocks_and_counted():
+    """40 signatures equal in band 0's 16 bits, else random: one bucket over a cap of 8, verified in 5 blocks."""
+    sigs = band_0_crowd()
     parts = bp.cut(BANDING, sigs)
     hot = [bp.reduce_partition(BANDING, pid, [p], cap=8) for pid, p in parts if pid >> 2 == 0]
     assert [(o.buckets_verified, o.hot_buckets) for o in hot] == [(1, 1)]
@@ -159,6 +172,17 @@ def test_the_steps_on_beam_give_the_reference_clusters():
                 | "GroupCluster" >> beam.GroupByKey() | beam.FlatMapTuple(cluster_of))
     assert_that(clusters | "Ids" >> beam.Map(lambda c: tuple(m.source_id for m in c.members)), equal_to(want))
     run(p)
+
+
+@pytest.mark.parametrize(("cap", "hot"), [(8, {"near_dup_hot_buckets": 1}), (4096, {})])
+def test_the_hot_bucket_counter_is_there_only_when_a_bucket_was_hot(cap, hot):
+    """A build's counters line names `near_dup_hot_buckets` when some pairs may have been missed, never as 0."""
+    p = pipeline()
+    created(p, "Signed", [(packed(int(s)), Member(f"r{i}", "train")) for i, s in enumerate(band_0_crowd())]) \
+        | ClusterSignatures(THRESHOLD, cap=cap)
+    got = counters(run(p))
+    assert {k: v for k, v in got.items() if k == "near_dup_hot_buckets"} == hot
+    assert got["near_dup_buckets_verified"] >= 1
 
 
 def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
