@@ -174,6 +174,17 @@ def test_the_steps_on_beam_give_the_reference_clusters():
     run(p)
 
 
+def test_a_partitions_edges_leave_in_lists_of_at_most_a_buffers_size():
+    """60,000 signatures each shared by two records (15,000 a partition): band 0's self edges, in elements of at
+    most MAX_BUFFER edges (not one element of every edge of the partition, which grows with the collection)."""
+    sigs = np.arange(1, 60_001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    parts = bp.cut(BANDING, np.concatenate([sigs, sigs]))
+    band0 = [(pid, p) for pid, p in parts if pid >> bp.PARTITION_BITS == 0]
+    lists = [edges for pid, p in band0 for edges in verify_partition((pid, [p]), BANDING, 4096)]
+    assert max(len(e) for e in lists) <= bp.MAX_BUFFER
+    assert sorted(a for edges in lists for (_, a), _ in edges) == sorted(bp.signed(sigs))
+
+
 @pytest.mark.parametrize(("cap", "hot"), [(8, {"near_dup_hot_buckets": 1}), (4096, {})])
 def test_the_hot_bucket_counter_is_there_only_when_a_bucket_was_hot(cap, hot):
     """A build's counters line names `near_dup_hot_buckets` when some pairs may have been missed, never as 0."""

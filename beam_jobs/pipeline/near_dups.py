@@ -156,15 +156,16 @@ class CutPartitions(beam.DoFn):
 
 
 def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[list]:
-    """A partition's edges between signature nodes, as one list (none when it has no near pairs)."""
+    """A partition's edges between signature nodes, in lists of at most `band_partitions.MAX_BUFFER` (none when it
+    has no near pairs): an element's size stays bounded however many pairs a partition holds."""
     partition, parts = grouped
     outcome = bp.reduce_partition(banding, partition, parts, cap)
     for name, n in (("near_dup_buckets_verified", outcome.buckets_verified),
                     ("near_dup_hot_buckets", outcome.hot_buckets)):
         if n:  # a counter incremented by 0 is still reported: the build's counters line would name it as 0
             count(name, n)
-    if outcome.edges:
-        yield [((0, a), (0, b)) for a, b in outcome.edges]
+    for start in range(0, len(outcome.edges), bp.MAX_BUFFER):
+        yield [((0, a), (0, b)) for a, b in outcome.edges[start:start + bp.MAX_BUFFER]]
 
 
 class ComponentsFn(beam.CombineFn):
