@@ -196,6 +196,24 @@ def test_the_hot_bucket_counter_is_there_only_when_a_bucket_was_hot(cap, hot):
     assert got["near_dup_buckets_verified"] >= 1
 
 
+def test_extreme_signatures_and_an_appends_records_give_the_references_clusters_ids_and_kept_members():
+    """Signatures 0, 2^63 - 1, 2^63 and 2^64 - 1 (each int64 view's edge) shared across splits and with the
+    dataset's records (`where` None, kept first): 0 and 2^63 are 1 bit apart across the int64 view's sign, as are
+    2^63 - 1 and 2^64 - 1, so two clusters; and an empty input gives no cluster and no error."""
+    recs = []
+    for j, s in enumerate([0, 2**63 - 1, 2**63, 2**64 - 1]):
+        recs += [(s, Member(f"n{j}{k}", ("train", "test")[k % 2], (k,), (j, k))) for k in range(2)]
+        recs += [(s ^ (1 << j), Member(f"m{j}", "train", (), (j, 9))), (s, Member(f"z{j}", "train", (1,), None))]
+    want = [(c.id, c.kept, c.members) for c in find_clusters(recs, THRESHOLD)]
+    assert len(want) == 2 and all(kept.where is None for _, kept, _ in want)
+    p = pipeline()
+    found = created(p, "Signed", [(packed(s), m) for s, m in recs]) | "Some" >> ClusterSignatures(THRESHOLD, buffer=3)
+    assert_that(found | beam.Map(lambda c: (c.id, c.kept, c.members)), equal_to(want))
+    none = created(p, "Nothing", []) | "None" >> ClusterSignatures(THRESHOLD)
+    assert_that(none, equal_to([]), label="Empty")
+    run(p)
+
+
 def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     a, b = Member("b.jpg", "train", (), (0, 1)), Member("a.jpg", "train", (), (0, 0))
     assert list(cluster_of(0, [a])) == [] and list(cluster_of(0, [a, a])) == []

@@ -7,7 +7,7 @@
 
 The graph's nodes are distinct signatures: records of one signature are always in one cluster, so no record's
 fields move through the band step. Each bundle buffers its signatures (at most `band_partitions.MAX_BUFFER`)
-and sends them as one element per partition of band buckets (`band_partitions.cut`: 8 bytes a signature and
+and sends them as one element per partition of band buckets (`band_partitions.cut`: 10 bytes a signature and
 band); a partition's reducer verifies its buckets of two or more distinct signatures (at most
 `clusters.MAX_BUCKET` compared all pairs at once, more in blocks), and band 0's names the signatures more than
 one record has. The connected components are computed from the edges alone, by a combiner: each worker joins
@@ -135,7 +135,7 @@ def same_bytes_edges(grouped) -> Iterable[list]:
 
 
 class CutPartitions(beam.DoFn):
-    """(packed signature or None, Member) -> (partition, (signatures, repeated)): each bundle's signatures
+    """(packed signature or None, Member) -> (partition, (signatures, band values, repeated)): each bundle's signatures
     buffered (at most `limit`) and cut into band partitions (`band_partitions.cut`)."""
 
     def __init__(self, banding: Banding, limit: int):
