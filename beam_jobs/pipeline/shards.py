@@ -24,7 +24,7 @@ from shard_utils.sharding.runs import RunSummary, usable_counts
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
 
-__all__ = ["PlanShards", "plan_shards"]
+__all__ = ["PlanShards", "plan_shards", "summarized"]
 
 MOVED = -1  # the run number of a RunSummary of records moved in from another split (numbered after the split's own)
 
@@ -47,10 +47,7 @@ class PlanShards(beam.PTransform):
         dropped = self.dropped if self.dropped is not None else p | "NothingDropped" >> beam.Create([])
         carried = self.carried if self.carried is not None else p | "NothingCarried" >> beam.Create([])
         config, naming, latest = self.config, self.naming, self.latest
-        summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
-        if self.moved is not None:
-            moved = self.moved | "SummarizeMoved" >> beam.Map(lambda f: RunSummary(f.split, MOVED, f))
-            summaries = (summaries, moved) | "WithMoved" >> beam.Flatten()
+        summaries = summarized(runs, self.moved)
         planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped, "carried": carried}
                    | "RunsLayoutsDrops" >> Joined()
                    | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"],
@@ -58,6 +55,16 @@ class PlanShards(beam.PTransform):
                                                                      found["carried"], latest))
                    .with_outputs("plans", "failure", main="tasks"))
         return {"tasks": planned.tasks, "plans": collected(planned.plans, "Plans"), "failure": planned.failure}
+
+
+def summarized(runs, moved=None):
+    """A RunSummary per encoded run, and (`moved`: RunFiles of records moved in from another split) one per moved
+    run, numbered MOVED: what each split's usable records are counted from, by the planner and the carry alike."""
+    summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
+    if moved is None:
+        return summaries
+    moved = moved | "SummarizeMoved" >> beam.Map(lambda f: RunSummary(f.split, MOVED, f))
+    return (summaries, moved) | "WithMoved" >> beam.Flatten()
 
 
 def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list, config: BuildConfig,
