@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.pipeline.common import Joined, count
-from beam_jobs.pipeline.shards import summarized
+from beam_jobs.pipeline.common import Joined, count, summarized
 from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.format.index import IndexFormatError

@@ -13,7 +13,7 @@ from dataclasses import replace
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.common import Joined, collected
+from beam_jobs.pipeline.common import MOVED, Joined, collected, summarized
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
@@ -24,10 +24,7 @@ from shard_utils.sharding.runs import RunSummary, usable_counts
 from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
 
-__all__ = ["PlanShards", "plan_shards", "summarized"]
-
-MOVED = -1  # the run number of a RunSummary of records moved in from another split (numbered after the split's own)
-
+__all__ = ["PlanShards", "plan_shards"]
 
 class PlanShards(beam.PTransform):
     """Input: EncodedRun. Outputs: ShardTask (main), `plans` ({split: SplitShards}, once) and `failure` (why the
@@ -55,16 +52,6 @@ class PlanShards(beam.PTransform):
                                                                      found["carried"], latest))
                    .with_outputs("plans", "failure", main="tasks"))
         return {"tasks": planned.tasks, "plans": collected(planned.plans, "Plans"), "failure": planned.failure}
-
-
-def summarized(runs, moved=None):
-    """A RunSummary per encoded run, and (`moved`: RunFiles of records moved in from another split) one per moved
-    run, numbered MOVED: what each split's usable records are counted from, by the planner and the carry alike."""
-    summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
-    if moved is None:
-        return summaries
-    moved = moved | "SummarizeMoved" >> beam.Map(lambda f: RunSummary(f.split, MOVED, f))
-    return (summaries, moved) | "WithMoved" >> beam.Flatten()
 
 
 def plan_shards(summaries: list[RunSummary], layouts: list[dict], dropped: list, config: BuildConfig,
