@@ -391,6 +391,31 @@ def test_dedup_drops_new_files_with_the_bytes_of_a_record(small):
 
 
 @pytest.mark.slow
+def test_group_moves_the_one_new_file_into_a_split_whose_latest_generation_takes_it(two_splits, tmp_path):
+    """--near-dups group: the only new file, a byte copy of a validation record that its own hash puts in train,
+    moves to validation; one record is too few for a generation of its own, so validation's latest generation is
+    written again with it (the step that copies that generation had not counted moved records: an internal
+    error)."""
+    from shard_utils.format.order import choose_split
+    from shard_utils.read.random_access import RandomAccessSource
+
+    root, out = copy_of(two_splits, tmp_path)
+    old = load(str(out))
+    src = RandomAccessSource(str(out), "validation")
+    original = schema.decode_example(src[0])[schema.SOURCE_ID].decode()
+    fractions = list(old.options["splits"].items())
+    name = next(n for n in (f"dog/copy{i}.jpg" for i in range(50))
+                if choose_split(fractions, old.options["seed"], n) == "train")
+    (root / name).write_bytes((root / original).read_bytes())
+    grown, _ = quiet(run_job, root, out, "--append", *OPTS, "--near-dups", "group")
+    g = grown.generations[1]
+    assert g.num_records == {"validation": 1} and g.carried == {"validation": old.splits["validation"].num_records}
+    assert grown.splits["train"] == old.splits["train"] and verify(str(out), deep=True) == []
+    src = RandomAccessSource(str(out), "validation")
+    assert [schema.decode_example(src[i])[schema.SOURCE_ID].decode() for i in range(len(src))].count(name) == 1
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("stage, new", [
     ("publish-start", 4), ("publish-renaming", 4), ("publish-before-manifest", 4),  # a generation of its own
     ("publish-renaming", 1), ("publish-before-manifest", 1),  # too few for that: the latest one written again

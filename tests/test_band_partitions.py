@@ -9,9 +9,17 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from steps import created, pipeline, run
+from steps import counters, created, pipeline, run
 
-from beam_jobs.pipeline.near_dups import ComponentsFn, CutPartitions, cluster_of, in_component, packed, verify_partition
+from beam_jobs.pipeline.near_dups import (
+    ClusterSignatures,
+    ComponentsFn,
+    CutPartitions,
+    cluster_of,
+    in_component,
+    packed,
+    verify_partition,
+)
 from shard_utils.quality import band_partitions as bp
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind, find_clusters
@@ -127,11 +135,16 @@ def test_equal_signatures_are_named_once_from_band_0_and_never_compared():
     assert [e for pid, p in band0 for e in bp.reduce_partition(BANDING, pid, [p]).edges if e[0] == e[1]] == [(5, 5)]
 
 
-def test_a_hot_bucket_is_verified_in_blocks_and_counted():
-    """40 signatures equal in band 0's 16 bits, else random: one bucket over a cap of 8, verified in 5 blocks."""
+def band_0_crowd(n: int = 40) -> np.ndarray:
+    """n signatures equal in band 0's 16 bits, else random: one bucket of n."""
     rng = np.random.default_rng(4)
     mask = sum(1 << int(b) for b in cl._bit_orders(BANDING.permutations)[0, :16])
-    sigs = np.array([(int(r) & ~mask) | mask for r in rng.integers(0, 2**63, 40, dtype=np.uint64)], dtype=np.uint64)
+    return np.array([(int(r) & ~mask) | mask for r in rng.integers(0, 2**63, n, dtype=np.uint64)], dtype=np.uint64)
+
+
+def test_a_hot_bucket_is_verified_in_blocks_and_counted():
+    """40 signatures equal in band 0's 16 bits, else random: one bucket over a cap of 8, verified in 5 blocks."""
+    sigs = band_0_crowd()
     parts = bp.cut(BANDING, sigs)
     hot = [bp.reduce_partition(BANDING, pid, [p], cap=8) for pid, p in parts if pid >> 2 == 0]
     assert [(o.buckets_verified, o.hot_buckets) for o in hot] == [(1, 1)]
@@ -158,6 +171,46 @@ def test_the_steps_on_beam_give_the_reference_clusters():
     clusters = (members | beam.FlatMap(in_component, beam.pvalue.AsSingleton(components), False)
                 | "GroupCluster" >> beam.GroupByKey() | beam.FlatMapTuple(cluster_of))
     assert_that(clusters | "Ids" >> beam.Map(lambda c: tuple(m.source_id for m in c.members)), equal_to(want))
+    run(p)
+
+
+def test_a_partitions_edges_leave_in_lists_of_at_most_a_buffers_size():
+    """60,000 signatures each shared by two records (15,000 a partition): band 0's self edges, in elements of at
+    most MAX_BUFFER edges (not one element of every edge of the partition, which grows with the collection)."""
+    sigs = np.arange(1, 60_001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    parts = bp.cut(BANDING, np.concatenate([sigs, sigs]))
+    band0 = [(pid, p) for pid, p in parts if pid >> bp.PARTITION_BITS == 0]
+    lists = [edges for pid, p in band0 for edges in verify_partition((pid, [p]), BANDING, 4096)]
+    assert max(len(e) for e in lists) <= bp.MAX_BUFFER
+    assert sorted(a for edges in lists for (_, a), _ in edges) == sorted(bp.signed(sigs))
+
+
+@pytest.mark.parametrize(("cap", "hot"), [(8, {"near_dup_hot_buckets": 1}), (4096, {})])
+def test_the_hot_bucket_counter_is_there_only_when_a_bucket_was_hot(cap, hot):
+    """A build's counters line names `near_dup_hot_buckets` when some pairs may have been missed, never as 0."""
+    p = pipeline()
+    created(p, "Signed", [(packed(int(s)), Member(f"r{i}", "train")) for i, s in enumerate(band_0_crowd())]) \
+        | ClusterSignatures(THRESHOLD, cap=cap)
+    got = counters(run(p))
+    assert {k: v for k, v in got.items() if k == "near_dup_hot_buckets"} == hot
+    assert got["near_dup_buckets_verified"] >= 1
+
+
+def test_extreme_signatures_and_an_appends_records_give_the_references_clusters_ids_and_kept_members():
+    """Signatures 0, 2^63 - 1, 2^63 and 2^64 - 1 (each int64 view's edge) shared across splits and with the
+    dataset's records (`where` None, kept first): 0 and 2^63 are 1 bit apart across the int64 view's sign, as are
+    2^63 - 1 and 2^64 - 1, so two clusters; and an empty input gives no cluster and no error."""
+    recs = []
+    for j, s in enumerate([0, 2**63 - 1, 2**63, 2**64 - 1]):
+        recs += [(s, Member(f"n{j}{k}", ("train", "test")[k % 2], (k,), (j, k))) for k in range(2)]
+        recs += [(s ^ (1 << j), Member(f"m{j}", "train", (), (j, 9))), (s, Member(f"z{j}", "train", (1,), None))]
+    want = [(c.id, c.kept, c.members) for c in find_clusters(recs, THRESHOLD)]
+    assert len(want) == 2 and all(kept.where is None for _, kept, _ in want)
+    p = pipeline()
+    found = created(p, "Signed", [(packed(s), m) for s, m in recs]) | "Some" >> ClusterSignatures(THRESHOLD, buffer=3)
+    assert_that(found | beam.Map(lambda c: (c.id, c.kept, c.members)), equal_to(want))
+    none = created(p, "Nothing", []) | "None" >> ClusterSignatures(THRESHOLD)
+    assert_that(none, equal_to([]), label="Empty")
     run(p)
 
 

@@ -223,7 +223,8 @@ def test_the_multi_process_runner_finds_the_clusters_of_one_process():
     for args in ([], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]):
         p = beam.Pipeline(runner="FnApiRunner", options=PipelineOptions(args))
         got = (p | beam.Create([(packed(s), m) for s, m in records])  # the workers cannot import this folder
-               | ClusterSignatures(NEAR_DISTANCE, cap=8)
+               | beam.Reshuffle()  # bundles spread over the workers, cut by a buffer of 100 and at its end
+               | ClusterSignatures(NEAR_DISTANCE, cap=8, buffer=100)
                | beam.Map(lambda c: tuple(m.source_id for m in c.members)))
         assert_that(got, equal_to(expected))
         run(p)

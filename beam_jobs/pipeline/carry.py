@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.pipeline.common import Joined, count
+from beam_jobs.pipeline.common import Joined, count, summarized
 from beam_jobs.run.config import BuildConfig
 from shard_utils import storage
 from shard_utils.format.index import IndexFormatError
 from shard_utils.format.manifest import Manifest
 from shard_utils.sharding.carry import LatestGeneration, carried_splits, carry_shard, carry_tasks
 from shard_utils.sharding.copy_records import DamagedShard
-from shard_utils.sharding.runs import RunSummary, usable_counts
+from shard_utils.sharding.runs import usable_counts
 
 __all__ = ["CarryLatest"]
 
@@ -28,15 +28,18 @@ def _damaged(exc: BaseException) -> str:
 
 class CarryLatest(beam.PTransform):
     """Input: EncodedRun. Outputs: `runs` (CarriedRun) and `failure` (a line naming a damaged shard or index).
-    `dropped`: (split, run, position) of new records left out as duplicates."""
+    `dropped`: (split, run, position) of new records left out as duplicates or moved; `moved` (--near-dups
+    group): RunFiles of records moved into their split, which count there as the planner counts them."""
 
-    def __init__(self, config: BuildConfig, old: Manifest, latest: dict[str, LatestGeneration], run, dropped):
+    def __init__(self, config: BuildConfig, old: Manifest, latest: dict[str, LatestGeneration], run, dropped,
+                 moved=None):
         super().__init__()
         self.config, self.old, self.latest, self.run, self.dropped = config, old, latest, run, dropped
+        self.moved = moved
 
     def expand(self, runs):
         old, latest, unit = self.old, self.latest, self.config.num_cores * self.config.num_hosts
-        summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
+        summaries = summarized(runs, self.moved)
         tasks = ({"summaries": summaries, "dropped": self.dropped}
                  | "RunsAndDrops" >> Joined()
                  | "Tasks" >> beam.FlatMap(tasks_for, old, latest, unit).with_outputs("failure", main="tasks"))

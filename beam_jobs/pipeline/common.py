@@ -12,14 +12,16 @@ from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.local.pool import Crashed, Done, LocalPool, Outcome, Raised
 from beam_jobs.run.tally import NAMESPACE
+from shard_utils.sharding.runs import RunSummary
 
 __all__ = [
     "Keyed", "SINGLETON_FANOUT", "count", "rejected", "collected", "WithSingleton", "singleton_pairs", "Joined",
-    "windowed", "PooledDoFn"
+    "windowed", "PooledDoFn", "MOVED", "summarized"
 ]
 
 Keyed = tuple  # (split, order key, MediaItem): an item keyed for its run, from PlanLayout to EncodeRuns
 SINGLETON_FANOUT = 64  # keys WithSingleton spreads its input over (each gets a copy of the singleton)
+MOVED = -1  # the run number of a RunSummary of records moved in from another split (numbered after the split's own)
 
 
 def count(name: str, n: int = 1) -> None:
@@ -30,6 +32,16 @@ def rejected(entry: dict) -> beam.pvalue.TaggedOutput:
     """A rejection as the `rejected` output, counted by reason."""
     count(f"rejected_{entry['reason']}")
     return beam.pvalue.TaggedOutput("rejected", entry)
+
+
+def summarized(runs, moved=None):
+    """A RunSummary per encoded run, and (`moved`: RunFiles of records moved in from another split) one per moved
+    run, numbered MOVED: what each split's usable records are counted from, by the planner and the carry alike."""
+    summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
+    if moved is None:
+        return summaries
+    moved = moved | "SummarizeMoved" >> beam.Map(lambda f: RunSummary(f.split, MOVED, f))
+    return (summaries, moved) | "WithMoved" >> beam.Flatten()
 
 
 def collected(pcoll, label: str):

@@ -58,7 +58,7 @@ class ShardMedia(beam.PTransform):
         carry_failures: tuple[beam.PCollection, ...] = ()
         if self.grows is not None:
             latest = latest_generations(self.grows, cfg.num_cores * cfg.num_hosts)
-            carry = encoded.runs | "CarryLatest" >> CarryLatest(cfg, self.grows, latest, self.run, dropped)
+            carry = encoded.runs | "CarryLatest" >> CarryLatest(cfg, self.grows, latest, self.run, dropped, moved)
             carried, carry_failures = carry["runs"], (carry["failure"],)
         sharded = encoded.runs | "PlanShards" >> PlanShards(cfg, planned["layouts"], self.naming, dropped, carried,
                                                             latest, moved)

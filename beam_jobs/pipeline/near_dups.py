@@ -7,7 +7,7 @@
 
 The graph's nodes are distinct signatures: records of one signature are always in one cluster, so no record's
 fields move through the band step. Each bundle buffers its signatures (at most `band_partitions.MAX_BUFFER`)
-and sends them as one element per partition of band buckets (`band_partitions.cut`: 8 bytes a signature and
+and sends them as one element per partition of band buckets (`band_partitions.cut`: 10 bytes a signature and
 band); a partition's reducer verifies its buckets of two or more distinct signatures (at most
 `clusters.MAX_BUCKET` compared all pairs at once, more in blocks), and band 0's names the signatures more than
 one record has. The connected components are computed from the edges alone, by a combiner: each worker joins
@@ -135,7 +135,7 @@ def same_bytes_edges(grouped) -> Iterable[list]:
 
 
 class CutPartitions(beam.DoFn):
-    """(packed signature or None, Member) -> (partition, (signatures, repeated)): each bundle's signatures
+    """(packed signature or None, Member) -> (partition, (signatures, band values, repeated)): each bundle's signatures
     buffered (at most `limit`) and cut into band partitions (`band_partitions.cut`)."""
 
     def __init__(self, banding: Banding, limit: int):
@@ -156,13 +156,16 @@ class CutPartitions(beam.DoFn):
 
 
 def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[list]:
-    """A partition's edges between signature nodes, as one list (none when it has no near pairs)."""
+    """A partition's edges between signature nodes, in lists of at most `band_partitions.MAX_BUFFER` (none when it
+    has no near pairs): an element's size stays bounded however many pairs a partition holds."""
     partition, parts = grouped
     outcome = bp.reduce_partition(banding, partition, parts, cap)
-    count("near_dup_buckets_verified", outcome.buckets_verified)
-    count("near_dup_hot_buckets", outcome.hot_buckets)
-    if outcome.edges:
-        yield [((0, a), (0, b)) for a, b in outcome.edges]
+    for name, n in (("near_dup_buckets_verified", outcome.buckets_verified),
+                    ("near_dup_hot_buckets", outcome.hot_buckets)):
+        if n:  # a counter incremented by 0 is still reported: the build's counters line would name it as 0
+            count(name, n)
+    for start in range(0, len(outcome.edges), bp.MAX_BUFFER):
+        yield [((0, a), (0, b)) for a, b in outcome.edges[start:start + bp.MAX_BUFFER]]
 
 
 class ComponentsFn(beam.CombineFn):

@@ -13,7 +13,7 @@ from dataclasses import replace
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.common import Joined, collected
+from beam_jobs.pipeline.common import MOVED, Joined, collected, summarized
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import InternalError, PlanError
 from shard_utils.sharding import plan
@@ -25,9 +25,6 @@ from shard_utils.sharding.shards import RunCount, plan_split_shards
 from shard_utils.sharding.writer import ShardTask
 
 __all__ = ["PlanShards", "plan_shards"]
-
-MOVED = -1  # the run number of a RunSummary of records moved in from another split (numbered after the split's own)
-
 
 class PlanShards(beam.PTransform):
     """Input: EncodedRun. Outputs: ShardTask (main), `plans` ({split: SplitShards}, once) and `failure` (why the
@@ -47,10 +44,7 @@ class PlanShards(beam.PTransform):
         dropped = self.dropped if self.dropped is not None else p | "NothingDropped" >> beam.Create([])
         carried = self.carried if self.carried is not None else p | "NothingCarried" >> beam.Create([])
         config, naming, latest = self.config, self.naming, self.latest
-        summaries = runs | "Summarize" >> beam.Map(lambda r: RunSummary(r.split, r.run, r.file))
-        if self.moved is not None:
-            moved = self.moved | "SummarizeMoved" >> beam.Map(lambda f: RunSummary(f.split, MOVED, f))
-            summaries = (summaries, moved) | "WithMoved" >> beam.Flatten()
+        summaries = summarized(runs, self.moved)
         planned = ({"summaries": summaries, "layouts": self.layouts, "dropped": dropped, "carried": carried}
                    | "RunsLayoutsDrops" >> Joined()
                    | "Plan" >> beam.FlatMap(lambda found: plan_shards(found["summaries"], found["layouts"],
