@@ -21,7 +21,7 @@ and as PNG (decoded and re-encoded): the CPU of the encode step per image (`enco
 
 The last one measures the clustering's own CPU per record (`ClusterSignatures` on FnApiRunner in this process,
 on random signatures a tenth of them near copies): the CPU of `--cluster-records` records less that of a fifth of
-them, so the graph's fixed cost is left out.
+them, so the graph's fixed cost is left out; and the bytes per record its band step shuffles, in Beam's coder.
 """
 from __future__ import annotations
 
@@ -271,20 +271,44 @@ def cost_table(count: int, repeats: int) -> list[str]:
     return rows
 
 
-def cluster_cpu(count: int) -> float:
-    """CPU seconds of the clustering graph (band keys, buckets, verification, components) over `count` signed
-    records, in this process on FnApiRunner."""
-    import apache_beam as beam
-
-    from beam_jobs.pipeline.near_dups import ClusterSignatures, packed
+def cluster_records(count: int) -> list:
+    """(packed signature, Member) of `count` records, random signatures a tenth of them near copies."""
+    from beam_jobs.pipeline.near_dups import packed
     from shard_utils.quality.clusters import Member
 
     rng = np.random.default_rng(count)
     sigs = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True).tolist()
     for i in range(0, count - 1, 10):  # a tenth are near copies of their neighbour
         sigs[i + 1] = sigs[i] ^ sum(1 << int(b) for b in rng.choice(64, int(rng.integers(1, 9)), replace=False))
-    records = [(packed(s), Member(f"label{i % 2}/{i:06d}.jpg", "train", (f"label{i % 2}",), (0, i), f"{i:064x}"))
-               for i, s in enumerate(sigs)]
+    return [(packed(s), Member(f"label{i % 2}/{i:06d}.jpg", "train", (f"label{i % 2}",), (0, i), f"{i:064x}"))
+            for i, s in enumerate(sigs)]
+
+
+def shuffle_bytes(count: int) -> str:
+    """The bytes per record the band step's GroupByKey takes in (its elements in Beam's coder, key and value), for
+    `count` records in one bundle: what Dataflow's Shuffle would carry."""
+    from apache_beam.coders import coders
+
+    from shard_utils.quality import band_partitions as bp
+    from shard_utils.quality.clusters import Banding
+
+    coder = coders.FastPrimitivesCoder()
+    buffer = bp.PartitionBuffer(Banding(NEAR_DISTANCE), limit=count + 1)
+    for sig, _ in cluster_records(count):
+        buffer.add(sig)
+    parts = buffer.flush()
+    size = sum(len(coder.encode(pid)) + len(coder.encode(part)) for pid, part in parts)
+    return f"band step: {size / count:.0f} bytes per record through GroupPartition ({len(parts)} elements)"
+
+
+def cluster_cpu(count: int) -> float:
+    """CPU seconds of the clustering graph (band partitions, verification, components, members joined) over
+    `count` signed records, in this process on FnApiRunner."""
+    import apache_beam as beam
+
+    from beam_jobs.pipeline.near_dups import ClusterSignatures
+
+    records = cluster_records(count)
     start = time.process_time()
     with beam.Pipeline(runner="FnApiRunner") as p:
         _ = p | beam.Create(records) | ClusterSignatures(NEAR_DISTANCE) | beam.combiners.Count.Globally()
@@ -322,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(cost_table(args.build_images, args.repeats)))
     if args.cluster_records:
         print("\n".join(cluster_cost(args.cluster_records, args.repeats)))
+        print(shuffle_bytes(args.cluster_records))
     return 0
 
 

@@ -52,18 +52,6 @@ def test_measured_recall_matches_the_formula(d):
         assert found == 1.0  # pigeonhole: 4 disjoint bands, 3 flips
 
 
-@pytest.mark.parametrize("threshold", [0, 3, 10, 12])
-def test_per_record_band_keys_are_the_vectorised_band_values(threshold):
-    """The table look-up `keys` (one record at a time, as the Beam job cuts them) and the numpy `band_values`
-    (the one-process reference) give the same keys, the extreme signatures included."""
-    banding, rng = Banding(threshold), np.random.default_rng(threshold)
-    sigs = np.concatenate([np.array([0, 1, 2**63, 2**64 - 1], dtype=np.uint64),
-                           rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True)])
-    expected = [[(band << cl.BAND_BITS) | int(v) for band, v in enumerate(row)] for row in banding.band_values(sigs)]
-    assert [list(banding.keys(int(s))) for s in sigs] == expected
-    assert len(expected[0]) == banding.bands
-
-
 def brute_force_forest(records, threshold):
     forest = UnionFind()
     for i, (s, m) in enumerate(records):

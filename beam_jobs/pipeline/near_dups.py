@@ -1,18 +1,24 @@
 """FindNearDuplicates (--near-dups): clusters of records whose perceptual signatures are a few bits apart.
 
-    records ─► GroupSameSignature ─► band keys ─► GroupBand ─► verify pairs ─► edges ─► Components ─► clusters
-               (equal signatures:     (68 per     (one bucket   (full Hamming   (a spanning
-                one representative)    signature)  per worker)   distance)       forest each)
+    records ─► Partitions ─► GroupPartition ─► Verify ─► edges ─► Components ─► InComponent ─► GroupCluster
+               (a bundle's    (one partition    (buckets of     (a spanning  ({node:        (records of a
+                signatures:    of band buckets   2+ distinct     forest)      component})    component)
+                numpy arrays)  per worker)       signatures)
 
-No worker holds every signature: a band bucket holds the distinct signatures that share one band's 16 bits
-(at most `clusters.MAX_BUCKET` are compared all pairs at once, more in blocks), and a group of equal
-signatures is read twice as it streams (its smallest member, then an edge to each other), never gathered.
-The connected components are computed from the edges alone, by a combiner: each worker joins the edges it
-has into a union-find, and one worker merges those forests. Edges are few (at most one per record in a
-cluster per band, after each bucket is reduced to a spanning forest) and so is that forest: it holds the
-records that are in some cluster, never the others. Iterative label propagation would spread that too, but
-needs as many rounds as a cluster's chain is long; a forest merge is exact in one pass. At 10^7 simulated
-signatures the largest band bucket held 219 (docs/near-duplicates.md, `benchmarks/scale_sim/near_dups.py`).
+The graph's nodes are distinct signatures: records of one signature are always in one cluster, so no record's
+fields move through the band step. Each bundle buffers its signatures (at most `band_partitions.MAX_BUFFER`)
+and sends them as one element per partition of band buckets (`band_partitions.cut`: 8 bytes a signature and
+band); a partition's reducer verifies its buckets of two or more distinct signatures (at most
+`clusters.MAX_BUCKET` compared all pairs at once, more in blocks), and band 0's names the signatures more than
+one record has. The connected components are computed from the edges alone, by a combiner: each worker joins
+the edges it has into a union-find, and one worker merges those forests. Edges are few (at most one per
+signature in a cluster per band) and so is that forest: it holds the nodes in some cluster, never the others.
+Iterative label propagation would spread that too, but needs as many rounds as a cluster's chain is long; a
+forest merge is exact in one pass. The forest, as {node: component number}, is a side input that every record
+looks its signature up in; only records in some cluster go on to GroupCluster. With `--dedup` a SHA-256 shared
+by two or more records is a node too (GroupSameBytes), linked to their signatures. At 10^7 simulated
+signatures the largest of 272 partitions held 2.5 million signatures, 25 MB (docs/near-duplicates.md,
+`benchmarks/scale_sim/near_dups.py`).
 
 ActOnClusters then says what `--near-dups` (and `--dedup`) does with each cluster (`quality.cluster_actions`):
 findings, records dropped where they lie, records moved. MoveRecords copies the moved records, run by run,
@@ -23,11 +29,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.pipeline.common import count, rejected
 from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.format.labels import label_order
+from shard_utils.quality import band_partitions as bp
 from shard_utils.quality import cluster_actions as actions
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind
@@ -42,10 +50,6 @@ Signed = tuple  # (signature as 8 big-endian bytes, Member): Beam's int coder ta
 
 def packed(signature: int) -> bytes:
     return signature.to_bytes(8, "big")
-
-
-def unpacked(signature: bytes) -> int:
-    return int.from_bytes(signature, "big")
 
 
 def signature_of(value) -> int | None:
@@ -69,38 +73,40 @@ class FindNearDuplicates(beam.PTransform):
         members = runs | "Members" >> beam.FlatMap(run_members)
         if self.existing is not None:
             members = (members, self.existing) | "WithDataset" >> beam.Flatten()
-        signed = members | "Signed" >> beam.Filter(lambda sm: sm[0] is not None)
         same_bytes = None
         if self.exact:
             same_bytes = (members
-                          | "BySha256" >> beam.Map(lambda sm: (sm[1].sha256, sm[1]))
+                          | "BySha256" >> beam.MapTuple(lambda sig, m: (m.sha256, sig))
                           | "GroupSameBytes" >> beam.GroupByKey()
-                          | "SameBytes" >> beam.FlatMap(collapse).with_outputs("edges", main="first")).edges
-        return signed | "Cluster" >> ClusterSignatures(self.threshold, self.cap, same_bytes)
+                          | "SameBytes" >> beam.FlatMap(same_bytes_edges))
+        return members | "Cluster" >> ClusterSignatures(self.threshold, self.cap, same_bytes)
 
 
 class ClusterSignatures(beam.PTransform):
-    """Input: (packed signature, Member). Output: Cluster, one element each. `cap`: the distinct signatures of a
-    band bucket compared all pairs at once (`clusters.verified_edges`); `edges`: more (Member, Member) links."""
+    """Input: (packed signature or None, Member). Output: Cluster, one element each. `cap`: the distinct
+    signatures of a band bucket compared all pairs at once (`clusters.verified_edges`); `edges`: more links
+    between nodes (lists of (node, node): a signature's `node_of`, or a SHA-256's), which also bring unsigned
+    records into clusters."""
 
-    def __init__(self, threshold: int, cap: int = cl.MAX_BUCKET, edges=None):
+    def __init__(self, threshold: int, cap: int = cl.MAX_BUCKET, edges=None, buffer: int = bp.MAX_BUFFER):
         super().__init__()
-        self.banding, self.cap, self.edges = Banding(threshold), cap, edges
+        self.banding, self.cap, self.edges, self.buffer = Banding(threshold), cap, edges, buffer
 
-    def expand(self, signed):
-        banding, cap = self.banding, self.cap
-        same = (signed
-                | "GroupSameSignature" >> beam.GroupByKey()
-                | "Collapse" >> beam.FlatMap(collapse).with_outputs("edges", main="distinct"))
-        near = (same.distinct
-                | "BandKeys" >> beam.FlatMap(band_keys, banding)
-                | "GroupBand" >> beam.GroupByKey()
-                | "Verify" >> beam.FlatMap(verify_bucket, banding.threshold, cap))
+    def expand(self, members):
+        banding = self.banding
+        near = (members
+                | "Partitions" >> beam.ParDo(CutPartitions(banding, self.buffer))
+                | "GroupPartition" >> beam.GroupByKey()
+                | "Verify" >> beam.FlatMap(verify_partition, banding, self.cap))
         more = () if self.edges is None else (self.edges,)
-        return ((same.edges, near, *more)
-                | "AllEdges" >> beam.Flatten()
-                | "Components" >> beam.CombineGlobally(ComponentsFn()).without_defaults()
-                | "Clusters" >> beam.FlatMap(lambda found: found))
+        components = ((near, *more)
+                      | "AllEdges" >> beam.Flatten()
+                      | "Components" >> beam.CombineGlobally(ComponentsFn()).without_defaults())
+        return (members
+                | "InComponent" >> beam.FlatMap(in_component, beam.pvalue.AsSingleton(components, default_value={}),
+                                                self.edges is not None)
+                | "GroupCluster" >> beam.GroupByKey()
+                | "Clusters" >> beam.FlatMapTuple(cluster_of))
 
 
 def run_members(encoded: EncodedRun) -> Iterable[Signed]:
@@ -114,65 +120,92 @@ def run_members(encoded: EncodedRun) -> Iterable[Signed]:
                Member(meta.source_id, encoded.split, tuple(meta.labels), (encoded.run, position), meta.sha256))
 
 
-def collapse(grouped) -> Iterable:
-    """Records of one signature: the first member (by Member order) goes on to the bands; each other is joined
-    to it by an edge (tagged `edges`). The group is read twice as it streams, never held."""
-    sig, members = grouped
-    first = min(members)
-    yield sig, first
-    for m in members:
-        if m != first:
-            yield beam.pvalue.TaggedOutput("edges", (first, m))
+def node_of(sig: bytes) -> tuple[int, int]:
+    """A signature's node in the clusters' graph: (0, its int64 value)."""
+    return 0, int.from_bytes(sig, "big", signed=True)
 
 
-def band_keys(signed: Signed, banding: Banding) -> list[tuple[int, tuple]]:
-    """(band key, (packed signature, the member's fields)) for each band: plain ints, bytes and tuples, which
-    Beam's coder writes natively (a Member would be pickled once per band)."""
-    sig, m = signed
-    fields = (m.source_id, m.split, m.labels, m.where, m.sha256)
-    value = (sig, fields)
-    return [(key, value) for key in banding.keys(unpacked(sig))]
+def same_bytes_edges(grouped) -> Iterable[list]:
+    """Records of one SHA-256 (two or more): their bytes' node (1, sha256), linked to each signature's node."""
+    sha256, sigs = grouped
+    sigs = list(sigs)
+    if len(sigs) > 1:
+        node = (1, sha256)
+        yield [(node, node)] + [(node, node_of(s)) for s in sorted(set(sigs) - {None})]
 
 
-def verify_bucket(grouped, threshold: int, cap: int) -> Iterable[tuple[Member, Member]]:
-    """The near pairs of one band bucket (of `band_keys` values), as a spanning forest: (member, member) edges."""
-    _, signed = grouped
-    members = {fields[0]: (sig, fields) for sig, fields in signed}
-    if len(members) < 2:
-        return
-    count("near_dup_buckets_verified")
-    outcome = cl.verified_edges(((unpacked(sig), source_id) for source_id, (sig, _) in members.items()),
-                                threshold, cap)
-    if outcome.blocks > 1:
-        count("near_dup_hot_buckets")
-    for a, b in outcome.edges:
-        yield Member(*members[a][1]), Member(*members[b][1])
+class CutPartitions(beam.DoFn):
+    """(packed signature or None, Member) -> (partition, (signatures, repeated)): each bundle's signatures
+    buffered (at most `limit`) and cut into band partitions (`band_partitions.cut`)."""
+
+    def __init__(self, banding: Banding, limit: int):
+        self.banding, self.limit = banding, limit
+        self.buffer = bp.PartitionBuffer(banding, limit)
+
+    def start_bundle(self):
+        self.buffer = bp.PartitionBuffer(self.banding, self.limit)
+
+    def process(self, signed: Signed):
+        sig = signed[0]
+        if sig is not None:
+            yield from self.buffer.add(sig)
+
+    def finish_bundle(self):
+        for part in self.buffer.flush():
+            yield GlobalWindows.windowed_value(part)
+
+
+def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[list]:
+    """A partition's edges between signature nodes, as one list (none when it has no near pairs)."""
+    partition, parts = grouped
+    outcome = bp.reduce_partition(banding, partition, parts, cap)
+    count("near_dup_buckets_verified", outcome.buckets_verified)
+    count("near_dup_hot_buckets", outcome.hot_buckets)
+    if outcome.edges:
+        yield [((0, a), (0, b)) for a, b in outcome.edges]
 
 
 class ComponentsFn(beam.CombineFn):
-    """Edges joined into clusters: each accumulator a union-find over source ids and the members it saw."""
+    """Edges (lists of node pairs) joined into components: {node: component number}, only the nodes in some
+    cluster. Each accumulator is a union-find; one worker merges them."""
 
     def create_accumulator(self):
-        return UnionFind(), {}
+        return UnionFind()
 
-    def add_input(self, acc, edge: tuple[Member, Member]):
-        forest, members = acc
-        a, b = edge
-        members[a.source_id], members[b.source_id] = a, b
-        forest.union(a.source_id, b.source_id)
-        return acc
+    def add_input(self, forest, edges: list):
+        for a, b in edges:
+            forest.union(a, b)
+        return forest
 
     def merge_accumulators(self, accs):
         accs = list(accs)
-        forest, members = accs[0]
-        for other_forest, other_members in accs[1:]:
-            forest.merge(other_forest)
-            members.update(other_members)
-        return forest, members
+        for other in accs[1:]:
+            accs[0].merge(other)
+        return accs[0]
 
-    def extract_output(self, acc) -> list[Cluster]:
-        forest, members = acc
-        return cl.clusters_of(forest, members)
+    def extract_output(self, forest) -> dict:
+        return {node: number for number, group in enumerate(forest.groups(alone=True)) for node in group}
+
+
+def in_component(signed: Signed, components: dict, exact: bool) -> Iterable[tuple[int, Member]]:
+    """(component number, Member) of a record in some cluster: by its signature's node, else (`exact`) its
+    bytes'."""
+    sig, m = signed
+    found = components.get(node_of(sig)) if sig is not None else None
+    if found is None and exact:
+        found = components.get((1, m.sha256))
+    if found is not None:
+        yield found, m
+
+
+def cluster_of(_, members: Iterable[Member]) -> Iterable[Cluster]:
+    """A component's records as a Cluster, sorted by source id (none when only one record is in it)."""
+    by_id: dict[str, Member] = {}
+    for m in members:
+        if m.source_id not in by_id or m < by_id[m.source_id]:
+            by_id[m.source_id] = m
+    if len(by_id) > 1:
+        yield Cluster(tuple(by_id[x] for x in sorted(by_id)))
 
 
 class ActOnClusters(beam.PTransform):

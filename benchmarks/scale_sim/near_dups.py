@@ -6,10 +6,13 @@ The signatures stand in for a real collection's: most random; 3 % in families of
 flipped from the family's first); 1 % one flat signature (0: a blank image's DCT bits); 5 % around 1,000
 "look-alike" prototypes (14 bits flipped each: not near-duplicates, but they crowd band buckets). What the job's
 steps would hold is computed with the job's own code (`shard_utils.quality.clusters`): the largest group of equal
-signatures (streamed, never held), the largest band bucket of distinct signatures (held: `GroupBand`, compared
-in blocks of MAX_BUCKET), the pairs compared over all buckets, the planted pairs found (against the formula),
-and the union-find the one merging worker holds (`ComponentsFn`: only records in clusters). The time to verify
-a band bucket takes is measured on 2,000 of them with `verified_edges` and multiplied out.
+signatures, the largest band bucket of distinct signatures (compared in blocks of MAX_BUCKET), the largest
+partition one reducer holds (`GroupPartition`: its signatures and band values, for each choice of
+PARTITION_BITS; the job's is `band_partitions.PARTITION_BITS`), the pairs compared over all buckets, the planted
+pairs found (against the formula), and the union-find the one merging worker holds (`ComponentsFn`: only
+signatures in clusters). The time a band bucket takes is measured on 2,000 of them with `verified_edges` and
+multiplied out; one whole partition (the job's `reduce_partition`) and one full buffer (`cut`) are timed, with
+their peak memory (tracemalloc).
 """
 from __future__ import annotations
 
@@ -17,12 +20,14 @@ import argparse
 import pickle
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
+from shard_utils.quality import band_partitions as bp  # noqa: E402
 from shard_utils.quality import clusters as cl  # noqa: E402
 from shard_utils.quality.signature import NEAR_DISTANCE  # noqa: E402
 
@@ -73,9 +78,14 @@ def measure(n: int) -> dict:
     largest_bucket, pairs_compared, blocks_over_cap, buckets = 0, 0, 0, 0
     found = np.zeros(len(copies), dtype=bool)
     hottest = None
+    partition_bits = (0, 1, 2, 3, 4)
+    largest_partition = dict.fromkeys(partition_bits, 0)
     for band in range(banding.bands):
         column = banding.band_values(distinct, slice(band, band + 1))[:, 0]
         counts = np.bincount(column, minlength=1 << cl.BAND_BITS).astype(np.int64)
+        for bits in partition_bits:
+            per = counts.reshape(1 << bits, -1).sum(axis=1).max()
+            largest_partition[bits] = max(largest_partition[bits], int(per))
         top = int(counts.argmax())
         if counts[top] > largest_bucket:
             largest_bucket, hottest = int(counts[top]), (band, top)
@@ -92,20 +102,25 @@ def measure(n: int) -> dict:
     cuts = np.flatnonzero(np.diff(column[order])) + 1
     groups = [g for g in np.split(order, cuts) if len(g) > 1][:SAMPLE]
     held = [[(int(distinct[i]), f"gs://sim/{i:09d}.jpg") for i in g] for g in groups]
-    t = time.perf_counter()
+    t = time.process_time()
     for members in held:
         cl.verified_edges(members, NEAR_DISTANCE)
-    per_bucket = (time.perf_counter() - t) / max(1, len(groups))
+    per_bucket = (time.process_time() - t) / max(1, len(groups))
+    parts = parts_of(banding, sigs)
+    partition_held = sum(len(a) + len(b) + len(c) for a, b, c in parts)
+    reduce_s, reduce_peak, edges = timed(lambda: bp.reduce_partition(banding, 0, parts).edges)
+    buffer = sigs[:bp.MAX_BUFFER]
+    cut_s, cut_peak, _ = timed(lambda: bp.cut(banding, buffer))
     band, value = hottest
     column = banding.band_values(distinct, slice(band, band + 1))[:, 0]
     bucket = [(int(s), f"gs://sim/{i:09d}.jpg") for i, s in enumerate(distinct[column == value][:cl.MAX_BUCKET])]
-    # the one merging worker's union-find: planted pairs found and the flat group's members
+    # the one merging worker's union-find over signature nodes: planted pairs found and the flat signature
     forest = cl.UnionFind()
+    nodes = bp.signed(sigs)
     for i, j in zip(first_of[found].tolist(), copies[found].tolist(), strict=True):
-        forest.union(f"gs://sim/{i:09d}.jpg", f"gs://sim/{j:09d}.jpg")
-    flat_ids = np.nonzero(sigs == 0)[0]
-    for j in flat_ids[1:].tolist():
-        forest.union(f"gs://sim/{flat_ids[0]:09d}.jpg", f"gs://sim/{j:09d}.jpg")
+        forest.union((0, nodes[i]), (0, nodes[j]))
+    forest.union((0, 0), (0, 0))
+    clustered = int(np.isin(sigs, np.array([n for _, n in forest.parent], dtype=np.int64).view(np.uint64)).sum())
     bucket_bytes = len(pickle.dumps([(s.to_bytes(8, "big"), cl.Member(i, "train", (17,), (1234, 56),
                                                                        "f" * 64)) for s, i in bucket]))
     recall = {int(d): float(found[flips == d].mean()) for d in np.unique(flips)}
@@ -115,8 +130,35 @@ def measure(n: int) -> dict:
             "verify_cpu_s": buckets * per_bucket, "us_per_bucket": per_bucket * 1e6, "buckets": buckets,
             "planted_pairs": len(copies), "recall_by_distance": recall,
             "expected_at_threshold": banding.recall(NEAR_DISTANCE),
-            "merge_records": len(forest.parent), "merge_bytes": len(pickle.dumps(forest.parent)),
+            "merge_nodes": len(forest.parent), "merge_records": clustered,
+            "merge_bytes": len(pickle.dumps(forest.parent)),
+            "largest_partition": largest_partition, "partitions": bp.partition_count(banding),
+            "reduce_s": reduce_s, "reduce_peak": reduce_peak, "partition_held": partition_held, "reduce_edges": edges,
+            "cut_s": cut_s, "cut_peak": cut_peak,
             "seconds": time.perf_counter() - start}
+
+
+def parts_of(banding: cl.Banding, sigs: np.ndarray) -> list:
+    """What partition 0 (band 0, values below 2**(16 - PARTITION_BITS)) receives from every buffer of MAX_BUFFER
+    signatures, as the job cuts them (each buffer cut only where it lands there: the same part)."""
+    out = []
+    for start in range(0, len(sigs), bp.MAX_BUFFER):
+        buffer = sigs[start:start + bp.MAX_BUFFER]
+        lands = banding.band_values(buffer, slice(0, 1))[:, 0] >> (cl.BAND_BITS - bp.PARTITION_BITS) == 0
+        out += [part for pid, part in bp.cut(banding, buffer[lands]) if pid == 0]
+    return out
+
+
+def timed(make) -> tuple[float, int, int]:
+    """(seconds, peak bytes allocated, len of its result) of make(), run twice: timed, then traced."""
+    t = time.process_time()
+    result = make()
+    seconds = time.process_time() - t
+    tracemalloc.start()
+    make()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, len(result)
 
 
 def main() -> None:
@@ -135,7 +177,15 @@ def main() -> None:
               f"({r['us_per_bucket']:.0f} µs each, measured: {r['verify_cpu_s']:.0f} CPU s in all)\n"
               f"  planted pairs found by distance: {recall} (formula at {NEAR_DISTANCE}: "
               f"{r['expected_at_threshold']:.3f})\n"
-              f"  merge (one worker): {r['merge_records']:,} records in clusters, {r['merge_bytes']:,} pickled bytes\n"
+              f"  largest partition (one reducer; 8 + 2 bytes a signature): "
+              + ", ".join(f"{r['largest_partition'][b]:,} signatures at {r['bands'] << b} partitions"
+                          for b in sorted(r['largest_partition'])) + "\n"
+              f"  partition 0 of {r['partitions']} ({r['partition_held'] / 1e6:.1f} MB of parts) reduced: "
+              f"{r['reduce_s']:.2f} CPU s, peak {r['reduce_peak'] / 1e6:.0f} MB allocated, {r['reduce_edges']:,} "
+              f"edges; a buffer of {bp.MAX_BUFFER:,} cut: {r['cut_s'] * 1e3:.0f} CPU ms, peak "
+              f"{r['cut_peak'] / 1e6:.0f} MB\n"
+              f"  merge (one worker): {r['merge_nodes']:,} signature nodes ({r['merge_records']:,} records) in "
+              f"clusters, {r['merge_bytes']:,} pickled bytes\n"
               f"  simulated in {r['seconds']:.0f} s")
 
 

@@ -25,8 +25,7 @@ same ids whatever the order the pairs arrive in.
 from __future__ import annotations
 
 import hashlib
-import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from math import comb, log
@@ -113,35 +112,6 @@ class Banding:
             out |= bit.astype(np.uint32) << np.uint32(i)
         return out.astype(np.uint16)
 
-    def keys(self, signature: int) -> tuple[int, ...]:
-        """The band keys of one signature: band number << 16 | band value (one int each), the same as
-        `band_values` gives, from one table look-up per byte of the signature (the per-record path)."""
-        tables, base, unpack = self._key_tables
-        packed = base
-        for table in tables:
-            packed |= table[signature & 0xFF]
-            signature >>= 8
-        return unpack(packed.to_bytes(4 * self.bands, "little"))
-
-    @cached_property
-    def _key_tables(self) -> tuple[list[list[int]], int, Callable[[bytes], tuple[int, ...]]]:
-        """Per byte of a signature, its 256 values' contributions to every band key at once: key b is the 32 bits
-        at 32 b of one big int, whose high half (the band number, `base`) is fixed."""
-        positions = _bit_orders(self.permutations).reshape(self.bands, BAND_BITS).tolist()
-        bit_of = [0] * BITS  # input bit -> the key bits it sets, as one big int
-        for band, order in enumerate(positions):
-            for i, position in enumerate(order):
-                bit_of[position] |= 1 << (32 * band + i)
-        tables = []
-        for byte in range(BITS // 8):
-            table = [0] * 256
-            for value in range(1, 256):
-                low = value & -value
-                table[value] = table[value ^ low] | bit_of[8 * byte + low.bit_length() - 1]
-            tables.append(table)
-        base = sum(band << (32 * band + BAND_BITS) for band in range(self.bands))
-        return tables, base, struct.Struct(f"<{self.bands}I").unpack
-
 
 @dataclass(frozen=True)
 class BucketOutcome:
@@ -226,12 +196,12 @@ class UnionFind:
             if root != x:
                 yield root, x
 
-    def groups(self) -> list[list[str]]:
-        """Every set of two or more, each sorted, in the order of their smallest id."""
+    def groups(self, alone: bool = False) -> list[list[str]]:
+        """Every set of two or more (`alone`: and of one), each sorted, in the order of their smallest id."""
         out: dict[str, list[str]] = {}
         for x in sorted(self.parent):
             out.setdefault(self.find(x), []).append(x)
-        return [members for _, members in sorted(out.items()) if len(members) > 1]
+        return [members for _, members in sorted(out.items()) if alone or len(members) > 1]
 
 
 @dataclass(frozen=True, order=True)

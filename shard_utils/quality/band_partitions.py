@@ -1,0 +1,143 @@
+"""Band buckets moved as numpy arrays, a partition at a time: how the distributed clustering
+(beam_jobs.pipeline.near_dups) shuffles signatures (pure functions).
+
+The graph's nodes are distinct signatures, not records: records of one signature always end in one cluster, so
+a record only joins its signature's component at the end, and no record's fields travel with its band keys. A
+worker buffers signatures (at most `MAX_BUFFER`, so its memory is bounded whatever its bundle's size) and cuts
+them, all bands at once, into partitions: partition p holds band `p >> PARTITION_BITS`'s buckets whose 16-bit
+value starts with the bits `p & (2**PARTITION_BITS - 1)`, so every bucket lies whole in one partition. What one
+buffer puts in one partition is one element: its distinct signatures and their band values as arrays (10
+bytes a signature), and in band 0's partitions the signatures that occurred more than once in the buffer. A
+partition's reducer sorts what it received into buckets and verifies those of two or more distinct signatures
+(two at once with numpy, more with `clusters.verified_edges`, hot buckets in blocks); band 0's reducers also
+name the signatures more than one record has (a node standing alone: a cluster of equal signatures), so a
+signature shared by thousands of records is one entry per buffer, never a bucket of thousands.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shard_utils.quality.clusters import BAND_BITS, MAX_BUCKET, Banding, verified_edges
+
+__all__ = ["MAX_BUFFER", "PARTITION_BITS", "Part", "PartitionBuffer", "PartitionOutcome", "cut", "partition_count",
+           "reduce_partition", "signed"]
+
+PARTITION_BITS = 2  # each band's buckets in 4 partitions: 272 at 68 bands (docs/near-duplicates.md)
+MAX_BUFFER = 10_000  # signatures a worker holds before cutting them: about 13 MB at the peak
+
+Part = tuple[int, tuple[bytes, bytes, bytes]]  # (partition, (signatures: uint64, their band values: uint16, repeated))
+
+
+def partition_count(banding: Banding, bits: int = PARTITION_BITS) -> int:
+    return banding.bands << bits
+
+
+def signed(signatures: np.ndarray) -> list:
+    """uint64 signatures as Python ints in int64's range, which Beam's coder writes natively (a node's name)."""
+    return np.asarray(signatures, dtype=np.uint64).view(np.int64).tolist()
+
+
+def cut(banding: Banding, signatures: np.ndarray, bits: int = PARTITION_BITS) -> list[Part]:
+    """Buffered signatures (uint64, repeats allowed) cut into their partitions, in partition order: only those
+    that some signature falls in. A part holds its distinct signatures in (band value, signature) order, their
+    values, and in band 0 those repeated in the buffer. The same signatures give the same parts (a retried
+    bundle re-sends them)."""
+    distinct, counts = np.unique(np.asarray(signatures, dtype=np.uint64), return_counts=True)
+    if not len(distinct):
+        return []
+    repeated = distinct[counts > 1]
+    values = banding.band_values(distinct)
+    highs = np.arange(1, (1 << bits) + 1) << (BAND_BITS - bits)
+    parts: list[Part] = []
+    for band in range(banding.bands):
+        order = np.argsort(values[:, band], kind="stable")  # distinct is sorted: (value, signature) order
+        column, sigs = values[order, band], distinct[order]
+        ends = np.searchsorted(column, highs, side="left").tolist()
+        start = 0
+        for high, end in enumerate(ends):
+            if end > start:
+                again = (np.intersect1d(sigs[start:end], repeated, assume_unique=True) if band == 0 and len(repeated)
+                         else sigs[:0])
+                parts.append(((band << bits) | high,
+                              (sigs[start:end].tobytes(), column[start:end].tobytes(), again.tobytes())))
+            start = end
+    return parts
+
+
+class PartitionBuffer:
+    """Signatures (8 big-endian bytes each) held until `limit` of them or the bundle's end, then cut into parts:
+    a worker's memory stays bounded whatever its bundle's size."""
+
+    def __init__(self, banding: Banding, limit: int = MAX_BUFFER, bits: int = PARTITION_BITS):
+        if limit < 1:
+            raise ValueError(f"a partition buffer holds at least 1 signature, not {limit}")
+        self.banding, self.limit, self.bits = banding, limit, bits
+        self.held: list[bytes] = []
+
+    def add(self, signature: bytes) -> list[Part]:
+        """The parts of the buffer when this signature fills it, else none (it is held)."""
+        self.held.append(signature)
+        return self.flush() if len(self.held) >= self.limit else []
+
+    def flush(self) -> list[Part]:
+        """The held signatures' parts; the buffer is empty after."""
+        if not self.held:
+            return []
+        sigs = np.frombuffer(b"".join(self.held), dtype=">u8").astype(np.uint64)
+        self.held = []
+        return cut(self.banding, sigs, self.bits)
+
+
+@dataclass
+class PartitionOutcome:
+    """A partition's near pairs, as spanning-forest edges between signatures (int64 view: `signed`), each
+    signature more than one record has as an edge to itself, and the buckets it verified."""
+
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    buckets_verified: int = 0
+    hot_buckets: int = 0
+
+
+def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[bytes, bytes, bytes]],
+                     cap: int = MAX_BUCKET, bits: int = PARTITION_BITS) -> PartitionOutcome:
+    """The edges of one partition's buckets, from every part sent to it (any order, any number of buffers)."""
+    sig_chunks, value_chunks, again = [], [], []
+    for raw_sigs, raw_values, raw_repeated in parts:
+        sig_chunks.append(np.frombuffer(raw_sigs, dtype=np.uint64))
+        value_chunks.append(np.frombuffer(raw_values, dtype=np.uint16))
+        again.append(np.frombuffer(raw_repeated, dtype=np.uint64))
+    out = PartitionOutcome()
+    if not sig_chunks:
+        return out
+    sigs, values = sig_chunks[0], value_chunks[0]
+    first = np.ones(len(sigs), dtype=bool)
+    if len(sig_chunks) > 1:  # one part is already in (value, signature) order, each signature once
+        sigs, values = np.concatenate(sig_chunks), np.concatenate(value_chunks)
+        order = np.lexsort((sigs, values))
+        sigs, values = sigs[order], values[order]
+        first = np.r_[True, sigs[1:] != sigs[:-1]]  # a signature's copies are adjacent: it has one value
+    if partition >> bits == 0:  # equal signatures: named once, from one band, whatever number of records share them
+        alone = np.union1d(sigs[np.flatnonzero(~first)], np.concatenate(again))
+        out.edges += [(s, s) for s in signed(alone)]
+        sigs, values = sigs[first], values[first]
+    elif len(sig_chunks) > 1:
+        sigs, values = sigs[first], values[first]
+    if len(sigs) < 2:
+        return out
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    sizes = np.diff(np.r_[starts, len(values)])
+    out.buckets_verified = int((sizes > 1).sum())
+    pairs = starts[sizes == 2]  # most buckets: two signatures, compared at once
+    a, b = sigs[pairs], sigs[pairs + 1]
+    near = np.bitwise_count(a ^ b) <= banding.threshold
+    out.edges += zip(signed(a[near]), signed(b[near]), strict=True)
+    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist(), strict=True):
+        outcome = verified_edges(((s, s) for s in sigs[start:start + size].tolist()), banding.threshold, cap)
+        out.hot_buckets += outcome.blocks > 1
+        if outcome.edges:
+            edges = np.array(outcome.edges, dtype=np.uint64).reshape(-1, 2)
+            out.edges += [(x, y) for x, y in signed(edges)]
+    return out

@@ -1,0 +1,182 @@
+"""Band buckets moved a partition at a time (shard_utils.quality.band_partitions, beam_jobs.pipeline.near_dups):
+every bucket whole in one partition, a bounded buffer, equal signatures named once, and the clusters of the
+one-process reference whatever the buffers' sizes."""
+from __future__ import annotations
+
+import random
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+from steps import created, pipeline, run
+
+from beam_jobs.pipeline.near_dups import ComponentsFn, CutPartitions, cluster_of, in_component, packed, verify_partition
+from shard_utils.quality import band_partitions as bp
+from shard_utils.quality import clusters as cl
+from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind, find_clusters
+
+THRESHOLD = 10
+BANDING = Banding(THRESHOLD)
+
+
+def records(n: int, seed: int, flat: int = 30) -> list[tuple[int, Member]]:
+    """n random signatures, a tenth with a copy 0-9 bits away, 3 look-alikes 14 bits from one prototype (a
+    crowded bucket), and `flat` records of one signature (0)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        s = rng.getrandbits(64)
+        out.append((s, Member(f"a{i:05d}", "train", (), (0, i))))
+        if i % 10 == 0:
+            for b in rng.sample(range(64), rng.randrange(0, 10)):
+                s ^= 1 << b
+            out.append((s, Member(f"b{i:05d}", "validation", (), (1, i))))
+    proto = rng.getrandbits(64)
+    for i in range(3):
+        s = proto
+        for b in rng.sample(range(64), 14):
+            s ^= 1 << b
+        out.append((s, Member(f"look{i}", "train", (), (3, i))))
+    return out + [(0, Member(f"flat{i:02d}", "train", (), (2, i))) for i in range(flat)]
+
+
+def sigs_of(recs) -> np.ndarray:
+    return np.array([s for s, _ in recs], dtype=np.uint64)
+
+
+def reduced_clusters(recs, buffer: int, cap: int = 4096) -> list[tuple[str, ...]]:
+    """The clusters the partitions give: every buffer cut, each partition reduced, records joined by their
+    signature's component (what ClusterSignatures does, without Beam)."""
+    parts: dict[int, list] = {}
+    for start in range(0, len(recs), buffer):
+        for pid, part in bp.cut(BANDING, sigs_of(recs[start:start + buffer])):
+            parts.setdefault(pid, []).append(part)
+    forest = UnionFind()
+    for pid, got in parts.items():
+        for a, b in bp.reduce_partition(BANDING, pid, got, cap).edges:
+            forest.union(a, b)
+    groups: dict[int, list[str]] = {}
+    for s, m in recs:
+        node = int(np.array([s], dtype=np.uint64).view(np.int64)[0])
+        if node in forest.parent:
+            groups.setdefault(forest.find(node), []).append(m.source_id)
+    return sorted(tuple(sorted(g)) for g in groups.values() if len(g) > 1)
+
+
+def expected(recs, cap: int = 4096) -> list[tuple[str, ...]]:
+    return sorted(tuple(m.source_id for m in c.members) for c in find_clusters(recs, THRESHOLD, cap))
+
+
+def test_every_bucket_lies_whole_in_one_partition_with_its_band_values():
+    sigs = sigs_of(records(300, 1))
+    parts = bp.cut(BANDING, sigs)
+    distinct, counts = np.unique(sigs, return_counts=True)
+    repeated = set(distinct[counts > 1].tolist())
+    assert 0 in repeated and len(repeated) > 1  # the flat signature and copies 0 bits away
+    values = BANDING.band_values(distinct)
+    assert [pid for pid, _ in parts] == sorted({pid for pid, _ in parts})
+    assert len(parts) <= bp.partition_count(BANDING) == 272
+    seen: dict[tuple[int, int], int] = {}
+    for pid, (raw, vals, again) in parts:
+        band, got, column = pid >> bp.PARTITION_BITS, np.frombuffer(raw, np.uint64), np.frombuffer(vals, np.uint16)
+        pairs = list(zip(column.tolist(), got.tolist(), strict=True))
+        assert pairs == sorted(pairs)
+        assert (column >> 14 == pid & 3).all()
+        assert (BANDING.band_values(got, slice(band, band + 1))[:, 0] == column).all()
+        for v in column.tolist():
+            assert seen.setdefault((band, v), pid) == pid
+        shared = sorted(set(got.tolist()) & repeated) if band == 0 else []
+        assert sorted(np.frombuffer(again, np.uint64).tolist()) == shared
+    for band in range(BANDING.bands):  # each distinct signature once per band
+        assert sum(len(np.frombuffer(r, np.uint64)) for p, (r, _, _) in parts if p >> 2 == band) == len(distinct)
+    assert {(b, int(v)) for b in range(BANDING.bands) for v in values[:, b]} == set(seen)
+    assert bp.cut(BANDING, sigs[:0]) == []
+
+
+def test_the_buffer_holds_at_most_its_limit_and_cuts_what_it_held():
+    buffer = bp.PartitionBuffer(BANDING, limit=3)
+    sigs = sigs_of(records(4, 2, flat=0))[:7]
+    emitted = [buffer.add(packed(int(s))) for s in sigs]
+    assert [bool(e) for e in emitted] == [False, False, True, False, False, True, False]
+    assert emitted[2] == bp.cut(BANDING, sigs[:3]) and emitted[5] == bp.cut(BANDING, sigs[3:6])
+    assert len(buffer.held) == 1 and buffer.flush() == bp.cut(BANDING, sigs[6:]) and buffer.flush() == []
+    with pytest.raises(ValueError, match="at least 1"):
+        bp.PartitionBuffer(BANDING, limit=0)
+
+
+@pytest.mark.parametrize(("buffer", "cap"), [(10_000, 4096), (7, 4096), (1, 4096), (53, 8)])
+def test_the_partitions_give_the_reference_clusters_whatever_the_buffers(buffer, cap):
+    recs = records(250, 3)
+    random.Random(buffer).shuffle(recs)
+    want = expected(recs, cap)
+    assert len(want) > 20 and ("look0", "look1") not in want
+    assert reduced_clusters(recs, buffer, cap) == want
+
+
+def test_equal_signatures_are_named_once_from_band_0_and_never_compared():
+    """A flat signature shared by 1,000 records, in two buffers: one self edge, no bucket of it verified."""
+    flat = np.zeros(1000, dtype=np.uint64)
+    parts = bp.cut(BANDING, flat[:600]) + bp.cut(BANDING, flat[600:])
+    assert all(len(raw) == 8 for _, (raw, _, _) in parts)  # once per buffer and band, not 600 times
+    outcomes = {pid: bp.reduce_partition(BANDING, pid, [p for q, p in parts if q == pid]) for pid, _ in parts}
+    edges = [e for o in outcomes.values() for e in o.edges]
+    assert edges == [(0, 0)] and sum(o.buckets_verified for o in outcomes.values()) == 0
+    single = bp.cut(BANDING, np.array([5, 5, 9], dtype=np.uint64))  # repeated within one buffer only
+    band0 = [(pid, p) for pid, p in single if pid >> 2 == 0]
+    assert [e for pid, p in band0 for e in bp.reduce_partition(BANDING, pid, [p]).edges if e[0] == e[1]] == [(5, 5)]
+
+
+def test_a_hot_bucket_is_verified_in_blocks_and_counted():
+    """40 signatures equal in band 0's 16 bits, else random: one bucket over a cap of 8, verified in 5 blocks."""
+    rng = np.random.default_rng(4)
+    mask = sum(1 << int(b) for b in cl._bit_orders(BANDING.permutations)[0, :16])
+    sigs = np.array([(int(r) & ~mask) | mask for r in rng.integers(0, 2**63, 40, dtype=np.uint64)], dtype=np.uint64)
+    parts = bp.cut(BANDING, sigs)
+    hot = [bp.reduce_partition(BANDING, pid, [p], cap=8) for pid, p in parts if pid >> 2 == 0]
+    assert [(o.buckets_verified, o.hot_buckets) for o in hot] == [(1, 1)]
+    assert reduced_clusters([(int(s), Member(f"r{i}", "train")) for i, s in enumerate(sigs)], 40, cap=8) == []
+
+
+def test_the_steps_on_beam_give_the_reference_clusters():
+    """CutPartitions, verify_partition, ComponentsFn, in_component and cluster_of on FnApiRunner, each step's
+    output checked."""
+    recs = records(120, 5)
+    signed = [(packed(s), m) for s, m in recs] + [(None, Member("unsigned", "train", (), (4, 0)))]
+    want = expected(recs)
+    p = pipeline()
+    members = created(p, "Signed", signed)
+    parts = members | beam.ParDo(CutPartitions(BANDING, 50))
+    distinct, bands = len({s for s, _ in recs}), BANDING.bands  # each signature once per band and buffer of 50
+    assert_that(parts | "Sizes" >> beam.Map(lambda part: len(part[1][0]) // 8) | beam.CombineGlobally(sum)
+                | beam.Map(lambda n: n % bands == 0 and distinct * bands <= n <= (distinct + 8) * bands),
+                equal_to([True]), label="EachSignatureOncePerBand")
+    edges = parts | "GroupPartition" >> beam.GroupByKey() | beam.FlatMap(verify_partition, BANDING, 4096)
+    components = edges | beam.CombineGlobally(ComponentsFn()).without_defaults()
+    assert_that(components | "Nodes" >> beam.Map(lambda c: len(set(c.values())) <= len(c)),
+                equal_to([True]), label="Components")
+    clusters = (members | beam.FlatMap(in_component, beam.pvalue.AsSingleton(components), False)
+                | "GroupCluster" >> beam.GroupByKey() | beam.FlatMapTuple(cluster_of))
+    assert_that(clusters | "Ids" >> beam.Map(lambda c: tuple(m.source_id for m in c.members)), equal_to(want))
+    run(p)
+
+
+def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
+    a, b = Member("b.jpg", "train", (), (0, 1)), Member("a.jpg", "train", (), (0, 0))
+    assert list(cluster_of(0, [a])) == [] and list(cluster_of(0, [a, a])) == []
+    assert list(cluster_of(0, [a, b])) == [Cluster((b, a))]
+    comps = {(0, 5): 0, (1, "f" * 64): 1}
+    assert list(in_component((packed(5), a), comps, False)) == [(0, a)]
+    unsigned = Member("c.jpg", "train", (), (0, 2), "f" * 64)
+    assert list(in_component((None, unsigned), comps, False)) == []
+    assert list(in_component((None, unsigned), comps, True)) == [(1, unsigned)]
+
+
+def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
+    from benchmarks.scale_sim import near_dups as sim
+
+    r = sim.measure(20_000)
+    sizes = [r["largest_partition"][b] for b in sorted(r["largest_partition"])]
+    assert sizes[0] == r["distinct"] and all(a > b for a, b in zip(sizes, sizes[1:], strict=False))
+    assert r["partitions"] == 272 and r["partition_held"] >= 10 * sizes[2] // 2 and r["reduce_edges"] > 0
+    assert r["merge_records"] >= r["largest_same_signature"] == 200 and r["cut_peak"] > 0
