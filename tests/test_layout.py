@@ -59,8 +59,8 @@ MAY_IMPORT = {
 }
 # The build's steps in the order they run (then the graph that joins them): a step may import those before it and
 # `common`, never one that runs after it. The reshard's steps (fragments) run on the same StartRun and Publish.
-STEPS = ("common", "start", "listing_sources", "listing", "stratify", "near_dups", "plan_runs", "encode", "carry",
-         "shards", "write", "fragments", "reports", "publish", "embed", "dataset")
+STEPS = ("chunks", "common", "start", "listing_sources", "listing", "stratify", "near_dups", "plan_runs", "encode",
+         "carry", "shards", "write", "fragments", "reports", "publish", "embed", "dataset")
 
 
 def part_of(module: str) -> str | None:

@@ -140,3 +140,27 @@ def test_a_run_whose_file_became_a_shard_is_read_from_its_saved_tail(tmp_path):
         f.write(whole[:cut])
     assert run.read(cut, run.num_bytes) == whole[cut:]
     assert os.path.getsize(path + TAIL_SUFFIX) == 8 + len(whole) - cut
+
+
+def test_a_local_run_written_in_blocks_holds_every_record_in_order(tmp_path):
+    """Records are written in blocks of about LOCAL_BLOCK_BYTES: a run spanning several blocks (one record
+    larger than a block among them) holds exactly its records' bytes, and each entry's checksums are those
+    of the run up to its record's end."""
+    import hashlib
+
+    import google_crc32c
+
+    from shard_utils.media.encode import RecordMeta
+    from shard_utils.sharding.runs import LOCAL_BLOCK_BYTES, RunWriter
+
+    sizes = [LOCAL_BLOCK_BYTES // 3] * 5 + [LOCAL_BLOCK_BYTES + 5, 17, LOCAL_BLOCK_BYTES // 2]
+    data = [bytes([i]) * size for i, size in enumerate(sizes)]
+    writer = RunWriter(str(tmp_path / "tmp"), "train", 3)
+    for i, framed in enumerate(data):
+        writer.add(framed, RecordMeta(i, f"s{i}", len(framed), (0,), "", 1, 1))
+    run = writer.close()
+    whole = b"".join(data)
+    assert Path(run.parts[0][0]).read_bytes() == whole and (run.count, run.num_bytes) == (len(data), len(whole))
+    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+    assert [(e.end, e.crc32c, e.sha256) for e in run.entries()] == [
+        (end, google_crc32c.value(whole[:end]), hashlib.sha256(whole[:end]).digest()) for end in ends]

@@ -1,15 +1,20 @@
-"""WithSingleton, Joined and collected on their own: the joins that stand in for side inputs; Chunk, how many
-small elements travel as one."""
+"""WithSingleton, Joined and collected on their own: the joins that stand in for side inputs; Chunk and Chained,
+how many small elements travel as one."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
+from conftest import REPO
 from steps import pipeline, run
 
-from beam_jobs.pipeline.common import Chunk, Joined, WithSingleton, collected, singleton_pairs
+from beam_jobs.pipeline.chunks import Chained, Chunk
+from beam_jobs.pipeline.common import Joined, WithSingleton, collected, singleton_pairs
 from shard_utils.inputs import MediaItem
+from shard_utils.sharding.encode_run import RunTask
 
 
 def sorted_lists(found: dict) -> dict:
@@ -56,6 +61,23 @@ def test_a_chunk_reads_as_the_sequence_it_was_made_from_after_any_number_of_trip
     back = pickle.loads(pickle.dumps(pickle.loads(packed)))
     assert back == items and list(back) == items and len(back) == 50 and back[7] == items[7]
     assert [x.size for x in back] == list(range(50)) and back != items[:-1] and Chunk() == []
+
+
+def test_a_run_chained_from_its_chunks_reaches_a_worker_as_their_bytes_and_imports_no_beam():
+    """A run's items go to a worker process as the bytes its chunks came with (not pickled again item by item);
+    the worker, which imports no Beam, reads them in order."""
+    items = [MediaItem(f"a/{i}.jpg", f"/in/a/{i}.jpg", i, ("a",)) for i in range(30)]
+    chunks = [pickle.loads(pickle.dumps(Chunk(items[k:k + 8]))) for k in range(0, 30, 8)]  # as a grouping gives them
+    task = RunTask("train", 3, Chained(chunks))
+    sent = pickle.dumps(task)
+    assert all(chunk._packed in sent for chunk in chunks) and pickle.dumps(task) == sent
+    assert task.items == items and len(task.items) == 30 and task.items[9] == items[9]
+    read = ("import pickle, sys; task = pickle.loads(sys.stdin.buffer.read()); "
+            "print([i.size for i in task.items], len(task.items), 'apache_beam' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", read], input=sent, capture_output=True, cwd=REPO, timeout=60,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.decode().strip() == f"{list(range(30))} 30 False"
 
 
 def test_chunks_cross_a_group_by_key_whole():

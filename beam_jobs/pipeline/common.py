@@ -2,9 +2,8 @@
 element inline or in the local build's worker processes."""
 from __future__ import annotations
 
-import pickle
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -15,8 +14,8 @@ from beam_jobs.local.pool import Crashed, Done, LocalPool, Outcome, Raised
 from beam_jobs.run.tally import NAMESPACE
 
 __all__ = [
-    "Keyed", "SINGLETON_FANOUT", "count", "rejected", "Chunk", "collected", "WithSingleton", "singleton_pairs",
-    "Joined", "windowed", "PooledDoFn"
+    "Keyed", "SINGLETON_FANOUT", "count", "rejected", "collected", "WithSingleton", "singleton_pairs", "Joined",
+    "windowed", "PooledDoFn"
 ]
 
 Keyed = tuple  # (split, order key, MediaItem): an item keyed for its run, from PlanLayout to EncodeRuns
@@ -31,54 +30,6 @@ def rejected(entry: dict) -> beam.pvalue.TaggedOutput:
     """A rejection as the `rejected` output, counted by reason."""
     count(f"rejected_{entry['reason']}")
     return beam.pvalue.TaggedOutput("rejected", entry)
-
-
-class Chunk(Sequence):
-    """Many small elements (listed files, keyed items) travelling between steps as one, read-only.
-
-    Beam's default coder pickles each object it does not know on its own, and again whenever it measures a
-    step's output (every output, when a collection has few elements). A Chunk pickles its elements once, in
-    one call, and hands out the same bytes after that; they are unpickled only when read."""
-
-    __slots__ = ("_items", "_packed")
-
-    def __init__(self, items: Iterable = ()):
-        self._items: tuple | None = tuple(items)
-        self._packed: bytes | None = None
-
-    def _elements(self) -> tuple:
-        if self._items is None:
-            assert self._packed is not None  # a Chunk holds its items, their pickled bytes, or both
-            self._items = pickle.loads(self._packed)
-        return self._items
-
-    def __reduce__(self):
-        if self._packed is None:
-            self._packed = pickle.dumps(self._items, protocol=pickle.HIGHEST_PROTOCOL)
-        return _unpacked_chunk, (self._packed,)
-
-    def __len__(self) -> int:
-        return len(self._elements())
-
-    def __getitem__(self, index):
-        return self._elements()[index]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._elements())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, (Chunk, list, tuple)) and self._elements() == tuple(other)
-
-    __hash__ = None  # type: ignore[assignment]  # unhashable, as the list it stands for (typeshed: a method)
-
-    def __repr__(self) -> str:
-        return f"Chunk({list(self._elements())!r})"
-
-
-def _unpacked_chunk(packed: bytes) -> Chunk:
-    chunk = Chunk.__new__(Chunk)
-    chunk._items, chunk._packed = None, packed
-    return chunk
 
 
 def collected(pcoll, label: str):

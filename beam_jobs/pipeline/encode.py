@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.common import Chunk, Keyed, PooledDoFn, WithSingleton, count, rejected
+from beam_jobs.pipeline.chunks import Chained, Chunk
+from beam_jobs.pipeline.common import Keyed, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.start import keep_lease
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import RunInfo
@@ -90,7 +91,7 @@ class _EncodeRunFn(PooledDoFn):
         if self._settings is None:
             ids = {name: i for i, name in enumerate(label_order(labels, self.known_labels))}
             self._settings = self.config.encode_settings(ids)
-        task = RunTask(split, index, tuple(item for chunk in chunks for item in chunk))
+        task = RunTask(split, index, Chained(chunks))  # the items stay pickled until a worker reads them
         yield from self._encode(task, ())
 
     def _encode(self, task: RunTask, crashed: tuple[dict, ...], alone: bool = False):

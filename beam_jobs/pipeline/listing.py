@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.common import Chunk, count, rejected
+from beam_jobs.pipeline.chunks import Chunk
+from beam_jobs.pipeline.common import count, rejected
 from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.tally import Tally

@@ -15,7 +15,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_jobs.pipeline.common import Chunk, Joined, Keyed, WithSingleton, collected, count
+from beam_jobs.pipeline.chunks import Chunk
+from beam_jobs.pipeline.common import Joined, Keyed, WithSingleton, collected, count
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split

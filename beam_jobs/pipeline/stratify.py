@@ -15,7 +15,8 @@ from dataclasses import replace
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs.pipeline.common import Chunk, WithSingleton
+from beam_jobs.pipeline.chunks import Chunk
+from beam_jobs.pipeline.common import WithSingleton
 from shard_utils.format.order import split_hash
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding import stratify

@@ -25,7 +25,7 @@ class RunTask:
 
     split: str
     run: int
-    items: tuple[MediaItem, ...]
+    items: Sequence[MediaItem]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Profiles an encode worker of the job's local pool (`python -m beam_jobs.local_pool`) with cProfile.
+"""Profiles an encode worker of the job's local pool (`python -m beam_jobs.local.worker`) with cProfile.
 
 bench_build.py --profile puts this folder first on PYTHONPATH and names an output folder in
 TPU_SHARDS_BENCH_WORKER_PROFILE; every other process ignores it. Stats go to <folder>/worker-<pid>.prof
@@ -8,7 +8,7 @@ import os
 import sys
 
 _folder = os.environ.get("TPU_SHARDS_BENCH_WORKER_PROFILE")
-if _folder and "beam_jobs.local_pool" in getattr(sys, "orig_argv", ()):
+if _folder and "beam_jobs.local.worker" in getattr(sys, "orig_argv", ()):
     import atexit
     import cProfile
 
