@@ -71,6 +71,12 @@ def test_exif_orientation_is_applied():
     assert close(px[:15], (255, 0, 0), 20) and close(px[25:], (0, 0, 255), 20)  # red ends on top
 
 
+def test_an_xmp_orientation_without_exif_is_applied():
+    xmp = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:Description tiff:Orientation="6"/></x:xmpmeta>'
+    out = prepare_image(encode(photo(40, 20, 4), "JPEG", quality=95, xmp=xmp), ImageOptions())
+    assert not out.passed_through and (out.width, out.height) == (20, 40)
+
+
 def test_absurd_exif_orientation_is_ignored():
     data = exif_jpeg(photo(30, 20, 3), 9999 % 65536)
     out = prepare_image(data, ImageOptions())

@@ -15,12 +15,15 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from shard_utils.format import example_bytes
+from shard_utils.format.example_bytes import BYTES, FLOAT, INT64
+
 __all__ = [
     "IMAGE_ENCODED", "IMAGE_FORMAT", "IMAGE_HEIGHT", "IMAGE_WIDTH", "IMAGE_CHANNELS", "LABEL", "LABEL_TEXT",
     "SOURCE_ID", "SHA256", "VIDEO_ENCODED", "VIDEO_NUM_FRAMES", "VIDEO_FRAME_RATE", "EMBEDDING", "EXTRA_PREFIX",
     "VARIABLE", "MAX_FEATURE_VALUES", "NO_LABEL", "FEATURES", "DTYPES", "Example", "ExtraValue", "ExtraSpec",
-    "ImageRecord", "label_ids_of", "encode_example", "decode_example", "decode_lists", "feature_table", "media_key",
-    "check_features"
+    "ImageRecord", "label_ids_of", "encode_example", "example_parts", "record_features", "decode_example",
+    "decode_lists", "feature_table", "media_key", "check_features"
 ]
 
 IMAGE_ENCODED = "image/encoded"
@@ -162,33 +165,45 @@ def encode_example(record: ImageRecord) -> bytes:
 
     A single-label image gives exactly the bytes every earlier version wrote.
     """
+    return b"".join(example_parts(record))
+
+
+def example_parts(record: ImageRecord) -> list[bytes]:
+    """encode_example's bytes in pieces to join or frame: the image's JPEG is the record's own object, not a copy
+    (example_bytes); what that module leaves to the protobuf runtime comes as one piece."""
+    features = record_features(record)
+    pieces = example_bytes.example_pieces(features)
+    if pieces is not None:
+        return pieces
     example = Example()
     feature = example.features.feature
+    for key, kind, values in features:
+        getattr(feature[key], f"{kind}_list").value.extend(values)
+    return [example.SerializeToString(deterministic=True)]
+
+
+def record_features(record: ImageRecord) -> list[example_bytes.Feature]:
+    """The record's features (key, kind, values), in the order a message is built from them."""
+    out: list[example_bytes.Feature] = []
     if record.frames is None:
-        feature[IMAGE_ENCODED].bytes_list.value.append(record.encoded)
+        out.append((IMAGE_ENCODED, BYTES, (record.encoded,)))
     else:
-        feature[VIDEO_ENCODED].bytes_list.value.extend(record.frames)
-        feature[VIDEO_NUM_FRAMES].int64_list.value.append(len(record.frames))
-        feature[VIDEO_FRAME_RATE].float_list.value.append(float(record.frame_rate or 0.0))
-    feature[IMAGE_FORMAT].bytes_list.value.append(record.image_format.encode())
-    feature[IMAGE_HEIGHT].int64_list.value.append(record.height)
-    feature[IMAGE_WIDTH].int64_list.value.append(record.width)
-    feature[IMAGE_CHANNELS].int64_list.value.append(record.channels)
-    feature[LABEL].int64_list.value.extend(record.label_ids)
-    feature[LABEL_TEXT].bytes_list.value.extend(t.encode("utf-8") for t in record.label_names)
-    feature[SOURCE_ID].bytes_list.value.append(record.source_id.encode("utf-8"))
-    feature[SHA256].bytes_list.value.append(record.sha256.encode())
+        out += [(VIDEO_ENCODED, BYTES, record.frames), (VIDEO_NUM_FRAMES, INT64, (len(record.frames),)),
+                (VIDEO_FRAME_RATE, FLOAT, (float(record.frame_rate or 0.0),))]
+    out += [(IMAGE_FORMAT, BYTES, (record.image_format.encode(),)), (IMAGE_HEIGHT, INT64, (record.height,)),
+            (IMAGE_WIDTH, INT64, (record.width,)), (IMAGE_CHANNELS, INT64, (record.channels,)),
+            (LABEL, INT64, record.label_ids), (LABEL_TEXT, BYTES, tuple(t.encode("utf-8") for t in record.label_names)),
+            (SOURCE_ID, BYTES, (record.source_id.encode("utf-8"),)), (SHA256, BYTES, (record.sha256.encode(),))]
     for spec, values in record.extras:
-        target = feature[spec.key]
         if spec.dtype == "int64":
-            target.int64_list.value.extend(int(v) for v in values)
+            out.append((spec.key, INT64, tuple(int(v) for v in values)))
         elif spec.dtype == "float32":
-            target.float_list.value.extend(float(v) for v in values)
+            out.append((spec.key, FLOAT, tuple(float(v) for v in values)))
         else:
-            target.bytes_list.value.extend(str(v).encode("utf-8") for v in values)
+            out.append((spec.key, BYTES, tuple(str(v).encode("utf-8") for v in values)))
     if record.embedding is not None:
-        feature[record.embedding_key].float_list.value.extend(record.embedding)
-    return example.SerializeToString(deterministic=True)
+        out.append((record.embedding_key, FLOAT, record.embedding))
+    return out
 
 
 def decode_example(data: bytes) -> dict[str, Any]:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from shard_utils.errors import TpuShardsError
 from shard_utils.extras import require
 
-__all__ = ["HEADER", "FOOTER", "FramingError", "masked_crc", "frame", "count_from_headers", "iter_records"]
+__all__ = [
+    "HEADER", "FOOTER", "FramingError", "masked_crc", "frame", "frame_pieces", "count_from_headers", "iter_records"
+]
 
 if TYPE_CHECKING:
     from shard_utils.storage import Readable, Seekable
@@ -28,22 +31,34 @@ class FramingError(ValueError, TpuShardsError):
 
 
 @functools.cache
-def _crc32c() -> Callable[[bytes], int]:
-    """google_crc32c's CRC32C, imported on first use: modules that only name shards (tfds_meta) import this one
-    without it, as after a --no-deps install in a notebook."""
-    return require("google_crc32c", None, "checking TFRecord checksums").value
+def _crc32c() -> ModuleType:
+    """google_crc32c, imported on first use: modules that only name shards (tfds_meta) import this one without
+    it, as after a --no-deps install in a notebook."""
+    return require("google_crc32c", None, "checking TFRecord checksums")
 
 
 def masked_crc(data: bytes) -> int:
     """TFRecord's masked CRC32C."""
-    crc = _crc32c()(data)
+    return _masked(_crc32c().value(data))
+
+
+def _masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 def frame(record: bytes) -> bytes:
     """One record in TFRecord framing."""
-    length = struct.pack("<Q", len(record))
-    return b"".join((length, struct.pack("<I", masked_crc(length)), record, struct.pack("<I", masked_crc(record))))
+    return frame_pieces((record,))
+
+
+def frame_pieces(pieces: Sequence[bytes]) -> bytes:
+    """The record that is `pieces` joined, in TFRecord framing: its bytes are copied once, into the result."""
+    crc = _crc32c().extend
+    length = struct.pack("<Q", sum(map(len, pieces)))
+    value = 0
+    for piece in pieces:
+        value = crc(value, piece)
+    return b"".join((length, struct.pack("<I", masked_crc(length)), *pieces, struct.pack("<I", _masked(value))))
 
 
 def count_from_headers(stream: Seekable, size: int) -> int:

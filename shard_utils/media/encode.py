@@ -12,7 +12,7 @@ from typing import Any
 
 from shard_utils.format import schema
 from shard_utils.format.order import choose_split, sort_key
-from shard_utils.format.tfrecord import frame
+from shard_utils.format.tfrecord import frame_pieces
 from shard_utils.inputs import MediaItem
 from shard_utils.media.budget import OutOfMemory, mib
 from shard_utils.media.images import ImageOptions, Rejected, memory_for, prepare_image
@@ -103,7 +103,7 @@ def framed(prepared: Prepared, embedding: tuple[float, ...] | None = None, key: 
     record = prepared.record
     if embedding is not None:
         record = replace(record, embedding=tuple(float(x) for x in embedding), embedding_key=key)
-    data = frame(schema.encode_example(record))
+    data = frame_pieces(schema.example_parts(record))
     return Encoded(prepared.split, replace(prepared.meta, length=len(data)), data, prepared.passed_through,
                    prepared.trailer_bytes, prepared.quality)
 
@@ -169,7 +169,7 @@ def encode_data(item: MediaItem, settings: EncodeSettings, data: bytes | Unusabl
         **media, label=stored[0], label_text=item.label, source_id=item.source_id, sha256=sha256, labels=stored,
         label_texts=item.labels or ("",), extras=_extras(item, settings.extras))
     split = item.split or choose_split(list(settings.splits), settings.seed, item.source_id)
-    data = frame(schema.encode_example(record)) if settings.frame_now else b""
+    data = frame_pieces(schema.example_parts(record)) if settings.frame_now else b""
     phash, quality = _quality(inspection, item.source_id, split)
     meta = RecordMeta(sort_key(settings.seed, item.source_id), item.source_id, len(data), labels, sha256,
                       record.height, record.width, item.extras, phash)

@@ -1,0 +1,122 @@
+"""The per-image CPU of a build's encode workers against the peers' floor, in one process, no start-up.
+
+    python benchmarks/bench_encode_item.py [--count 200] [--phone 40] [--rounds 3] [--profile FILE]
+
+On the peers benchmark's photo-like JPEGs (benchmarks/build_bench/data.py: ~400x400 and phone-size 1200 x
+1312-1600), each round times, interleaved, over the same files read from disk:
+- tpu-shards: `encode_run` (what a local pool worker runs per run: read, `encode_item`'s decode check or re-encode
+  with the quality checks, sha256, the tf.train.Example, its framing and the run file), with `--quality-checks`
+  on (the default) and off;
+- the peers' work per image (benchmarks/peers_bench/work.py): the file read and `checked` (a 1/8-scale draft
+  decode) or `reencoded` (draft, centre crop, bicubic resize to 224, JPEG quality 75).
+Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
+pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
+pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+from build_bench import data  # noqa: E402
+from peers_bench import work  # noqa: E402
+
+from shard_utils.format.image_size import ImageSize  # noqa: E402
+from shard_utils.inputs import MediaItem  # noqa: E402
+from shard_utils.media.encode import EncodeSettings  # noqa: E402
+from shard_utils.media.images import ImageOptions  # noqa: E402
+from shard_utils.sharding.encode_run import RunTask, encode_run  # noqa: E402
+
+MODES = ("decode", "reencode")
+
+
+def settings(mode: str, inspect: bool, labels: dict[str, int]) -> EncodeSettings:
+    """What `tpu-shards build` encodes with in the peers benchmark's mode (`--validate decode`, or
+    `--image-size 224 --jpeg-quality 75`), with `--quality-checks` on or off."""
+    size = ImageSize(work.SIDE, work.SIDE) if mode == "reencode" else None
+    return EncodeSettings(image=ImageOptions(size=size, quality=work.QUALITY if size else 95, inspect=inspect),
+                          label_ids=labels)
+
+
+def items(folder: Path) -> list[MediaItem]:
+    paths = work.files_in(str(folder))
+    return [MediaItem(str(Path(p).relative_to(folder)), p, Path(p).stat().st_size, (Path(p).parent.name,))
+            for p in paths]
+
+
+def cpu_ms(fn: Callable[[], object], count: int) -> float:
+    start = time.process_time()
+    fn()
+    return (time.process_time() - start) * 1000 / count
+
+
+def tpu_shards(task: RunTask, how: EncodeSettings, temp: str) -> Callable[[], object]:
+    return lambda: encode_run(task, how, temp)
+
+
+def peers(paths: list[str], mode: str) -> Callable[[], object]:
+    return lambda: [work.image_bytes(p, mode) for p in paths]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=200, help="~400x400 photos (default 200)")
+    ap.add_argument("--phone", type=int, default=40, help="phone-size photos (default 40)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", default="", help="folder caching the generated images (default: a temporary one)")
+    ap.add_argument("--profile", default="", help="write a cProfile of one pass of each mode here")
+    args = ap.parse_args(argv)
+    if args.count < 1 or args.phone < 0 or args.rounds < 1:
+        ap.error("--count and --rounds must be at least 1, --phone at least 0")
+    with tempfile.TemporaryDirectory() as temp:
+        root = Path(args.work or temp)
+        kinds = [("jpg", args.count)] + ([("phone", args.phone)] if args.phone else [])
+        folders = {kind: data.input_folder(root, kind, count, 2) for kind, count in kinds}
+        return run(folders, args, temp)
+
+
+def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
+    cases = {}
+    for kind, folder in folders.items():
+        listed = items(folder)
+        labels = {name: i for i, name in enumerate(sorted({i.labels[0] for i in listed}))}
+        task = RunTask("train", 0, tuple(listed))
+        paths = [i.uri for i in listed]
+        for mode in MODES:
+            cases[(kind, mode)] = (len(listed), {
+                "tpu-shards": tpu_shards(task, settings(mode, True, labels), temp),
+                "tpu-shards, checks off": tpu_shards(task, settings(mode, False, labels), temp),
+                "peers' floor": peers(paths, mode)})
+    times: dict[tuple, list[float]] = {}
+    for r in range(args.rounds):
+        for (kind, mode), (count, tools) in cases.items():
+            names = list(tools) if r % 2 == 0 else list(reversed(tools))
+            for name in names:
+                times.setdefault((kind, mode, name), []).append(cpu_ms(tools[name], count))
+    print(f"CPU ms per image, median of {args.rounds} rounds (ratio to the peers' floor)")
+    for (kind, mode), (count, tools) in cases.items():
+        floor = statistics.median(times[(kind, mode, "peers' floor")])
+        line = ", ".join(f"{name} {statistics.median(times[(kind, mode, name)]):.3f}"
+                         f" ({statistics.median(times[(kind, mode, name)]) / floor:.2f}x)" for name in tools)
+        print(f"{kind:5} x{count:<4} {mode:8}: {line}")
+    if args.profile:
+        profiler = cProfile.Profile()
+        for (_kind, _mode), (_count, tools) in cases.items():
+            profiler.runcall(tools["tpu-shards"])
+        profiler.dump_stats(args.profile)
+        pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

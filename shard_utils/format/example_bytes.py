@@ -1,0 +1,105 @@
+"""tf.train.Example bytes written directly: the protobuf runtime's deterministic serialization, byte for byte, as
+pieces in which each large value (an image's JPEG) is the caller's own object, so that framing the record copies it
+once (the runtime copies it into the message, out of it, then framing copies it again: about 1 ms for a phone
+photo).
+
+Only what is certain to match is written here: byte and int64 lists under distinct keys none of which is the
+start of another (upb orders such keys its own way). Anything else (float lists, whose float32 rounding is the
+runtime's) is None, for the runtime to serialize; so is a record without a value of LARGE bytes or more, which the
+runtime serializes faster (about 12 us against 20 for an image record's nine features).
+"""
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+__all__ = ["BYTES", "INT64", "FLOAT", "Feature", "SMALL", "LARGE", "example_pieces"]
+
+BYTES, INT64, FLOAT = "bytes", "int64", "float"
+Feature = tuple[str, str, Sequence]  # (key, BYTES / INT64 / FLOAT, values), in the order the record adds them
+
+SMALL = 4096  # pieces shorter than this are joined with their neighbours
+LARGE = 64 * 1024  # a record needs a value this large for its copies to cost more than writing it here
+_LIST_TAG = {BYTES: b"\x0a", FLOAT: b"\x12", INT64: b"\x1a"}  # Feature's oneof fields, length-delimited
+_INT64_MIN, _UINT64 = -(1 << 63), (1 << 64) - 1
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _ONE_BYTE[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _bytes_list(values: Sequence[bytes]) -> list[bytes]:
+    """A BytesList's fields: each run of small values one piece, each large value a piece of its own."""
+    pieces: list[bytes] = []
+    small = b""
+    for value in values:
+        if len(value) < SMALL:
+            small += b"\x0a" + _varint(len(value)) + value
+        else:
+            pieces += (small + b"\x0a" + _varint(len(value)), value)
+            small = b""
+    return [*pieces, small] if small or not pieces else pieces
+
+
+def _int64_list(values: Sequence[int]) -> list[bytes] | None:
+    """An Int64List's packed field (none when empty); None when a value is out of range (the runtime's error)."""
+    packed = b""
+    for value in values:
+        value = operator.index(value)
+        if not _INT64_MIN <= value < -_INT64_MIN:
+            return None
+        packed += _varint(value & _UINT64)
+    return [b"\x0a" + _varint(len(packed)) + packed if packed else b""]
+
+
+def _wrapped(head: bytes, pieces: list[bytes]) -> list[bytes]:
+    """`pieces` as the content of a length-delimited field whose tag (and anything before it) is `head`."""
+    if len(pieces) == 1 and len(pieces[0]) < SMALL:
+        return [head + _varint(len(pieces[0])) + pieces[0]]
+    head += _varint(sum(map(len, pieces)))
+    return [head + pieces[0], *pieces[1:]] if len(pieces[0]) < SMALL else [head, *pieces]
+
+
+def _ordered(keys: list[bytes]) -> bool:
+    """Whether `keys` are distinct and none is the start of another (then upb sorts them as bytes)."""
+    keys = sorted(keys)
+    return all(not b.startswith(a) for a, b in zip(keys, keys[1:], strict=False))
+
+
+def example_pieces(features: Sequence[Feature], large: int = LARGE) -> list[bytes] | None:
+    """The deterministic serialization of an Example holding `features`, as pieces to join (or to frame); None
+    when it is the protobuf runtime's to write (see the module's docstring), as when no value has `large` bytes."""
+    if large and not any(kind == BYTES and any(len(v) >= large for v in values) for _, kind, values in features):
+        return None
+    entries: list[tuple[bytes, list[bytes]]] = []
+    for key, kind, values in features:
+        if kind == BYTES:
+            listed: list[bytes] | None = _bytes_list(values)
+        elif kind == INT64:
+            listed = _int64_list(values)
+        else:
+            return None
+        if listed is None:
+            return None
+        name = key.encode("utf-8")
+        feature = _wrapped(_LIST_TAG[kind], listed)
+        entries.append((name, _wrapped(b"\x0a" + _varint(len(name)) + name + b"\x12", feature)))
+    if not _ordered([name for name, _ in entries]):
+        return None
+    body: list[bytes] = []
+    for _, entry in sorted(entries):
+        wrapped = _wrapped(b"\x0a", entry)
+        if body and len(body[-1]) < SMALL and len(wrapped[0]) < SMALL:
+            body[-1] += wrapped[0]
+            body += wrapped[1:]
+        else:
+            body += wrapped
+    return _wrapped(b"\x0a", body)

@@ -1,0 +1,19 @@
+"""A smoke run of benchmarks/bench_encode_item.py: both modes timed against the peers' floor, and the profile."""
+from __future__ import annotations
+
+import re
+
+from benchmarks import bench_encode_item as bench
+
+
+def test_both_modes_are_timed_against_the_peers_floor(tmp_path, capsys):
+    profile = tmp_path / "encode.prof"
+    assert bench.main(["--count", "3", "--phone", "0", "--rounds", "1", "--work", str(tmp_path),
+                       "--profile", str(profile)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("jpg ")]
+    assert [re.match(r"jpg +x3 +(\w+) *:", row)[1] for row in rows] == ["decode", "reencode"]
+    for row in rows:
+        ratios = [float(x) for x in re.findall(r"\(([\d.]+)x\)", row)]
+        assert len(ratios) == 3 and ratios[-1] == 1.0 and all(r > 0 for r in ratios)
+    assert profile.stat().st_size > 0 and "function calls" in out  # the top of the profile
