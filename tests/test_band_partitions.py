@@ -257,6 +257,10 @@ def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     unsigned = Member("c.jpg", "train", (), (0, 2), "f" * 64)
     assert list(in_component((None, unsigned), comps, False)) == []
     assert list(in_component((None, unsigned), comps, True)) == [(1, unsigned)]
+    fields = ("c.jpg", "train", (), (0, 2), "f" * 64)  # run_members' form: a Member only once in a cluster
+    assert list(in_component((None, fields), comps, True)) == [(1, unsigned)]
+    assert list(in_component((packed(6), fields), comps, True)) == [(1, unsigned)]
+    assert list(in_component((packed(6), fields), comps, False)) == []
 
 
 def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
