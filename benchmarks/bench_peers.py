@@ -43,6 +43,8 @@ MODE_ARGS = {"pass": ["--validate", "structure"], "decode": ["--validate", "deco
              "reencode": ["--image-size", str(SIDE), "--jpeg-quality", str(QUALITY)]}
 KINDS = ("jpg", "phone")  # build_bench.data's ~400x400 photo-like JPEGs, and phone-size ones (1200 x 1312-1600)
 TIMEOUT = 1800.0  # seconds one run may take before it is killed and counted failed
+OURS = {"tpu-shards": [], "no-checks": ["--quality-checks", "off"]}  # our columns: the default build, and without
+# the quality checks (signatures, flags, near-duplicates), which no peer does
 
 
 def listed(choices: tuple[str, ...]):
@@ -68,6 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--modes", type=listed(MODES), default=list(MODES), help="default: pass,decode,reencode")
     ap.add_argument("--peers", type=listed(TOOLS), default=list(TOOLS), help="default: " + ",".join(TOOLS))
     ap.add_argument("--tpu-shards-args", default="", help="more options for every tpu-shards build, as one string")
+    ap.add_argument("--checks-off", action="store_true",
+                    help="also run tpu-shards with --quality-checks off (the column no-checks), the peers' work only")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "tpu-shards-bench-peers"),
                     help="generated images (cached), outputs (default: a folder under the temporary folder)")
     ap.add_argument("--json", help="also write every run's figures to this file")
@@ -93,10 +97,11 @@ class Runner:
     def command(self, tool: str, mode: str, source: Path, out: Path) -> tuple[list[str], dict[str, str], str]:
         """(argv, environment, folder to run in) of one run."""
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
-        if tool == "tpu-shards":
+        if tool in OURS:
             argv = [sys.executable, "-c", "from beam_jobs.cli import console; console()", "build",
                     "--input", str(source), "--output", str(out), "--overwrite", "--no-progress",
-                    "--workers", str(self.args.workers), *MODE_ARGS[mode], *shlex.split(self.args.tpu_shards_args)]
+                    "--workers", str(self.args.workers), *MODE_ARGS[mode], *OURS[tool],
+                    *shlex.split(self.args.tpu_shards_args)]
             return argv, env, str(HERE.parent)
         env["PYTHONPATH"] = str(HERE)  # the peers' Python sees peers_bench, not the project
         return ([self.args.peers_python, "-m", "peers_bench.child", tool, mode, str(source), str(out),
@@ -118,7 +123,7 @@ class Runner:
         missing = {}
         for tool in tools:
             run = self.run(tool, "pass", source, count)
-            if run.returncode == MISSING and tool != "tpu-shards":
+            if run.returncode == MISSING and tool not in OURS:
                 missing[tool] = run.tail.strip().splitlines()[-1].removeprefix("missing: ")
             elif run.returncode:
                 self.failed.append(f"{tool} (warm-up): exit {run.returncode}: {run.tail.strip()[-600:]}")
@@ -168,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     big = data.input_folder(runner.work, args.kind, args.count, args.workers)
     tiny = data.input_folder(runner.work, args.kind, args.tiny, args.workers)
     pillows = pillow_versions(args.peers_python)
-    missing = runner.probe(["tpu-shards", *args.peers], tiny, args.tiny)
-    tools = ["tpu-shards", *(p for p in args.peers if p not in missing)]
+    ours = ["tpu-shards", *(["no-checks"] if args.checks_off else [])]
+    missing = runner.probe([*ours, *args.peers], tiny, args.tiny)
+    tools = [*ours, *(p for p in args.peers if p not in missing)]
     for r in range(args.rounds):
         order = tools[r % len(tools):] + tools[:r % len(tools)]
         for mode in args.modes:

@@ -12,7 +12,7 @@ from PIL import Image
 from benchmarks import bench_peers as bench
 from benchmarks.peers_bench import outputs, work
 from benchmarks.peers_bench.measure import Run
-from benchmarks.peers_bench.report import MEASURES, RATIOS, steady_cpu_ms
+from benchmarks.peers_bench.report import MEASURES, OURS, RATIOS, steady_cpu_ms
 
 
 def jpeg(width: int, height: int) -> bytes:
@@ -62,19 +62,20 @@ def test_a_tiny_run_prints_every_row_for_the_tools_it_has(tmp_path, capsys):
     have = [p for p, module in (("webdataset", "webdataset"), ("mds", "streaming"), ("litdata", "litdata"))
             if importlib.util.find_spec(module)]
     code = bench.main(["--peers-python", sys.executable, "--count", "12", "--tiny", "8", "--rounds", "1",
-                       "--modes", "pass", "--peers", ",".join(have or ["webdataset"]), "--work", str(tmp_path)])
+                       "--modes", "pass", "--peers", ",".join(have or ["webdataset"]), "--work", str(tmp_path),
+                       "--checks-off"])
     out = capsys.readouterr().out
     assert code == 0, out
     header = next(line for line in out.splitlines() if line.split()[:1] == ["tpu-shards"])
-    assert header.split() == ["tpu-shards", *have]
+    assert header.split() == ["tpu-shards", "no-checks", *have]
     for absent in {"webdataset"} - set(have):
         assert f"missing: {absent} (No module named 'webdataset')" in out
     cells = {label: next(line for line in out.splitlines() if line.startswith(f"pass-through: {label} "))
              .removeprefix(f"pass-through: {label}").split() for label, _, _ in MEASURES}
-    assert all(len(row) == 1 + len(have) for row in cells.values())
+    assert all(len(row) == 2 + len(have) for row in cells.values())
     assert float(cells["wall s"][0]) > 0 and float(cells["fixed cost: CPU s"][0]) > 0
     assert float(cells["peak MB, all processes (PSS)"][0]) > 50  # a build's driver alone imports Beam
-    for label, _ in RATIOS:
+    for label in (label.format(ours) for label, _ in RATIOS for ours in OURS):
         row = next(line for line in out.splitlines() if line.startswith(f"pass-through: {label}"))
         cells = row.removeprefix(f"pass-through: {label}").split()
-        assert cells[0] == "-" and len(cells) == 1 + len(have) and all(c.endswith("x") for c in cells[1:])
+        assert cells[:2] == ["-", "-"] and len(cells) == 2 + len(have) and all(c.endswith("x") for c in cells[2:])

@@ -17,8 +17,9 @@ MEASURES = (
     ("fixed cost: wall s", lambda big, tiny, n, t: med(r.wall for r in tiny), "{:.2f}"),
     ("fixed cost: CPU s", lambda big, tiny, n, t: med(r.cpu for r in tiny), "{:.2f}"),
 )
-RATIOS = (("wall, tpu-shards / peer", "wall s"),
-          ("CPU per image (start-up subtracted), tpu-shards / peer", "CPU ms per image, start-up subtracted"))
+RATIOS = (("wall, {} / peer", "wall s"),
+          ("CPU per image (start-up subtracted), {} / peer", "CPU ms per image, start-up subtracted"))
+OURS = ("tpu-shards", "no-checks")  # the default build, and the same without its quality checks (--checks-off)
 
 
 def med(values) -> float:
@@ -32,24 +33,26 @@ def steady_cpu_ms(big: Sequence[Run], tiny: Sequence[Run], n: int, t: int) -> fl
 
 def figures(runs: dict[tuple[str, str, int], list[Run]], tools: Sequence[str], mode: str, n: int,
             t: int) -> dict[str, dict[str, float]]:
-    """{row label: {tool: figure}} for one mode, ratios to tpu-shards included where both were measured."""
+    """{row label: {tool: figure}} for one mode, each of our columns' ratios to each peer where both were measured."""
     rows: dict[str, dict[str, float]] = {label: {} for label, _, _ in MEASURES}
     for tool in tools:
         big, tiny = runs.get((tool, mode, n)), runs.get((tool, mode, t))
         if big and tiny:
             for label, figure, _ in MEASURES:
                 rows[label][tool] = figure(big, tiny, n, t)
-    for label, of in RATIOS:
-        mine = rows[of].get("tpu-shards")
-        rows[label] = {tool: mine / value for tool, value in rows[of].items()
-                       if tool != "tpu-shards" and mine is not None and value > 0}
+    for ours in (o for o in OURS if o in tools):
+        for label, of in RATIOS:
+            mine = rows[of].get(ours)
+            rows[label.format(ours)] = {tool: mine / value for tool, value in rows[of].items()
+                                        if tool not in OURS and mine is not None and value > 0}
     return rows
 
 
 def table(runs: dict[tuple[str, str, int], list[Run]], tools: Sequence[str], modes: Sequence[str], n: int,
           t: int) -> str:
     """The table as text: a column per tool, a block of rows per mode."""
-    formats = {label: fmt for label, _, fmt in MEASURES} | {label: "{:.2f}x" for label, _ in RATIOS}
+    formats = {label: fmt for label, _, fmt in MEASURES} | {label.format(o): "{:.2f}x" for label, _ in RATIOS
+                                                            for o in OURS}
     width = max(len(label) for label in formats) + 18
     lines = [f"{'':<{width}}" + "".join(f"{tool:>12}" for tool in tools)]
     for mode in modes:
