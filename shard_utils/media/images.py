@@ -192,9 +192,10 @@ def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions
         image = resize(image, target, options.resize, box=content)
     if orientation is not None:
         image = image.transpose(_ORIENT[orientation])
+    # the checks first, while the picture is still in the CPU's caches; the encoder reads it after them
+    inspection = inspect(view_of(image), source_height, source_width) if options.inspect else None
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=options.quality)
-    inspection = inspect(view_of(image), source_height, source_width) if options.inspect else None
     return PreparedImage(out.getvalue(), image.height, image.width, 3, False, inspection=inspection)
 
 
