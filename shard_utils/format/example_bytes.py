@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 __all__ = ["BYTES", "INT64", "FLOAT", "Feature", "SMALL", "LARGE", "example_pieces"]
 
-BYTES, INT64, FLOAT = "bytes", "int64", "float"
+BYTES = "bytes"
+INT64 = "int64"
+FLOAT = "float"
 Feature = tuple[str, str, Sequence]  # (key, BYTES / INT64 / FLOAT, values), in the order the record adds them
 
 SMALL = 4096  # pieces shorter than this are joined with their neighbours
