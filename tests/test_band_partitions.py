@@ -151,6 +151,40 @@ def test_a_hot_bucket_is_verified_in_blocks_and_counted():
     assert reduced_clusters([(int(s), Member(f"r{i}", "train")) for i, s in enumerate(sigs)], 40, cap=8) == []
 
 
+def test_a_spanning_star_joins_what_a_union_find_joins_from_each_smallest_node():
+    """90 random edges among 200 nodes (half above 2**63): the same components, one edge per non-root node."""
+    rng = np.random.default_rng(7)
+    nodes = rng.integers(0, 2**64 - 1, 200, dtype=np.uint64, endpoint=True)
+    ends = rng.integers(0, 200, (90, 2))
+    roots, members = bp.spanning_star(nodes[ends[:, 0]], nodes[ends[:, 1]])
+    forest, star = UnionFind(), UnionFind()
+    for x, y in nodes[ends].tolist():
+        forest.union(x, y)
+    for root, member in zip(roots.tolist(), members.tolist(), strict=True):
+        star.union(root, member)
+    assert star.groups() == forest.groups() and len(forest.groups()) > 1
+    assert (roots.tolist(), members.tolist()) == ([r for r, _ in forest.edges()], [m for _, m in forest.edges()])
+
+
+@pytest.mark.parametrize("crowd", [3, 40, bp.SMALL_BUCKET, bp.SMALL_BUCKET + 7])
+def test_buckets_of_every_size_give_the_reference_clusters(crowd):
+    """A crowd of near copies of one signature (buckets of many sizes, some over SMALL_BUCKET) among random
+    ones: the reference's clusters, and its buckets counted once each."""
+    rng = random.Random(crowd)
+    proto = rng.getrandbits(64)
+    recs = records(60, crowd, flat=0)
+    for i in range(crowd):
+        s = proto
+        for b in rng.sample(range(64), rng.randrange(1, 8)):
+            s ^= 1 << b
+        recs.append((s, Member(f"c{i:03d}", "train", (), (5, i))))
+    assert reduced_clusters(recs, 50) == expected(recs)
+    parts = bp.cut(BANDING, sigs_of(recs))
+    values = BANDING.band_values(np.unique(sigs_of(recs)))
+    buckets = sum(int((np.unique(column, return_counts=True)[1] > 1).sum()) for column in values.T)
+    assert sum(bp.reduce_partition(BANDING, pid, [p]).buckets_verified for pid, p in parts) == buckets
+
+
 def test_the_steps_on_beam_give_the_reference_clusters():
     """CutPartitions, verify_partition, ComponentsFn, in_component and cluster_of on FnApiRunner, each step's
     output checked."""
@@ -223,6 +257,10 @@ def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     unsigned = Member("c.jpg", "train", (), (0, 2), "f" * 64)
     assert list(in_component((None, unsigned), comps, False)) == []
     assert list(in_component((None, unsigned), comps, True)) == [(1, unsigned)]
+    fields = ("c.jpg", "train", (), (0, 2), "f" * 64)  # run_members' form: a Member only once in a cluster
+    assert list(in_component((None, fields), comps, True)) == [(1, unsigned)]
+    assert list(in_component((packed(6), fields), comps, True)) == [(1, unsigned)]
+    assert list(in_component((packed(6), fields), comps, False)) == []
 
 
 def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():

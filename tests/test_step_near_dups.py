@@ -30,6 +30,7 @@ from beam_jobs.pipeline.near_dups import (
     ClusterSignatures,
     FindNearDuplicates,
     MoveRecords,
+    member_of,
     packed,
     run_members,
 )
@@ -65,7 +66,7 @@ def encoded(tmp_path_factory):
     laid = laid_out(config, chunks)
     runs = encoded_runs(config, laid, labels_of(chunks))
     sigs = {str(p.relative_to(root)): signature(np.asarray(Image.open(p).convert("RGB"))) for p in root.rglob("*.jpg")}
-    signed = [(packed(sigs[m.source_id]), m) for r in runs for _, m in run_members(r)]
+    signed = [(packed(sigs[m.source_id]), m) for r in runs for m in map(member_of, (f for _, f in run_members(r)))]
     return config, laid, runs, signed, labels_of(chunks)
 
 

@@ -43,9 +43,9 @@ from shard_utils.quality.signature import from_hex
 from shard_utils.sharding.encode_run import EncodedRun
 from shard_utils.sharding.runs import RunWriter
 
-__all__ = ["ActOnClusters", "ClusterSignatures", "FindNearDuplicates", "MoveRecords", "run_members"]
+__all__ = ["ActOnClusters", "ClusterSignatures", "FindNearDuplicates", "MoveRecords", "member_of", "run_members"]
 
-Signed = tuple  # (signature as 8 big-endian bytes, Member): Beam's int coder takes signed 64-bit values only
+Signed = tuple  # (signature as 8 big-endian bytes, Member or its fields): Beam's int coder takes int64 only
 
 
 def packed(signature: int) -> bytes:
@@ -76,17 +76,17 @@ class FindNearDuplicates(beam.PTransform):
         same_bytes = None
         if self.exact:
             same_bytes = (members
-                          | "BySha256" >> beam.MapTuple(lambda sig, m: (m.sha256, sig))
+                          | "BySha256" >> beam.MapTuple(lambda sig, m: (member_of(m).sha256, sig))
                           | "GroupSameBytes" >> beam.GroupByKey()
                           | "SameBytes" >> beam.FlatMap(same_bytes_edges))
         return members | "Cluster" >> ClusterSignatures(self.threshold, self.cap, same_bytes)
 
 
 class ClusterSignatures(beam.PTransform):
-    """Input: (packed signature or None, Member). Output: Cluster, one element each. `cap`: the distinct
-    signatures of a band bucket compared all pairs at once (`clusters.verified_edges`); `edges`: more links
-    between nodes (lists of (node, node): a signature's `node_of`, or a SHA-256's), which also bring unsigned
-    records into clusters."""
+    """Input: (packed signature or None, Member or the tuple of its fields). Output: Cluster, one element each.
+    `cap`: the distinct signatures of a band bucket compared all pairs at once (`clusters.verified_edges`);
+    `edges`: more links between nodes (lists of (node, node): a signature's `node_of`, or a SHA-256's), which
+    also bring unsigned records into clusters."""
 
     def __init__(self, threshold: int, cap: int = cl.MAX_BUCKET, edges=None, buffer: int = bp.MAX_BUFFER):
         super().__init__()
@@ -110,14 +110,22 @@ class ClusterSignatures(beam.PTransform):
 
 
 def run_members(encoded: EncodedRun) -> Iterable[Signed]:
-    """(packed signature or None, Member) of every record of a run."""
+    """(packed signature or None, member) of every record of a run, the member as the plain tuple of its fields
+    (`member_of` makes it a Member): Beam's coder writes a tuple of strings and ints natively, where it would
+    pickle a Member, and only the few records in some cluster become Members (`in_component`)."""
     if encoded.file is None:
         return
+    split, run = encoded.split, encoded.run
     for position, entry in enumerate(encoded.file.entries()):
         meta = entry.meta
         sig = signature_of(meta.phash)
         yield (None if sig is None else packed(sig),
-               Member(meta.source_id, encoded.split, tuple(meta.labels), (encoded.run, position), meta.sha256))
+               (meta.source_id, split, tuple(meta.labels), (run, position), meta.sha256))
+
+
+def member_of(member: Member | tuple) -> Member:
+    """A Member, from itself or from the tuple of its fields that `run_members` gives."""
+    return Member(*member) if isinstance(member, tuple) else member
 
 
 def node_of(sig: bytes) -> tuple[int, int]:
@@ -196,9 +204,9 @@ def in_component(signed: Signed, components: dict, exact: bool) -> Iterable[tupl
     sig, m = signed
     found = components.get(node_of(sig)) if sig is not None else None
     if found is None and exact:
-        found = components.get((1, m.sha256))
+        found = components.get((1, member_of(m).sha256))
     if found is not None:
-        yield found, m
+        yield found, member_of(m)
 
 
 def cluster_of(_, members: Iterable[Member]) -> Iterable[Cluster]:

@@ -9,12 +9,14 @@ value starts with the bits `p & (2**PARTITION_BITS - 1)`, so every bucket lies w
 buffer puts in one partition is one element: its distinct signatures and their band values as arrays (10
 bytes a signature), and in band 0's partitions the signatures that occurred more than once in the buffer. A
 partition's reducer sorts what it received into buckets and verifies those of two or more distinct signatures
-(two at once with numpy, more with `clusters.verified_edges`, hot buckets in blocks); band 0's reducers also
+(all buckets of one size up to `SMALL_BUCKET` at once with numpy, larger ones with `clusters.verified_edges`, hot
+buckets in blocks) and sends a partition's near pairs as a star per component (`spanning_star`); band 0's reducers also
 name the signatures more than one record has (a node standing alone: a cluster of equal signatures), so a
 signature shared by thousands of records is one entry per buffer, never a bucket of thousands.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -27,6 +29,8 @@ __all__ = ["MAX_BUFFER", "PARTITION_BITS", "Part", "PartitionBuffer", "Partition
 
 PARTITION_BITS = 2  # each band's buckets in 4 partitions: 272 at 68 bands (docs/near-duplicates.md)
 MAX_BUFFER = 10_000  # signatures a worker holds before cutting them: about 13 MB at the peak
+SMALL_BUCKET = 64  # buckets of at most this many distinct signatures: compared with others of their size at once
+PAIRS_AT_ONCE = 1 << 18  # pairs of small buckets compared in one array (a few MB)
 
 Part = tuple[int, tuple[bytes, bytes, bytes]]  # (partition, (signatures: uint64, their band values: uint16, repeated))
 
@@ -130,14 +134,59 @@ def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[byt
     starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
     sizes = np.diff(np.r_[starts, len(values)])
     out.buckets_verified = int((sizes > 1).sum())
-    pairs = starts[sizes == 2]  # most buckets: two signatures, compared at once
-    a, b = sigs[pairs], sigs[pairs + 1]
-    near = np.bitwise_count(a ^ b) <= banding.threshold
-    out.edges += zip(signed(a[near]), signed(b[near]), strict=True)
-    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist(), strict=True):
+    small = min(SMALL_BUCKET, cap)  # a bucket over the cap is compared in blocks, as verified_edges does
+    pairs = list(_small_bucket_pairs(sigs, starts, sizes, banding.threshold, small))
+    large = sizes > small
+    for start, size in zip(starts[large].tolist(), sizes[large].tolist(), strict=True):
         outcome = verified_edges(((s, s) for s in sigs[start:start + size].tolist()), banding.threshold, cap)
         out.hot_buckets += outcome.blocks > 1
         if outcome.edges:
             edges = np.array(outcome.edges, dtype=np.uint64).reshape(-1, 2)
-            out.edges += [(x, y) for x, y in signed(edges)]
+            pairs.append((edges[:, 0], edges[:, 1]))
+    if pairs:
+        roots, members = spanning_star(np.concatenate([a for a, _ in pairs]), np.concatenate([b for _, b in pairs]))
+        out.edges += zip(signed(roots), signed(members), strict=True)
     return out
+
+
+def spanning_star(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The components of the graph of edges a[i]-b[i] (uint64 nodes) as (root, member) edges, a star per
+    component from its smallest node, in member order: as few edges as keep the same nodes joined. Minimum
+    labels spread along the edges, each round followed by pointer jumping, until none changes."""
+    nodes, ends = np.unique(np.concatenate([a, b]), return_inverse=True)
+    left, right = ends[:len(a)], ends[len(a):]
+    label = np.arange(len(nodes))
+    while True:
+        low = np.minimum(label[left], label[right])
+        spread = label.copy()
+        np.minimum.at(spread, left, low)
+        np.minimum.at(spread, right, low)
+        spread = spread[spread]
+        if np.array_equal(spread, label):
+            break
+        label = spread
+    members = np.flatnonzero(label != np.arange(len(nodes)))
+    return nodes[label[members]], nodes[members]
+
+
+@functools.cache
+def _pairs_of(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j), i < j, of a bucket of `size` signatures."""
+    return np.triu_indices(size, 1)
+
+
+def _small_bucket_pairs(sigs: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                        threshold: int, most: int = SMALL_BUCKET) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """The near pairs (a, b) of every bucket of 2 to `most` signatures, compared all buckets of one size
+    at once (most buckets hold 2-5: a call per bucket cost more than its comparisons), at most `PAIRS_AT_ONCE`
+    pairs compared in one go."""
+    for size in np.unique(sizes[(sizes > 1) & (sizes <= most)]).tolist():
+        first, second = _pairs_of(size)
+        at_starts = starts[sizes == size]
+        step = max(1, PAIRS_AT_ONCE // len(first))
+        for block in range(0, len(at_starts), step):
+            rows = sigs[at_starts[block:block + step, None] + np.arange(size)]
+            a, b = rows[:, first], rows[:, second]
+            near = np.bitwise_count(a ^ b) <= threshold
+            if near.any():
+                yield a[near], b[near]
