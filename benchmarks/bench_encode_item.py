@@ -1,14 +1,17 @@
 """The per-image CPU of a build's encode workers against the peers' floor, in one process, no start-up.
 
-    python benchmarks/bench_encode_item.py [--count 200] [--phone 40] [--rounds 3] [--profile FILE]
+    python benchmarks/bench_encode_item.py [--count 200] [--phone 40] [--png 0] [--rounds 3] [--profile FILE]
 
 On the peers benchmark's photo-like JPEGs (benchmarks/build_bench/data.py: ~400x400 and phone-size 1200 x
-1312-1600), each round times, interleaved, over the same files read from disk:
+1312-1600), and with `--png N` on bench_build's ~400x400 PNGs, each round times, interleaved, over the same files
+read from disk:
 - tpu-shards: `encode_run` (what a local pool worker runs per run: read, `encode_item`'s decode check or re-encode
   with the quality checks, sha256, the tf.train.Example, its framing and the run file), with `--quality-checks`
   on (the default) and off;
 - the peers' work per image (benchmarks/peers_bench/work.py): the file read and `checked` (a 1/8-scale draft
-  decode) or `reencoded` (draft, centre crop, bicubic resize to 224, JPEG quality 75).
+  decode) or `reencoded` (draft, centre crop, bicubic resize to 224, JPEG quality 75);
+- PNGs: `--jpeg-quality 75` at full size (bench_build's re-encode) against what TFDS's builder does with each
+  (build_bench/tfds_child.py): the file read, decoded and saved by Pillow as JPEG at quality 75.
 Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
 pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
 pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import io
 import pstats
 import statistics
 import sys
@@ -30,6 +34,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from build_bench import data  # noqa: E402
 from peers_bench import work  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from shard_utils.format.image_size import ImageSize  # noqa: E402
 from shard_utils.inputs import MediaItem  # noqa: E402
@@ -38,14 +43,15 @@ from shard_utils.media.images import ImageOptions  # noqa: E402
 from shard_utils.sharding.encode_run import RunTask, encode_run  # noqa: E402
 
 MODES = ("decode", "reencode")
+FULL = "q75-full"  # the PNGs' only mode: re-encoded at their own size
 
 
 def settings(mode: str, inspect: bool, labels: dict[str, int]) -> EncodeSettings:
     """What `tpu-shards build` encodes with in the peers benchmark's mode (`--validate decode`, or
     `--image-size 224 --jpeg-quality 75`), with `--quality-checks` on or off."""
     size = ImageSize(work.SIDE, work.SIDE) if mode == "reencode" else None
-    return EncodeSettings(image=ImageOptions(size=size, quality=work.QUALITY if size else 95, inspect=inspect),
-                          label_ids=labels)
+    quality = 95 if mode == "decode" else work.QUALITY
+    return EncodeSettings(image=ImageOptions(size=size, quality=quality, inspect=inspect), label_ids=labels)
 
 
 def items(folder: Path) -> list[MediaItem]:
@@ -65,22 +71,34 @@ def tpu_shards(task: RunTask, how: EncodeSettings, temp: str) -> Callable[[], ob
 
 
 def peers(paths: list[str], mode: str) -> Callable[[], object]:
+    if mode == FULL:
+        return lambda: [saved_as_jpeg(p) for p in paths]
     return lambda: [work.image_bytes(p, mode) for p in paths]
+
+
+def saved_as_jpeg(path: str) -> bytes:
+    """What TFDS's builder stores for a PNG handed to it opened: Pillow's JPEG at quality 75."""
+    with open(path, "rb") as f, Image.open(io.BytesIO(f.read())) as image:
+        out = io.BytesIO()
+        image.save(out, "JPEG", quality=work.QUALITY)
+    return out.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=200, help="~400x400 photos (default 200)")
     ap.add_argument("--phone", type=int, default=40, help="phone-size photos (default 40)")
+    ap.add_argument("--png", type=int, default=0, help="~400x400 PNGs re-encoded at full size (default 0)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", default="", help="folder caching the generated images (default: a temporary one)")
     ap.add_argument("--profile", default="", help="write a cProfile of one pass of each mode here")
     args = ap.parse_args(argv)
-    if args.count < 1 or args.phone < 0 or args.rounds < 1:
-        ap.error("--count and --rounds must be at least 1, --phone at least 0")
+    if args.count < 1 or args.phone < 0 or args.png < 0 or args.rounds < 1:
+        ap.error("--count and --rounds must be at least 1, --phone and --png at least 0")
     with tempfile.TemporaryDirectory() as temp:
         root = Path(args.work or temp)
-        kinds = [("jpg", args.count)] + ([("phone", args.phone)] if args.phone else [])
+        kinds = [("jpg", args.count), ("phone", args.phone), ("png", args.png)]
+        kinds = [(kind, count) for kind, count in kinds if count]
         folders = {kind: data.input_folder(root, kind, count, 2) for kind, count in kinds}
         return run(folders, args, temp)
 
@@ -92,7 +110,7 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
         labels = {name: i for i, name in enumerate(sorted({i.labels[0] for i in listed}))}
         task = RunTask("train", 0, tuple(listed))
         paths = [i.uri for i in listed]
-        for mode in MODES:
+        for mode in (FULL,) if kind == "png" else MODES:
             cases[(kind, mode)] = (len(listed), {
                 "tpu-shards": tpu_shards(task, settings(mode, True, labels), temp),
                 "tpu-shards, checks off": tpu_shards(task, settings(mode, False, labels), temp),

@@ -1,4 +1,4 @@
-"""A smoke run of benchmarks/bench_encode_item.py: both modes timed against the peers' floor, and the profile."""
+"""A smoke run of benchmarks/bench_encode_item.py: every mode timed against the peers' floor, and the profile."""
 from __future__ import annotations
 
 import re
@@ -6,9 +6,9 @@ import re
 from benchmarks import bench_encode_item as bench
 
 
-def test_both_modes_are_timed_against_the_peers_floor(tmp_path, capsys):
+def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
     profile = tmp_path / "encode.prof"
-    assert bench.main(["--count", "3", "--phone", "0", "--rounds", "1", "--work", str(tmp_path),
+    assert bench.main(["--count", "3", "--phone", "0", "--png", "2", "--rounds", "1", "--work", str(tmp_path),
                        "--profile", str(profile)]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("jpg ")]
@@ -16,4 +16,6 @@ def test_both_modes_are_timed_against_the_peers_floor(tmp_path, capsys):
     for row in rows:
         ratios = [float(x) for x in re.findall(r"\(([\d.]+)x\)", row)]
         assert len(ratios) == 3 and ratios[-1] == 1.0 and all(r > 0 for r in ratios)
+    png = [line for line in out.splitlines() if line.startswith("png ")]
+    assert len(png) == 1 and re.match(r"png +x2 +q75-full *:", png[0]) and png[0].endswith("(1.00x)")
     assert profile.stat().st_size > 0 and "function calls" in out  # the top of the profile

@@ -144,6 +144,45 @@ def test_fill_resize_of_a_rotated_jpeg_uses_displayed_orientation():
     assert (out.height, out.width) == (50, 20)
 
 
+def exif_after_pixels(png: bytes, orientation: int) -> bytes:
+    """The PNG with an eXIf chunk holding `orientation` just before IEND (after its pixels, as older writers put it)."""
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    body = exif.tobytes()[6:]  # without the "Exif\0\0" header a JPEG's APP1 has
+    chunk = struct.pack(">I", len(body)) + b"eXIf" + body + struct.pack(">I", zlib.crc32(b"eXIf" + body))
+    return png[:-12] + chunk + png[-12:]
+
+
+def test_a_png_orientation_is_applied_before_or_after_its_pixels_and_resized_as_displayed():
+    from PIL import Image
+
+    image = Image.new("RGB", (40, 20), (0, 0, 255))
+    image.paste((255, 0, 0), (0, 0, 20, 20))  # left half red
+    exif = image.getexif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    for data in (encode(image, "PNG", exif=exif.tobytes()), exif_after_pixels(encode(image, "PNG"), 6)):
+        out = prepare_image(data, ImageOptions())
+        assert (out.width, out.height) == (20, 40)
+        px = pixels(out.encoded)
+        assert close(px[:15], (255, 0, 0), 20) and close(px[25:], (0, 0, 255), 20)  # red ends on top
+        assert (prepare_image(data, ImageOptions(size=(30, 10), resize="fill")).height, out.width) == (30, 20)
+
+
+def test_a_png_over_the_memory_budget_is_refused_before_its_pixels_are_decoded(monkeypatch):
+    from PIL import Image, PngImagePlugin
+
+    decoded_pngs = []
+    load = PngImagePlugin.PngImageFile.load
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", lambda self: decoded_pngs.append(self) or load(self))
+    data = encode(Image.new("L", (1500, 1500)), "PNG")
+    with pytest.raises(Rejected) as found:
+        prepare_image(data, ImageOptions(memory=1 << 20))
+    assert found.value.reason == "too_large" and decoded_pngs == []
+    assert prepare_image(data, ImageOptions()).width == 1500 and decoded_pngs  # the spy sees a decode
+
+
 def png_header_only(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     def chunk(kind: bytes, body: bytes) -> bytes:

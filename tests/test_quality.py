@@ -110,3 +110,15 @@ def test_without_pixels_only_the_size_flags_are_known():
 
     seen = inspect(None, 30, 200)
     assert seen.signature is None and {kind for kind, _, _ in seen.flags} == {"small", "aspect"}
+
+
+def test_colourfulness_is_the_mean_spread_of_r_g_b_for_any_layout_of_pixels():
+    from shard_utils.quality.flags import colourfulness
+
+    rng = np.random.default_rng(7)
+    rgba = rng.integers(0, 256, (9, 13, 4), dtype=np.uint8)
+    for pixels in (rgba[:, :, :3].copy(), rgba, rgba[::-2, ::3], rgba[:1, :1, :3].copy()):
+        rgb = pixels[:, :, :3].astype(np.int64)
+        spread = rgb.max(axis=2) - rgb.min(axis=2)
+        assert colourfulness(pixels) == int(spread.sum()) / spread.size
+    assert colourfulness(rgba[:, :, 0]) == 0.0 and colourfulness(rgba[:, :, :2]) == 0.0

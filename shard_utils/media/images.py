@@ -100,7 +100,7 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
         warnings.simplefilter("ignore")
         image = _open(data, options.max_pixels)
         try:
-            orientation = _orientation(image)
+            orientation = None if image.format == "PNG" else _orientation(image)  # a PNG's: once decoded
             if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation is None and options.size is None:
                 return _pass_through(data, image, options.validate, options.inspect)
             if image.format in ("JPEG", "MPO"):
@@ -179,23 +179,29 @@ def _too_complex(exc: TooManyScans) -> Rejected:
 
 def _reencode(image: Image.Image, orientation: int | None, options: ImageOptions) -> PreparedImage:
     """Decode, convert to RGB, resize (in stored orientation, then orient the small result), encode."""
-    target: tuple[int, int] | None = options.size
-    if target is not None and orientation in _SWAPS_SIDES:
-        target = (target[1], target[0])  # the displayed height is the stored width
     draft = None
-    if target is not None and image.format in ("JPEG", "MPO"):
-        draft = _draft_size(image.size, target, options.resize)
+    if options.size is not None and image.format in ("JPEG", "MPO"):
+        draft = _draft_size(image.size, _stored(options.size, orientation), options.resize)
     source_width, source_height = image.size  # the size flags are the source's, before any draft or resize
     content = _load(image, draft=draft, before=lambda drafted: _within_budget(drafted, options))
+    if image.format == "PNG":  # Pillow finds an eXIf chunk after the pixels only by decoding them: read it now
+        orientation = _orientation(image)
     image = to_rgb(image, options.background)
-    if target is not None:
-        image = resize(image, target, options.resize, box=content)
+    if options.size is not None:
+        image = resize(image, _stored(options.size, orientation), options.resize, box=content)
     if orientation is not None:
         image = image.transpose(_ORIENT[orientation])
+    # the checks first, while the picture is still in the CPU's caches; the encoder reads it after them
+    inspection = inspect(view_of(image), source_height, source_width) if options.inspect else None
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=options.quality)
-    inspection = inspect(view_of(image), source_height, source_width) if options.inspect else None
     return PreparedImage(out.getvalue(), image.height, image.width, 3, False, inspection=inspection)
+
+
+def _stored(size: tuple[int, int], orientation: int | None) -> tuple[int, int]:
+    """A (height, width) as the picture is stored: the displayed height is the stored width where the
+    orientation turns it a quarter."""
+    return (size[1], size[0]) if orientation in _SWAPS_SIDES else size
 
 
 def _open(data: bytes, max_pixels: int) -> Image.Image:

@@ -64,10 +64,11 @@ def sharpness(grey: np.ndarray) -> float:
 
 def colourfulness(pixels: np.ndarray) -> float:
     """Mean spread between the largest and smallest of a pixel's R, G and B of uint8 pixels (0 for grey ones),
-    summed exactly in integers."""
+    summed exactly in integers. The bands are copied apart first: numpy compares contiguous rows about twice as
+    fast as every third byte."""
     if pixels.ndim == 2 or pixels.shape[2] < 3:
         return 0.0
-    red, green, blue = pixels[:, :, 0], pixels[:, :, 1], pixels[:, :, 2]
+    red, green, blue = pixels[:, :, :3].reshape(-1, 3).T.copy()
     spread = np.maximum(red, green)
     np.maximum(spread, blue, out=spread)
     low = np.minimum(red, green)
