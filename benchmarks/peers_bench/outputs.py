@@ -39,8 +39,8 @@ def litdata_records(out: Path) -> int:
     return sum(chunk["chunk_size"] for chunk in index["chunks"])
 
 
-COUNTERS = {"tpu-shards": tfrecord_records, "no-checks": tfrecord_records, "webdataset": webdataset_records, "tfds": tfrecord_records,
-            "mds": mds_records, "litdata": litdata_records}
+COUNTERS = {"tpu-shards": tfrecord_records, "no-checks": tfrecord_records, "webdataset": webdataset_records,
+            "tfds": tfrecord_records, "mds": mds_records, "litdata": litdata_records}
 
 
 def records(tool: str, out: Path) -> int:
