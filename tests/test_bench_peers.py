@@ -12,7 +12,7 @@ from PIL import Image
 from benchmarks import bench_peers as bench
 from benchmarks.peers_bench import outputs, work
 from benchmarks.peers_bench.measure import Run
-from benchmarks.peers_bench.report import MEASURES, OURS, RATIOS, steady_cpu_ms
+from benchmarks.peers_bench.report import MEASURES, RATIOS, figures, steady_cpu_ms
 
 
 def jpeg(width: int, height: int) -> bytes:
@@ -62,20 +62,36 @@ def test_a_tiny_run_prints_every_row_for_the_tools_it_has(tmp_path, capsys):
     have = [p for p, module in (("webdataset", "webdataset"), ("mds", "streaming"), ("litdata", "litdata"))
             if importlib.util.find_spec(module)]
     code = bench.main(["--peers-python", sys.executable, "--count", "12", "--tiny", "8", "--rounds", "1",
-                       "--modes", "pass", "--peers", ",".join(have or ["webdataset"]), "--work", str(tmp_path),
-                       "--checks-off"])
+                       "--modes", "pass", "--peers", ",".join(have or ["webdataset"]), "--work", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
     header = next(line for line in out.splitlines() if line.split()[:1] == ["tpu-shards"])
-    assert header.split() == ["tpu-shards", "no-checks", *have]
+    assert header.split() == ["tpu-shards", *have]
     for absent in {"webdataset"} - set(have):
         assert f"missing: {absent} (No module named 'webdataset')" in out
     cells = {label: next(line for line in out.splitlines() if line.startswith(f"pass-through: {label} "))
              .removeprefix(f"pass-through: {label}").split() for label, _, _ in MEASURES}
-    assert all(len(row) == 2 + len(have) for row in cells.values())
+    assert all(len(row) == 1 + len(have) for row in cells.values())
     assert float(cells["wall s"][0]) > 0 and float(cells["fixed cost: CPU s"][0]) > 0
     assert float(cells["peak MB, all processes (PSS)"][0]) > 50  # a build's driver alone imports Beam
-    for label in (label.format(ours) for label, _ in RATIOS for ours in OURS):
-        row = next(line for line in out.splitlines() if line.startswith(f"pass-through: {label}"))
-        cells = row.removeprefix(f"pass-through: {label}").split()
-        assert cells[:2] == ["-", "-"] and len(cells) == 2 + len(have) and all(c.endswith("x") for c in cells[2:])
+    for label, _ in RATIOS:
+        row = next(line for line in out.splitlines() if line.startswith(f"pass-through: {label.format('tpu-shards')}"))
+        cells = row.removeprefix(f"pass-through: {label.format('tpu-shards')}").split()
+        assert cells[0] == "-" and len(cells) == 1 + len(have) and all(c.endswith("x") for c in cells[1:])
+    assert "no-checks" not in out  # only with --checks-off
+
+
+def test_each_of_our_columns_gets_its_own_ratios_to_each_peer_and_none_to_the_other():
+    """--checks-off's column: wall and CPU per image of tpu-shards and of no-checks, each over each peer's."""
+    def runs(wall, cpu):
+        return [Run(wall, cpu, 300.0, 0, "")]
+    measured = {}
+    for tool, (wall, big_cpu, tiny_cpu) in {"tpu-shards": (4.0, 5.0, 3.0), "no-checks": (3.0, 4.0, 3.0),
+                                             "webdataset": (2.0, 3.0, 2.5)}.items():
+        measured[(tool, "pass", 1064)] = runs(wall, big_cpu)
+        measured[(tool, "pass", 64)] = runs(1.0, tiny_cpu)
+    rows = figures(measured, ["tpu-shards", "no-checks", "webdataset"], "pass", 1064, 64)
+    assert rows["wall, tpu-shards / peer"] == {"webdataset": 2.0}
+    assert rows["wall, no-checks / peer"] == {"webdataset": 1.5}
+    assert rows["CPU per image (start-up subtracted), tpu-shards / peer"] == {"webdataset": pytest.approx(4.0)}
+    assert rows["CPU per image (start-up subtracted), no-checks / peer"] == {"webdataset": pytest.approx(2.0)}
