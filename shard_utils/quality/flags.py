@@ -118,9 +118,10 @@ def pixel_flags(grey: np.ndarray, colour: float | None, t: Thresholds = THRESHOL
     if sharp < t.min_sharpness:
         out.append((findings.BLUR, round(sharp, 3), t.min_sharpness))
     if histogram is None:
-        bright, dark = np.count_nonzero(grey >= t.bright) / grey.size, np.count_nonzero(grey <= t.dark) / grey.size
+        clipped = int(np.count_nonzero(grey >= t.bright)), int(np.count_nonzero(grey <= t.dark))
     else:
-        bright, dark = sum(histogram[t.bright:]) / grey.size, sum(histogram[:t.dark + 1]) / grey.size
+        clipped = sum(histogram[t.bright:]), sum(histogram[:t.dark + 1])
+    bright, dark = clipped[0] / grey.size, clipped[1] / grey.size
     if bright > t.clipped_share:
         out.append((findings.OVEREXPOSED, round(bright, 3), t.clipped_share))
     if dark > t.clipped_share:
