@@ -6,12 +6,13 @@ import warnings
 
 import pytest
 from conftest import photo
-from PIL import Image
+from PIL import Image, ImageCms
 
 from shard_utils.format.jpeg import PlainJpeg, jpeg_primary_end, plain_jpeg
 from shard_utils.media.images import ImageOptions, Rejected, prepare_image
 
 STRUCTURE = ImageOptions(validate="structure")
+ICC = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
 
 
 def jpeg(image, **kw) -> bytes:
@@ -35,7 +36,7 @@ def pillow_reads(data: bytes) -> PlainJpeg | None:
         end = jpeg_primary_end(data)
     except Exception:  # noqa: BLE001 - any refusal: plain_jpeg must refuse too
         return None
-    if image.format != "JPEG" or image.mode not in ("L", "RGB") or image.info.keys() & {"exif", "xmp", "icc_profile"}:
+    if image.format != "JPEG" or image.mode not in ("L", "RGB") or image.info.keys() & {"exif", "xmp", "mp"}:
         return None
     return PlainJpeg(*image.size, 1 if image.mode == "L" else 3, end)
 
@@ -50,6 +51,8 @@ def plain() -> dict[str, bytes]:
         "4:4:4 and 16-bit tables": jpeg(colour, subsampling=0, qtables=[[300] * 64, [2] * 64]),
         "restart markers and a comment": jpeg(colour, restart_marker_blocks=1, comment=b"made here"),
         "trailer": jpeg(colour) + b"maker data \xff\xd9",
+        "icc profile": jpeg(colour, icc_profile=ICC),
+        "adobe": with_segment(jpeg(colour), 0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x01"),
     }
 
 
@@ -76,8 +79,10 @@ def test_any_other_header_is_left_to_pillow(plain):
     others = {
         "frame with a partial component entry": with_longer_frame(data),
         "exif": with_segment(data, 0xE1, b"Exif\x00\x00MM\x00\x2a\x00\x00\x00\x08\x00\x00"),
-        "icc": with_segment(data, 0xE2, b"ICC_PROFILE\x00\x01\x01" + bytes(8)),
-        "adobe": with_segment(data, 0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x01"),
+        "mpf": with_segment(data, 0xE2, b"MPF\x00" + bytes(16)),
+        "short icc piece": with_segment(data, 0xE2, b"ICC_PROFILE\x00\x01"),
+        "short adobe": with_segment(data, 0xEE, b"Adobe\x00"),
+        "photoshop": with_segment(data, 0xED, b"Photoshop 3.0\x00"),
         "cmyk": jpeg(photo(16, 16, 3).convert("CMYK")),
         "short jfif": with_segment(data[:2] + data[2 + 2 + int.from_bytes(data[4:6], "big"):], 0xE0, b"JFIF\x00"),
         "fill byte": data[:2] + b"\xff" + data[2:],
@@ -94,7 +99,8 @@ def test_plain_jpeg_never_reads_a_header_pillow_refuses_or_reads_otherwise(plain
     jpeg_primary_end read the same (so the path without Pillow keeps or refuses the same files)."""
     rng = random.Random(7)
     read = 0
-    for data in (plain["baseline"], plain["grey"], plain["progressive"]):
+    for data in (plain["baseline"], plain["grey"], plain["progressive"], plain["adobe"],
+                 with_segment(plain["baseline"], 0xE2, b"ICC_PROFILE\x00\x01\x01" + ICC[:40])):
         header = data.index(b"\xff\xda") + 14
         variants = [data[:cut] for cut in range(header)]
         for at in range(2, header):

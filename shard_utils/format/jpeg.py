@@ -17,8 +17,9 @@ MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass ov
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
 _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
-_APP0, _DQT, _SOF = 0xE0, 0xDB, (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
-_PLAIN = {_APP0, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM: segments no reader derives colour or turn from
+_APP0, _APP2, _APP14, _DQT = 0xE0, 0xE2, 0xEE, 0xDB
+_SOF = (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
+_PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM
 
 
 class TooManyScans(ValueError, TpuShardsError):
@@ -91,12 +92,13 @@ class PlainJpeg:
 
 
 def plain_jpeg(data: bytes, max_scans: int = MAX_SCANS) -> PlainJpeg | None:
-    """What a JPEG whose header holds nothing but JFIF, tables, a comment and one 8-bit baseline, extended or
-    progressive frame of 1 or 3 components says of itself, each segment where the one before it ends and as Pillow
-    reads it without an error; None for any other bytes, whole or not (for Pillow and jpeg_primary_end to judge).
+    """What a JPEG whose header holds nothing but JFIF, an ICC profile, Adobe's segment, tables, a comment and one
+    8-bit baseline, extended or progressive frame of 1 or 3 components says of itself, each segment where the one
+    before it ends and as Pillow reads it without an error; None for any other bytes, whole or not (for Pillow and
+    jpeg_primary_end to judge).
 
     Such a header is all a structural check needs to know, without Pillow's own parse of it: no EXIF or XMP (no
-    orientation), no ICC, Adobe or MPF segment, and the size and mode (1 component L, 3 RGB) Pillow gives it."""
+    orientation), no MPF (not an MPO), and the size and mode (1 component L, 3 RGB) Pillow gives it."""
     if data[:3] != b"\xff\xd8\xff":
         return None
     pos, size, frame = 2, len(data), None
@@ -125,10 +127,15 @@ def plain_jpeg(data: bytes, max_scans: int = MAX_SCANS) -> PlainJpeg | None:
 
 
 def _readable(marker: int, body: bytes) -> bool:
-    """Whether a segment of a plain header is one Pillow reads without an error (its JFIF version, every
-    quantisation table whole, a frame of whole component entries) and keeps the header plain."""
+    """Whether a segment of a plain header is one Pillow reads without an error (its JFIF version, an ICC profile
+    piece's sequence numbers, Adobe's version, every quantisation table whole, a frame of whole component entries)
+    and keeps the header plain (an APP2 segment is an ICC profile's piece, never MPF or FlashPix)."""
     if marker == _APP0:
         return not body.startswith(b"JFIF") or len(body) >= 7
+    if marker == _APP2:
+        return body.startswith(b"ICC_PROFILE\x00") and len(body) >= 14
+    if marker == _APP14:
+        return not body.startswith(b"Adobe") or len(body) >= 7
     if marker == _DQT:
         while body:
             table = 1 + (64 if body[0] < 16 else 128)  # Pillow: 8-bit values when the precision nibble is 0
