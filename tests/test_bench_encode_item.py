@@ -21,7 +21,7 @@ def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
     assert profile.stat().st_size > 0 and "function calls" in out  # the top of the profile
     pieces = {f"{mode}{off or ''}": times for mode, off, times
               in re.findall(r"^ +jpg +(\w+) +tpu-shards(, checks off)? *: (.*)$", out, re.M)}
-    assert set(pieces) == {"decode", "decode, checks off", "reencode", "reencode, checks off"}
+    assert set(pieces) == {mode + off for mode in ("decode", "reencode", "structure") for off in ("", ", checks off")}
     on = dict((name.strip(), float(us)) for name, us in re.findall(r"([a-z ]+) (\d+)(?:,|$)", pieces["decode"]))
     assert set(on) == {"decode", "inspect", "signature", "sharpness", "colour spread"} and all(on.values())
     assert on["inspect"] > on["signature"] and pieces["decode, checks off"].startswith("decode ")
