@@ -16,7 +16,7 @@ from beam_jobs import progress
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
 from beam_jobs.jobs.dofn_specs import read_once
-from beam_jobs.jobs.local_pickles import zlib_pickles
+from beam_jobs.jobs.in_process import in_process_run
 from beam_jobs.local.pool import LocalPool
 from beam_jobs.publish import move_shard
 from beam_jobs.run import claim
@@ -58,7 +58,7 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     lease = LeaseKeeper(config.output, config.run_id) if config.run_id else contextlib.nullcontext()
     result = None
     try:
-        in_process = zlib_pickles() if local and not cloud.template_location else contextlib.nullcontext()
+        in_process = in_process_run() if local and not cloud.template_location else contextlib.nullcontext()
         with lease, progress.showing(show_progress if local else False), long_lived_objects_left_alone(), in_process:
             progress.advance("list", 0)  # the listing bar shows from the start: listing a bucket can take minutes
             start_local_pool(config, opts)
