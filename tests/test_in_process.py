@@ -8,13 +8,16 @@ import threading
 import zlib
 
 import apache_beam as beam
+import pytest
 from apache_beam.internal import cloudpickle_pickler, pickler
 from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.worker import statesampler
 from apache_beam.testing.util import assert_that, equal_to
 
+from beam_jobs.jobs.checks import pipeline_options
 from beam_jobs.jobs.in_process import in_process_run
+from beam_jobs.jobs.running import runs_here
 
 UNPICKLED_IN: list[str] = []  # the threads a _Seen DoFn was unpickled in
 
@@ -74,3 +77,11 @@ def test_a_graph_run_within_the_block_gives_the_same_results_and_counters_unsamp
     assert counter == 30 and threads == {here}
     counter, threads = _run(sampled=True)
     assert counter == 30 and any(name.startswith("ExecutionTreeCreator") for name in threads)
+
+
+@pytest.mark.parametrize("beam_args, here", [
+    ([], True), (["--runner=DirectRunner", "--direct_running_mode=multi_threading"], True),
+    (["--direct_num_workers=2", "--direct_running_mode=multi_processing"], False),  # Beam's worker subprocesses
+    (["--template_location=/tmp/t.json"], False), (["--runner=DataflowRunner"], False)])
+def test_only_a_graph_run_in_this_process_is_run_so(beam_args, here):
+    assert runs_here(pipeline_options(beam_args)) is here
