@@ -50,9 +50,8 @@ def _specs_once_per_dofn(look_up: Callable[[Any], Specs]) -> Callable[[Any], Spe
         if seen is not None and seen[0]() is dofn:
             specs = seen[1]
         elif _decided_by_class(dofn):
-            specs = _class_specs.get(type(dofn))
-            if specs is None:
-                specs = _class_specs[type(dofn)] = look_up(dofn)
+            kept: Specs | None = _class_specs.get(type(dofn))
+            specs = kept if kept is not None else _class_specs.setdefault(type(dofn), look_up(dofn))
         else:
             specs = look_up(dofn)
             _remember(dofn, specs)
@@ -94,7 +93,6 @@ def read_once() -> None:
         core.get_function_args_defaults = _params_once_per_function(  # type: ignore[assignment]
             core.get_function_args_defaults)
     if not hasattr(core._check_fn_use_yield_and_return, "reads"):
-        core._check_fn_use_yield_and_return = _yield_check_once_per_function(  # type: ignore[assignment]
-            core._check_fn_use_yield_and_return)
+        core._check_fn_use_yield_and_return = _yield_check_once_per_function(core._check_fn_use_yield_and_return)
     if not hasattr(userstate.get_dofn_specs, "reads"):
         userstate.get_dofn_specs = _specs_once_per_dofn(userstate.get_dofn_specs)  # type: ignore[assignment]
