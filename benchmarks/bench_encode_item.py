@@ -9,7 +9,8 @@ read from disk:
   with the quality checks, sha256, the tf.train.Example, its framing and the run file), with `--quality-checks`
   on (the default) and off;
 - the peers' work per image (benchmarks/peers_bench/work.py): the file read and `checked` (a 1/8-scale draft
-  decode) or `reencoded` (draft, centre crop, bicubic resize to 224, JPEG quality 75);
+  decode) or `reencoded` (draft, centre crop, bicubic resize to 224, JPEG quality 75); for `structure`
+  (`--validate structure`, the JPEG passed through after a check of its markers) the file read alone;
 - PNGs: `--jpeg-quality 75` at full size (bench_build's re-encode) against what TFDS's builder does with each
   (build_bench/tfds_child.py): the file read, decoded and saved by Pillow as JPEG at quality 75.
 Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
@@ -42,16 +43,18 @@ from shard_utils.media.encode import EncodeSettings  # noqa: E402
 from shard_utils.media.images import ImageOptions  # noqa: E402
 from shard_utils.sharding.encode_run import RunTask, encode_run  # noqa: E402
 
-MODES = ("decode", "reencode")
+MODES = ("decode", "reencode", "structure")
 FULL = "q75-full"  # the PNGs' only mode: re-encoded at their own size
 
 
 def settings(mode: str, inspect: bool, labels: dict[str, int]) -> EncodeSettings:
-    """What `tpu-shards build` encodes with in the peers benchmark's mode (`--validate decode`, or
-    `--image-size 224 --jpeg-quality 75`), with `--quality-checks` on or off."""
+    """What `tpu-shards build` encodes with in the peers benchmark's mode (`--validate decode`, `--validate
+    structure`, or `--image-size 224 --jpeg-quality 75`), with `--quality-checks` on or off."""
     size = ImageSize(work.SIDE, work.SIDE) if mode == "reencode" else None
-    quality = 95 if mode == "decode" else work.QUALITY
-    return EncodeSettings(image=ImageOptions(size=size, quality=quality, inspect=inspect), label_ids=labels)
+    quality = work.QUALITY if mode == "reencode" else 95
+    validate = "structure" if mode == "structure" else "decode"
+    return EncodeSettings(image=ImageOptions(size=size, quality=quality, validate=validate, inspect=inspect),
+                          label_ids=labels)
 
 
 def items(folder: Path) -> list[MediaItem]:

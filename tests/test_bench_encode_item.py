@@ -12,7 +12,7 @@ def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
                        "--profile", str(profile)]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("jpg ")]
-    assert [re.match(r"jpg +x3 +(\w+) *:", row)[1] for row in rows] == ["decode", "reencode"]
+    assert [re.match(r"jpg +x3 +(\w+) *:", row)[1] for row in rows] == ["decode", "reencode", "structure"]
     for row in rows:
         ratios = [float(x) for x in re.findall(r"\(([\d.]+)x\)", row)]
         assert len(ratios) == 3 and ratios[-1] == 1.0 and all(r > 0 for r in ratios)
