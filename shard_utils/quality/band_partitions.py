@@ -72,26 +72,35 @@ def cut(banding: Banding, signatures: np.ndarray, bits: int = PARTITION_BITS) ->
 
 
 class PartitionBuffer:
-    """Signatures (8 big-endian bytes each) held until `limit` of them or the bundle's end, then cut into parts:
-    a worker's memory stays bounded whatever its bundle's size."""
+    """Signatures held until `limit` of them or the bundle's end, then cut into parts: a worker's memory stays
+    bounded whatever its bundle's size, and a batch larger than the room left fills the buffer in slices."""
 
     def __init__(self, banding: Banding, limit: int = MAX_BUFFER, bits: int = PARTITION_BITS):
         if limit < 1:
             raise ValueError(f"a partition buffer holds at least 1 signature, not {limit}")
         self.banding, self.limit, self.bits = banding, limit, bits
-        self.held: list[bytes] = []
+        self.held: list[np.ndarray] = []
+        self.count = 0
 
-    def add(self, signature: bytes) -> list[Part]:
-        """The parts of the buffer when this signature fills it, else none (it is held)."""
-        self.held.append(signature)
-        return self.flush() if len(self.held) >= self.limit else []
+    def extend(self, signatures: np.ndarray) -> list[Part]:
+        """The parts of the buffer each time these signatures (uint64) fill it; what is left is held."""
+        parts: list[Part] = []
+        start = 0
+        while start < len(signatures):
+            taken = signatures[start:start + self.limit - self.count]
+            self.held.append(taken)
+            self.count += len(taken)
+            start += len(taken)
+            if self.count >= self.limit:
+                parts += self.flush()
+        return parts
 
     def flush(self) -> list[Part]:
         """The held signatures' parts; the buffer is empty after."""
         if not self.held:
             return []
-        sigs = np.frombuffer(b"".join(self.held), dtype=">u8").astype(np.uint64)
-        self.held = []
+        sigs = np.concatenate(self.held)
+        self.held, self.count = [], 0
         return cut(self.banding, sigs, self.bits)
 
 
