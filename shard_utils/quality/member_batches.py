@@ -34,10 +34,16 @@ def member_of(member: Member | tuple) -> Member:
 
 def batch_of(signed: Iterable[tuple[bytes | None, Member | tuple]]) -> MemberBatch:
     """One batch of records given as (packed signature or None, Member or its fields)."""
-    with_sig, without = [], []
+    sigs: list[bytes] = []
+    with_sig: list[tuple] = []
+    without: list[tuple] = []
     for sig, member in signed:
-        (without if sig is None else with_sig).append((sig, fields_of(member)))
-    return b"".join(sig for sig, _ in with_sig), tuple(f for _, f in with_sig) + tuple(f for _, f in without)
+        if sig is None:
+            without.append(fields_of(member))
+        else:
+            sigs.append(sig)
+            with_sig.append(fields_of(member))
+    return b"".join(sigs), tuple(with_sig) + tuple(without)
 
 
 def signatures_of(batch: MemberBatch) -> np.ndarray:
