@@ -128,6 +128,12 @@ def throughput(it, batch: int, batches: int, warmup: int) -> tuple[float, float]
     return batches * batch / wall, cpu * 1e3 / (batches * batch)
 
 
+def progress(round_: int, name: str, result: tuple[float, float], seconds: float) -> None:
+    """One measurement as soon as it is made, on stderr: a run cut short still shows what it measured."""
+    print(f"round {round_ + 1}, {name}: {result[0]:.0f} images/s, {result[1]:.2f} CPU ms/image ({seconds:.1f} s with "
+          f"start-up and warm-up)", file=sys.stderr, flush=True)
+
+
 def report(results: dict[str, list[tuple[float, float]]], header: str) -> list[str]:
     """The table: median images/s and CPU per image, each round's images/s, then the paired ratios and targets."""
     lines = [header, f"{'pipeline':32} {'images/s':>9} {'CPU ms/image':>13}   images/s per round"]
@@ -193,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     names = list(candidates)
     for round_ in range(args.rounds):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            began = time.perf_counter()
             results[name].append(throughput(candidates[name](), args.batch, args.batches, args.warmup))
+            progress(round_, name, results[name][-1], time.perf_counter() - began)
     header = (f"\n{m.num_records(split)} records in {len(m.split(split).shards)} shards per format, "
               f"{args.source_size}x{args.source_size} JPEG -> {args.resize}x{args.resize} float32, batch {args.batch}, "
               f"{len(jax.devices())} {jax.devices()[0].platform} device(s); jax {jax.__version__}, {os.cpu_count()} "

@@ -9,6 +9,9 @@ import sys
 import pytest
 from conftest import REPO
 
+CANDIDATES = ("make_iterator", "make_iterator, resumed", "make_iterator, tensorflow", "Grain threads",
+              "Grain mp_prefetch", "tf.data make_dataset")
+
 
 @pytest.mark.jax
 @pytest.mark.slow
@@ -24,8 +27,7 @@ def test_bench_jax_runs_every_candidate_at_a_tiny_size(tmp_path):
     out = proc.stdout
     assert "32 records in 8 shards per format, 48x48 JPEG -> 24x24 float32, batch 8" in out
     # a row each: median images/s, CPU ms per image, one figure per round
-    for name in ("make_iterator", "make_iterator, resumed", "make_iterator, tensorflow", "Grain threads",
-                 "Grain mp_prefetch", "tf.data make_dataset"):
+    for name in CANDIDATES:
         assert re.search(rf"^{re.escape(name)} +\d+ +\d+\.\d\d +\d+ \d+$", out, re.M), out
     ratios = re.findall(r"^(.+?) / (.+?): (\d+\.\d\d)x images/s \(target >= ([\d.]+)\)", out, re.M)
     assert [(a, b, t) for a, b, _, t in ratios] == [
@@ -33,3 +35,7 @@ def test_bench_jax_runs_every_candidate_at_a_tiny_size(tmp_path):
         ("make_iterator", "tf.data make_dataset", "0.9"), ("make_iterator, resumed", "make_iterator", "0.9"),
         ("make_iterator, tensorflow", "tf.data make_dataset", "0.9")]
     assert all(float(r) > 0 for _, _, r, _ in ratios)
+    # each measurement on stderr as it is made (a run cut short keeps them): every candidate in both rounds
+    measured = re.findall(r"^round (\d), (.+?): \d+ images/s, \d+\.\d\d CPU ms/image \(\d+\.\d s with",
+                          proc.stderr, re.M)
+    assert sorted(measured) == sorted((r, name) for r in "12" for name in CANDIDATES), proc.stderr[-3000:]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from . import baselines, data
-from .results import Board, Timing, per_image
+from .results import Board, Timing, per_image, timing_of
 from .runner import Runs
 
 JOB_PATHS = {  # name: (image kind, job flags, what it is)
@@ -61,13 +61,13 @@ class Bench:
         label = f"{path}-{count}-w{workers}" + ("-profiled" if profile else "")
         result = self.runs.job(label, self.input(kind, count), workers, *flags, profile=profile)
         if profile is None:
-            self.board.add_result(("job", path, workers, count), result)
+            self.add(("job", path, workers, count), timing_of(result))
         return result
 
     def tfds(self, kind: str, count: int) -> None:
         log(f"TFDS builder {kind} x {count}")
         source = self.input("png" if kind == "png" else "jpg", count)
-        self.board.add_result(("tfds", kind, count), self.runs.tfds(f"{kind}-{count}", kind, source))
+        self.add(("tfds", kind, count), timing_of(self.runs.tfds(f"{kind}-{count}", kind, source)))
 
     def check_tfds(self) -> None:
         for kind in ("jpeg", "png"):
@@ -78,24 +78,29 @@ class Bench:
     def pillow(self, workers: int, count: int) -> None:
         log(f"Pillow loop x {count}, {workers} processes")
         wall, cpu = baselines.time_pillow(self.input("png", count), workers, 75)
-        self.board.add(("pillow", workers, count), Timing(wall, cpu))
+        self.add(("pillow", workers, count), Timing(wall, cpu))
 
     def floor(self, workers: int, count: int, kind: str = "jpg", decode: bool = True) -> None:
         log(f"pass-through floor x {count}, {workers} processes{'' if decode else ', no decode'}")
         wall, cpu = baselines.time_floor(self.input(kind, count), workers, self.work / "floor-out", decode)
-        self.board.add(("floor" if decode else "floor-nodecode", kind, workers, count), Timing(wall, cpu))
+        self.add(("floor" if decode else "floor-nodecode", kind, workers, count), Timing(wall, cpu))
 
     def balanced_floor(self, workers: int, count: int, decode: bool = True) -> None:
         log(f"balanced (two-pass) floor x {count}, {workers} processes{'' if decode else ', no decode'}")
         wall, cpu = baselines.time_balanced_floor(self.input("jpg", count), workers, self.work / "floor-out", decode)
-        self.board.add(("balanced" if decode else "balanced-nodecode", "jpg", workers, count), Timing(wall, cpu))
+        self.add(("balanced" if decode else "balanced-nodecode", "jpg", workers, count), Timing(wall, cpu))
 
     def encode_alone(self, path: str, workers: int, count: int) -> None:
         quality = 75 if path == "reencode" else 95
         validate = "structure" if path == "structure" else "decode"
         log(f"the job's encode_item alone, {path} x {count}, {workers} processes")
         wall, cpu = baselines.time_job_encode(self.input(JOB_PATHS[path][0], count), workers, quality, validate)
-        self.board.add(("encode", path, workers, count), Timing(wall, cpu))
+        self.add(("encode", path, workers, count), Timing(wall, cpu))
+
+    def add(self, key: tuple, timing: Timing) -> None:
+        """Keep a measurement and log it at once: a run cut short (a time limit) still shows what it measured."""
+        self.board.add(key, timing)
+        log(f"  {' '.join(map(str, key))}: {timing.seconds:.3f} s, {timing.cpu:.3f} CPU s")
 
     # ------------------------------------------------------------------ derived
 

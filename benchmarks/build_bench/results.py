@@ -33,12 +33,16 @@ class Board:
 
     def add_result(self, key: tuple, result: dict) -> None:
         """A child's result dict (job_child / tfds_child JSON plus runner's peak_tree_mb)."""
-        self.add(key, Timing(result["seconds"], result.get("cpu_seconds", math.nan),
-                             result.get("peak_tree_mb", math.nan), result.get("driver_peak_mb", math.nan),
-                             result.get("driver_cpu_seconds", math.nan)))
+        self.add(key, timing_of(result))
 
     def get(self, key: tuple) -> Timing:
         return self.entries.get(key) or Timing(math.nan)
+
+
+def timing_of(result: dict) -> Timing:
+    """The Timing of a child's result dict (job_child / tfds_child JSON plus runner's peak_tree_mb)."""
+    return Timing(result["seconds"], result.get("cpu_seconds", math.nan), result.get("peak_tree_mb", math.nan),
+                  result.get("driver_peak_mb", math.nan), result.get("driver_cpu_seconds", math.nan))
 
 
 def _best(pick, a: float, b: float) -> float:

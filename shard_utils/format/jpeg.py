@@ -3,10 +3,11 @@ decoding it. What the build checks before storing a JPEG as it is, and what `ver
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from shard_utils.errors import TpuShardsError
 
-__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end"]
+__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end", "PlainJpeg", "plain_jpeg"]
 
 MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass over the whole picture when decoding
 
@@ -16,6 +17,9 @@ MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass ov
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
 _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
+_APP0, _APP2, _APP14, _DQT = 0xE0, 0xE2, 0xEE, 0xDB
+_SOF = (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
+_PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM
 
 
 class TooManyScans(ValueError, TpuShardsError):
@@ -32,7 +36,12 @@ def jpeg_primary_end(data: bytes, max_scans: int = MAX_SCANS) -> int:
     """
     if data[:2] != b"\xff\xd8":
         raise ValueError("does not start with a start-of-image marker")
-    pos, scans, size = 2, 0, len(data)
+    return _end_from(data, 2, max_scans)
+
+
+def _end_from(data: bytes, pos: int, max_scans: int) -> int:
+    """jpeg_primary_end's walk from `pos`, a place before the first scan."""
+    scans, size = 0, len(data)
     while True:
         if pos + 1 < size and data[pos] == 0xFF and data[pos + 1] not in (0x00, 0xFF):
             marker, pos = data[pos + 1], pos + 2  # where a well-formed file has its next marker
@@ -69,3 +78,71 @@ def _segment_end(data: bytes, pos: int, marker: int) -> int:
     if length < 2:
         raise ValueError(f"has a bad segment length ({length}) at offset {pos}")
     return pos + length
+
+
+@dataclass(frozen=True)
+class PlainJpeg:
+    """A JPEG whose header is plain (see plain_jpeg): its size, its colour components (1 grey, 3 colour) and the
+    length of its primary image (what jpeg_primary_end gives)."""
+
+    width: int
+    height: int
+    components: int
+    end: int
+
+
+def plain_jpeg(data: bytes, max_scans: int = MAX_SCANS) -> PlainJpeg | None:
+    """What a JPEG whose header holds nothing but JFIF, an ICC profile, Adobe's segment, tables, a comment and one
+    8-bit baseline, extended or progressive frame of 1 or 3 components says of itself, each segment where the one
+    before it ends and as Pillow reads it without an error; None for any other bytes, whole or not (for Pillow and
+    jpeg_primary_end to judge).
+
+    Such a header is all a structural check needs to know, without Pillow's own parse of it: no EXIF or XMP (no
+    orientation), no MPF (not an MPO), and the size and mode (1 component L, 3 RGB) Pillow gives it."""
+    if data[:3] != b"\xff\xd8\xff":
+        return None
+    pos, size, frame = 2, len(data), None
+    while pos + 4 <= size and data[pos] == 0xFF:
+        marker, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+        if marker == _SOS:
+            break
+        body = data[pos + 4:pos + 2 + length]
+        if marker not in _PLAIN or length < 2 or len(body) != length - 2 or not _readable(marker, body):
+            return None
+        if marker in _SOF:
+            if frame is not None:
+                return None
+            frame = body
+        pos += 2 + length
+    else:
+        return None
+    if frame is None:
+        return None
+    try:
+        end = _end_from(data, pos, max_scans)
+    except ValueError:
+        return None
+    height, width = int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big")
+    return PlainJpeg(width, height, frame[5], end) if width and height else None
+
+
+def _readable(marker: int, body: bytes) -> bool:
+    """Whether a segment of a plain header is one Pillow reads without an error (its JFIF version, an ICC profile
+    piece's sequence numbers, Adobe's version, every quantisation table whole, a frame of whole component entries)
+    and keeps the header plain (an APP2 segment is an ICC profile's piece, never MPF or FlashPix)."""
+    if marker == _APP0:
+        return not body.startswith(b"JFIF") or len(body) >= 7
+    if marker == _APP2:
+        return body.startswith(b"ICC_PROFILE\x00") and len(body) >= 14
+    if marker == _APP14:
+        return not body.startswith(b"Adobe") or len(body) >= 7
+    if marker == _DQT:
+        while body:
+            table = 1 + (64 if body[0] < 16 else 128)  # Pillow: 8-bit values when the precision nibble is 0
+            if len(body) < table:
+                return False
+            body = body[table:]
+        return True
+    if marker in _SOF:
+        return len(body) >= 6 and (len(body) - 6) % 3 == 0 and body[0] == 8 and body[5] in (1, 3)
+    return True

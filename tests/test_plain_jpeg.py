@@ -1,0 +1,120 @@
+"""A structural check's JPEG with a plain header: what plain_jpeg reads of it is what Pillow and jpeg_primary_end
+read, and prepare_image keeps the same bytes and geometry as for any other JPEG; every other header is Pillow's."""
+import io
+import random
+import warnings
+
+import pytest
+from conftest import photo
+from PIL import Image, ImageCms
+
+from shard_utils.format.jpeg import PlainJpeg, jpeg_primary_end, plain_jpeg
+from shard_utils.media.images import ImageOptions, Rejected, prepare_image
+
+STRUCTURE = ImageOptions(validate="structure")
+ICC = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+
+
+def jpeg(image, **kw) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", **kw)
+    return buf.getvalue()
+
+
+def with_segment(data: bytes, marker: int, payload: bytes) -> bytes:
+    """`data` with a segment right after its start-of-image marker."""
+    return data[:2] + bytes((0xFF, marker)) + (len(payload) + 2).to_bytes(2, "big") + payload + data[2:]
+
+
+def pillow_reads(data: bytes) -> PlainJpeg | None:
+    """What Pillow and jpeg_primary_end make of the bytes, as a PlainJpeg; None when either refuses them, or Pillow
+    finds more than a plain header (EXIF, XMP, ICC, MPO) or another mode than L or RGB."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            image = Image.open(io.BytesIO(data))
+        end = jpeg_primary_end(data)
+    except Exception:  # noqa: BLE001 - any refusal: plain_jpeg must refuse too
+        return None
+    if image.format != "JPEG" or image.mode not in ("L", "RGB") or image.info.keys() & {"exif", "xmp", "mp"}:
+        return None
+    return PlainJpeg(*image.size, 1 if image.mode == "L" else 3, end)
+
+
+@pytest.fixture(scope="module")
+def plain() -> dict[str, bytes]:
+    colour, grey = photo(40, 24, 1), photo(40, 24, 2).convert("L")
+    return {
+        "baseline": jpeg(colour, quality=90),
+        "grey": jpeg(grey),
+        "progressive": jpeg(colour, progressive=True, optimize=True),
+        "4:4:4 and 16-bit tables": jpeg(colour, subsampling=0, qtables=[[300] * 64, [2] * 64]),
+        "restart markers and a comment": jpeg(colour, restart_marker_blocks=1, comment=b"made here"),
+        "trailer": jpeg(colour) + b"maker data \xff\xd9",
+        "icc profile": jpeg(colour, icc_profile=ICC),
+        "adobe": with_segment(jpeg(colour), 0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x01"),
+    }
+
+
+def test_a_plain_header_is_read_as_pillow_reads_it(plain):
+    for name, data in plain.items():
+        found = plain_jpeg(data)
+        assert found is not None, name
+        assert found == pillow_reads(data), name
+        image = prepare_image(data, STRUCTURE)
+        assert (image.encoded, image.width, image.height, image.channels, image.passed_through,
+                image.trailer_bytes) == (data[:found.end], 40, 24, found.components, True, len(data) - found.end), name
+        assert image.inspection is not None and image.inspection.signature is None
+
+
+def with_longer_frame(data: bytes) -> bytes:
+    """`data` with a byte more in its frame header, past its last whole component entry (Pillow refuses it)."""
+    at = data.index(b"\xff\xc0") + 2
+    end = at + int.from_bytes(data[at:at + 2], "big")
+    return data[:at] + (end - at + 1).to_bytes(2, "big") + data[at + 2:end] + b"\x01" + data[end:]
+
+
+def test_any_other_header_is_left_to_pillow(plain):
+    data = plain["baseline"]
+    others = {
+        "frame with a partial component entry": with_longer_frame(data),
+        "exif": with_segment(data, 0xE1, b"Exif\x00\x00MM\x00\x2a\x00\x00\x00\x08\x00\x00"),
+        "mpf": with_segment(data, 0xE2, b"MPF\x00" + bytes(16)),
+        "short icc piece": with_segment(data, 0xE2, b"ICC_PROFILE\x00\x01"),
+        "short adobe": with_segment(data, 0xEE, b"Adobe\x00"),
+        "photoshop": with_segment(data, 0xED, b"Photoshop 3.0\x00"),
+        "cmyk": jpeg(photo(16, 16, 3).convert("CMYK")),
+        "short jfif": with_segment(data[:2] + data[2 + 2 + int.from_bytes(data[4:6], "big"):], 0xE0, b"JFIF\x00"),
+        "fill byte": data[:2] + b"\xff" + data[2:],
+        "truncated": data[:-2],
+        "no image": b"\xff\xd8\xff\xd9",
+        "png": b"\x89PNG\r\n\x1a\n" + bytes(32),
+    }
+    for name, other in others.items():
+        assert plain_jpeg(other) is None, name
+
+
+def test_plain_jpeg_never_reads_a_header_pillow_refuses_or_reads_otherwise(plain):
+    """Every byte of each header changed, and each header cut short: whenever plain_jpeg reads one, Pillow and
+    jpeg_primary_end read the same (so the path without Pillow keeps or refuses the same files)."""
+    rng = random.Random(7)
+    read = 0
+    for data in (plain["baseline"], plain["grey"], plain["progressive"], plain["adobe"],
+                 with_segment(plain["baseline"], 0xE2, b"ICC_PROFILE\x00\x01\x01" + ICC[:40])):
+        header = data.index(b"\xff\xda") + 14
+        variants = [data[:cut] for cut in range(header)]
+        for at in range(2, header):
+            for value in (0x00, 0x01, 0x08, 0xC0, 0xDA, 0xFF, rng.randrange(256)):
+                variants.append(data[:at] + bytes((value,)) + data[at + 1:])
+        for variant in variants:
+            found = plain_jpeg(variant)
+            if found is not None:
+                read += 1
+                assert found == pillow_reads(variant), variant[:header].hex()
+    assert read > 1000  # most one-byte changes (a table's value, a comment's) keep a header plain
+
+
+def test_over_max_pixels_is_refused_as_before(plain):
+    with pytest.raises(Rejected) as refused:
+        prepare_image(plain["baseline"], ImageOptions(validate="structure", max_pixels=100))
+    assert refused.value.reason == "too_large"
