@@ -147,7 +147,7 @@ def pytest_collection_modifyitems(config, items):
 
 # Under `-n 2 --dist loadfile` each worker takes the next file from a queue as it runs out: the suite ends when the
 # file each worker took last ends, so the queue holds the heaviest files first and the light ones last, which even
-# out the two workers' ends (pytest-xdist's own order, by number of tests, left 3 tests of 3 minutes for the end).
+# out the two workers' ends (pytest-xdist's own order, by number of tests, queues 3 tests of 3 minutes among the last).
 SLOW_TEST_WEIGHT = 10.0  # a `slow` test against a fast one: its rough cost, in fast tests
 
 
