@@ -224,8 +224,10 @@ def test_a_partitions_edges_leave_in_lists_of_at_most_a_buffers_size():
     parts = bp.cut(BANDING, np.concatenate([sigs, sigs]))
     band0 = [(pid, p) for pid, p in parts if pid >> bp.PARTITION_BITS == 0]
     lists = [edges for pid, p in band0 for edges in verify_partition((pid, [p]), BANDING, 4096)]
-    assert max(len(e) for e in lists) <= bp.MAX_BUFFER
-    assert sorted(a for edges in lists for (_, a), _ in edges) == sorted(bp.signed(sigs))
+    assert max(len(a) for a, _ in lists) <= 8 * bp.MAX_BUFFER and all(len(a) == len(b) for a, b in lists)
+    ends = [np.frombuffer(raw, dtype=np.int64) for edges in lists for raw in edges]
+    assert sorted(np.concatenate(ends[::2]).tolist()) == sorted(bp.signed(sigs))
+    assert all(np.array_equal(a, b) for a, b in zip(ends[::2], ends[1::2], strict=True))  # band 0: self edges
 
 
 @pytest.mark.parametrize(("cap", "hot"), [(8, {"near_dup_hot_buckets": 1}), (4096, {})])
@@ -285,7 +287,7 @@ def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     a, b = Member("b.jpg", "train", (), (0, 1)), Member("a.jpg", "train", (), (0, 0))
     assert list(cluster_of(0, [a])) == [] and list(cluster_of(0, [a, a])) == []
     assert list(cluster_of(0, [a, b])) == [Cluster((b, a))]
-    comps = Components({(0, 5): 0, (1, "f" * 64): 1, (0, -1): 2})
+    comps = Components.of({(0, 5): 0, (1, "f" * 64): 1, (0, -1): 2})
     assert in_component(batch_of([(packed(5), a)]), comps, False) == [(0, a)]
     unsigned = Member("c.jpg", "train", (), (0, 2), "f" * 64)
     assert in_component(batch_of([(None, unsigned)]), comps, False) == []
@@ -295,7 +297,7 @@ def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     top = Member("d.jpg", "test", (1,), (3, 0), "e" * 64)  # 2^64 - 1: node -1 (its int64 view), the lowest key
     mixed = batch_of([(None, unsigned), (packed(2**64 - 1), top), (packed(4), a), (packed(5), b)])
     assert in_component(mixed, comps, True) == [(2, top), (0, b), (1, unsigned)]
-    assert in_component(mixed, Components({}), True) == [] and len(comps) == 3
+    assert in_component(mixed, Components.of({}), True) == [] and len(comps) == 3
 
 
 def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
@@ -306,3 +308,28 @@ def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
     assert sizes[0] == r["distinct"] and all(a > b for a, b in zip(sizes, sizes[1:], strict=False))
     assert r["partitions"] == 272 and r["partition_held"] >= 10 * sizes[2] // 2 and r["reduce_edges"] > 0
     assert r["merge_records"] >= r["largest_same_signature"] == 200 and r["cut_peak"] > 0
+
+
+@pytest.mark.parametrize("held", [1, 7, 1 << 20])
+def test_a_signature_forest_gives_the_union_finds_components_whatever_it_folds(held):
+    """Random edges (self edges among them, extreme int64 nodes), given in pieces to two forests folded every
+    `held` edges and merged: the same components as a union-find of the same edges, lone self-linked nodes too."""
+    rng = np.random.default_rng(held)
+    pool = np.concatenate([rng.integers(-2**63, 2**63 - 1, 60, dtype=np.int64), [-2**63, 2**63 - 1, 0, -1]])
+    a, b = rng.choice(pool, 80), rng.choice(pool, 80)
+    b[:10] = a[:10]
+    a[10] = b[10] = 12345  # a node linked only to itself
+    truth = UnionFind()
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        truth.union(x, y)
+    one, two = bp.SignatureForest(held), bp.SignatureForest(held)
+    for start in range(0, 80, 9):
+        (one if start % 2 else two).add(a[start:start + 9], b[start:start + 9])
+    one.merge(two)
+    nodes, numbers = one.components()
+    assert nodes.tolist() == sorted(truth.parent)
+    got: dict[int, list[int]] = {}
+    for node, number in zip(nodes.tolist(), numbers.tolist(), strict=True):
+        got.setdefault(number, []).append(node)
+    assert sorted(got.values()) == sorted(truth.groups(alone=True)) and sorted(got) == list(range(len(got)))
+    assert bp.SignatureForest().components()[0].tolist() == []

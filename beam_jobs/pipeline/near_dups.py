@@ -12,8 +12,9 @@ buffers its signatures (at most `band_partitions.MAX_BUFFER`)
 and sends them as one element per partition of band buckets (`band_partitions.cut`: 10 bytes a signature and
 band); a partition's reducer verifies its buckets of two or more distinct signatures (at most
 `clusters.MAX_BUCKET` compared all pairs at once, more in blocks), and band 0's names the signatures more than
-one record has. The connected components are computed from the edges alone, by a combiner: each worker joins
-the edges it has into a union-find, and one worker merges those forests. Edges are few (at most one per
+one record has. The connected components are computed from the edges alone, by a combiner: each worker holds
+the edges it has as int64 arrays, folded into a star per component with numpy (`band_partitions.SignatureForest`)
+when they grow, and one worker merges those forests. Edges are few (at most one per
 signature in a cluster per band) and so is that forest: it holds the nodes in some cluster, never the others.
 Iterative label propagation would spread that too, but needs as many rounds as a cluster's chain is long; a
 forest merge is exact in one pass. The forest, as {node: component number} (`member_batches.Components`), is a
@@ -111,7 +112,7 @@ class ClusterSignatures(beam.PTransform):
                       | "Components" >> beam.CombineGlobally(ComponentsFn()).without_defaults())
         return (members
                 | "InComponent" >> beam.FlatMap(in_component, beam.pvalue.AsSingleton(components,
-                                                                                     default_value=Components({})),
+                                                                                     default_value=Components.of({})),
                                                 self.edges is not None)
                 | "GroupCluster" >> beam.GroupByKey()
                 | "Clusters" >> beam.FlatMapTuple(cluster_of))
@@ -201,39 +202,53 @@ class CutPartitions(beam.DoFn):
             yield GlobalWindows.windowed_value(part)
 
 
-def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[list]:
-    """A partition's edges between signature nodes, in lists of at most `band_partitions.MAX_BUFFER` (none when it
-    has no near pairs): an element's size stays bounded however many pairs a partition holds."""
+def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[tuple[bytes, bytes]]:
+    """A partition's edges between signatures, as (a, b) int64 arrays' bytes of at most `band_partitions.MAX_BUFFER`
+    edges (none when it has no near pairs): an element's size stays bounded however many pairs a partition holds."""
     partition, parts = grouped
     outcome = bp.reduce_partition(banding, partition, parts, cap)
     for name, n in (("near_dup_buckets_verified", outcome.buckets_verified),
                     ("near_dup_hot_buckets", outcome.hot_buckets)):
         if n:  # a counter incremented by 0 is still reported: the build's counters line would name it as 0
             count(name, n)
-    for start in range(0, len(outcome.edges), bp.MAX_BUFFER):
-        yield [((0, a), (0, b)) for a, b in outcome.edges[start:start + bp.MAX_BUFFER]]
+    for start in range(0, len(outcome.a), bp.MAX_BUFFER):
+        yield outcome.a[start:start + bp.MAX_BUFFER].tobytes(), outcome.b[start:start + bp.MAX_BUFFER].tobytes()
 
 
 class ComponentsFn(beam.CombineFn):
-    """Edges (lists of node pairs) joined into components: {node: component number} as `Components`, only the
-    nodes in some cluster. Each accumulator is a union-find; one worker merges them."""
+    """Edges joined into components: {node: component number} as `Components`, only the nodes in some cluster.
+    Edges come as (a, b) int64 arrays' bytes between signatures (`verify_partition`), joined with numpy, or as
+    lists of (node, node) with other nodes (--dedup's bytes), joined in a union-find. Each worker holds its own;
+    one worker merges them."""
 
     def create_accumulator(self):
-        return UnionFind()
+        return bp.SignatureForest(), UnionFind()
 
-    def add_input(self, forest, edges: list):
-        for a, b in edges:
-            forest.union(a, b)
-        return forest
+    def add_input(self, acc, edges):
+        forest, others = acc
+        if isinstance(edges, tuple):
+            forest.add(np.frombuffer(edges[0], dtype=np.int64), np.frombuffer(edges[1], dtype=np.int64))
+        else:
+            for a, b in edges:
+                others.union(a, b)
+        return acc
 
     def merge_accumulators(self, accs):
         accs = list(accs)
-        for other in accs[1:]:
-            accs[0].merge(other)
+        for forest, others in accs[1:]:
+            accs[0][0].merge(forest)
+            accs[0][1].merge(others)
         return accs[0]
 
-    def extract_output(self, forest) -> Components:
-        return Components({node: number for number, group in enumerate(forest.groups(alone=True)) for node in group})
+    def extract_output(self, acc) -> Components:
+        forest, others = acc
+        if not others.parent:
+            return Components(*forest.components())
+        roots, members = forest.fold()
+        for a, b in zip(roots.tolist(), members.tolist(), strict=True):
+            others.union((0, a), (0, b))
+        return Components.of(
+            {node: number for number, group in enumerate(others.groups(alone=True)) for node in group})
 
 
 def in_component(batch: MemberBatch, components: Components, exact: bool) -> list[tuple[int, Member]]:

@@ -55,11 +55,17 @@ class Components:
     """{node: component number} of the clusters' graph (nodes: (0, a signature's int64), (1, a SHA-256)),
     looked up a batch at a time: the signature nodes as a sorted array, the bytes' nodes as a dict."""
 
-    def __init__(self, numbers: dict):
+    def __init__(self, signatures: np.ndarray, numbers: np.ndarray, by_bytes: dict | None = None):
+        """`signatures`: the signature nodes (int64), sorted; `numbers`: their components'; `by_bytes`: {sha256:
+        component number} of the bytes' nodes."""
+        self.signatures, self.numbers, self.by_bytes = signatures, numbers, by_bytes or {}
+
+    @classmethod
+    def of(cls, numbers: dict) -> Components:
+        """From {node: component number}."""
         by_sig = sorted((node[1], n) for node, n in numbers.items() if node[0] == 0)
-        self.signatures = np.array([s for s, _ in by_sig], dtype=np.int64)
-        self.numbers = np.array([n for _, n in by_sig], dtype=np.int64)
-        self.by_bytes = {node[1]: n for node, n in numbers.items() if node[0] == 1}
+        return cls(np.array([s for s, _ in by_sig], dtype=np.int64), np.array([n for _, n in by_sig], dtype=np.int64),
+                   {node[1]: n for node, n in numbers.items() if node[0] == 1})
 
     def __len__(self) -> int:
         return len(self.signatures) + len(self.by_bytes)
