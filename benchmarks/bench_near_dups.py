@@ -313,7 +313,8 @@ def cluster_cpu(count: int) -> float:
     batches = [batch_of(records[start:start + RUN]) for start in range(0, count, RUN)]
     start = time.process_time()
     with beam.Pipeline(runner="FnApiRunner") as p:
-        _ = p | beam.Create(batches) | ClusterSignatures(NEAR_DISTANCE) | beam.combiners.Count.Globally()
+        _ = (p | beam.Create(range(len(batches)))  # Create would infer the type of every record of a batch
+             | beam.Map(batches.__getitem__) | ClusterSignatures(NEAR_DISTANCE) | beam.combiners.Count.Globally())
     return time.process_time() - start
 
 
