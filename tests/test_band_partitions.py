@@ -194,6 +194,17 @@ def test_buckets_of_every_size_give_the_reference_clusters(crowd):
     assert sum(bp.reduce_partition(BANDING, pid, [p]).buckets_verified for pid, p in parts) == buckets
 
 
+def test_small_buckets_compared_a_few_pairs_at_a_time_give_the_same_edges(monkeypatch):
+    """Buckets of 2 to SMALL_BUCKET signatures, their pairs compared in blocks of about 3 pairs (a bucket's pairs
+    never split): the same edges as all at once."""
+    recs = records(200, 11) + [(s, m) for s, m in records(40, 12, flat=0)]
+    parts = bp.cut(BANDING, sigs_of(recs))
+    whole = [bp.reduce_partition(BANDING, pid, [p]).edges for pid, p in parts]
+    monkeypatch.setattr(bp, "PAIRS_AT_ONCE", 3)
+    assert [bp.reduce_partition(BANDING, pid, [p]).edges for pid, p in parts] == whole
+    assert sum(map(len, whole)) > 30
+
+
 def test_the_steps_on_beam_give_the_reference_clusters():
     """CutPartitions, verify_partition, ComponentsFn, in_component and cluster_of on FnApiRunner, each step's
     output checked."""

@@ -16,7 +16,7 @@ signature shared by thousands of records is one entry per buffer, never a bucket
 """
 from __future__ import annotations
 
-import functools
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -239,24 +239,28 @@ def spanning_star(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return nodes[label[members]], nodes[members]
 
 
-@functools.cache
-def _pairs_of(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(i, j), i < j, of a bucket of `size` signatures."""
-    return np.triu_indices(size, 1)
-
-
 def _small_bucket_pairs(sigs: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
                         threshold: int, most: int = SMALL_BUCKET) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-    """The near pairs (a, b) of every bucket of 2 to `most` signatures, compared all buckets of one size
-    at once (most buckets hold 2-5: a call per bucket cost more than its comparisons), at most `PAIRS_AT_ONCE`
-    pairs compared in one go."""
-    for size in np.unique(sizes[(sizes > 1) & (sizes <= most)]).tolist():
-        first, second = _pairs_of(size)
-        at_starts = starts[sizes == size]
-        step = max(1, PAIRS_AT_ONCE // len(first))
-        for block in range(0, len(at_starts), step):
-            rows = sigs[at_starts[block:block + step, None] + np.arange(size)]
-            a, b = rows[:, first], rows[:, second]
-            near = np.bitwise_count(a ^ b) <= threshold
-            if near.any():
-                yield a[near], b[near]
+    """The near pairs (a, b) of every bucket of 2 to `most` signatures, the pairs of all those buckets compared at
+    once (most buckets hold 2-5: a call per bucket, or per size, cost more than its comparisons), about
+    `PAIRS_AT_ONCE` pairs at a time."""
+    small = (sizes > 1) & (sizes <= most)
+    starts, sizes = starts[small], sizes[small]
+    pairs = sizes * (sizes - 1) // 2
+    block = (np.cumsum(pairs) - pairs) // PAIRS_AT_ONCE  # buckets whose pairs start in one block go together
+    cuts = np.r_[0, np.flatnonzero(np.diff(block)) + 1, len(sizes)].tolist()
+    for lo, hi in itertools.pairwise(cuts):
+        first, second = _pairs_in(starts[lo:hi], sizes[lo:hi])
+        a, b = sigs[first], sigs[second]
+        near = np.bitwise_count(a ^ b) <= threshold
+        if near.any():
+            yield a[near], b[near]
+
+
+def _pairs_in(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (i, j), i < j, of positions in one bucket, for buckets of `sizes` positions from `starts`."""
+    rank = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # a position's place in its bucket
+    later = np.repeat(sizes, sizes) - 1 - rank  # positions after it in its bucket
+    first = np.repeat(np.repeat(starts, sizes) + rank, later)
+    step = np.arange(int(later.sum())) - np.repeat(np.cumsum(later) - later, later) + 1
+    return first, first + step
