@@ -16,10 +16,11 @@ from conftest import faults, install_faults, run_cli, run_job, write_images
 from PIL import ImageFilter
 from test_quality import scene
 
+from shard_utils import storage
 from shard_utils.inputs import MediaItem
 from shard_utils.media.encode import RecordMeta
 from shard_utils.sharding.encode_run import PARTS_FOLDER, EncodedRun, EncodeTally, RunTask, item_order
-from shard_utils.sharding.run_parts import MIN_PART_ITEMS, join_parts, part_tasks, parts_per_run
+from shard_utils.sharding.run_parts import MIN_PART_ITEMS, join_parts, part_tasks, parts_per_run, remove_parts
 from shard_utils.sharding.run_plan import SplitLayout
 from shard_utils.sharding.runs import RunWriter
 
@@ -50,32 +51,37 @@ def test_parts_are_the_run_s_items_in_key_order_cut_into_near_equal_contiguous_p
     assert [i for p in parts for i in p.items] == sorted(items, key=lambda i: item_order(i, 7))
 
 
-def written(folder: Path, records: list[bytes], part: int | None = None, first: int = 0):
+def written(folder: str, records: list[bytes], part: int | None = None, first: int = 0):
     """A run (or part: under the parts folder) holding these records (the first is the run's `first`), written
-    as encode_run writes one."""
-    where = folder if part is None else folder / PARTS_FOLDER / f"{part:03d}"
-    writer = RunWriter(str(where), "train", 2, chunk_bytes=256)
+    as encode_run writes one (on gs://, in parts of about 256 bytes)."""
+    where = folder if part is None else storage.join(folder, PARTS_FOLDER, f"{part:03d}")
+    writer = RunWriter(where, "train", 2, chunk_bytes=256)
     for i, framed in enumerate(records, first):
         writer.add(framed, RecordMeta(i, f"s{i}", len(framed), (i % 3,), "", 1, 1))
     return writer.close()
 
 
-def test_joined_parts_are_the_run_one_worker_writes_and_the_part_files_go(tmp_path):
+@pytest.mark.parametrize("where", ["local", pytest.param("gcs", marks=pytest.mark.gcs)])
+def test_joined_parts_are_the_run_one_worker_writes_and_the_part_files_go(request, tmp_path, where):
+    folder = str(tmp_path) if where == "local" else f"gs://{request.getfixturevalue('gcs').new_bucket('parts')}"
     data = [bytes([i]) * (50 + 37 * i) for i in range(11)]
-    whole = written(tmp_path / "one", data)
+    whole = written(storage.join(folder, "one"), data)
     cuts = [(0, 4), (4, 4), (4, 9), (9, 11)]  # an empty part (every item rejected) among them
     parts = []
     for n, (lo, hi) in enumerate(cuts):
-        file = written(tmp_path / "parts", data[lo:hi], part=n, first=lo)  # its checksums count from its start
+        file = written(storage.join(folder, "parts"), data[lo:hi], part=n, first=lo)  # checksums from its start
         tally = EncodeTally(records=hi - lo, read_retries=n)
         parts.append(EncodedRun("train", 2, file, ({"source": f"bad{n}"},), tally, ({"finding": n},)))
-    joined = join_parts(parts, str(tmp_path / "parts"), chunk_bytes=256)
+    joined = join_parts(parts, storage.join(folder, "parts"), chunk_bytes=256)
+    assert join_parts(parts, storage.join(folder, "parts"), chunk_bytes=256) == joined  # run again: the same
     assert joined.file is not None and (joined.file.count, joined.file.num_bytes) == (whole.count, whole.num_bytes)
-    assert Path(joined.file.parts[0][0]).read_bytes() == Path(whole.parts[0][0]).read_bytes() == b"".join(data)
+    assert [size for _, size in joined.file.parts] == [size for _, size in whole.parts]  # gs://: the same chunks
+    assert joined.file.read(0, joined.file.num_bytes) == whole.read(0, whole.num_bytes) == b"".join(data)
     assert joined.file.entries() == whole.entries()
     assert [r["source"] for r in joined.rejected] == ["bad0", "bad1", "bad2", "bad3"]
     assert joined.tally == EncodeTally(records=11, read_retries=6) and len(joined.quality) == 4
-    assert not list((tmp_path / "parts" / PARTS_FOLDER).rglob("*.*"))  # the part files are gone
+    remove_parts(parts)
+    assert list(storage.walk(storage.join(folder, "parts", PARTS_FOLDER))) == []
 
 
 @pytest.fixture(scope="module")

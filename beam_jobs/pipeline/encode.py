@@ -31,7 +31,7 @@ from shard_utils.inputs import MediaItem
 from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
-from shard_utils.sharding.run_parts import join_parts, part_tasks, parts_per_run
+from shard_utils.sharding.run_parts import join_parts, part_tasks, parts_per_run, remove_parts
 
 if TYPE_CHECKING:
     from shard_utils.media.embed import EmbedRecords, EmbedSpec
@@ -130,6 +130,7 @@ class _EncodeRunFn(PooledDoFn):
             yield from self._probed(task, extra, crashed=None)
             return
         if kind == "join":
+            remove_parts(task)
             count("runs_encoded")
             yield value
             return

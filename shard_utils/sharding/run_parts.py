@@ -4,7 +4,8 @@ cut into contiguous parts that workers encode at once into part files, then join
 Runs stay as the planner made them (which record goes to which shard never depends on the worker count); the
 join feeds the parts' records, in order, to the run's own RunWriter, so the run's bytes, its per-record
 checksums and its gs:// chunking are exactly those one worker would have written. Part names are fixed by
-(split, run, part): a part encoded again writes the same bytes under the same names. No Beam.
+(split, run, part): a part encoded again writes the same bytes under the same names, and a join run again
+(its worker killed) finds its parts, which are removed only once the build holds the joined run. No Beam.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from shard_utils.errors import InternalError
 from shard_utils.inputs import MediaItem
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, item_order
 from shard_utils.sharding.run_plan import SplitLayout
-from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
+from shard_utils.sharding.runs import CHUNK_BYTES, RunWriter
 from shard_utils.sharding.writer import read_records
 
-__all__ = ["MIN_PART_ITEMS", "parts_per_run", "part_tasks", "join_parts"]
+__all__ = ["MIN_PART_ITEMS", "parts_per_run", "part_tasks", "join_parts", "remove_parts"]
 
 MIN_PART_ITEMS = 8  # a part holds at least this many items: below it, a part's task costs more than it saves
 
@@ -50,7 +51,7 @@ def part_tasks(task: RunTask, parts: int, seed: int) -> list[RunTask]:
 
 def join_parts(parts: Sequence[EncodedRun], folder: str, chunk_bytes: int = CHUNK_BYTES) -> EncodedRun:
     """The run whose parts these are (in part order), written under `folder` as one worker would have written
-    it; the part files are removed once it is complete. Its rejections and findings are the parts' in order."""
+    it; its rejections and findings are the parts' in order. The part files stay (see `remove_parts`)."""
     if not parts or len({(p.split, p.run) for p in parts}) != 1:
         raise InternalError(f"parts of several runs, or none, cannot be joined: {[(p.split, p.run) for p in parts]}")
     split, run = parts[0].split, parts[0].run
@@ -65,14 +66,15 @@ def join_parts(parts: Sequence[EncodedRun], folder: str, chunk_bytes: int = CHUN
     except BaseException:
         writer.abort()
         raise
-    for part in files:
-        _remove(part)
     tally = EncodeTally(*(sum(getattr(p.tally, name) for p in parts) for name in EncodeTally.__dataclass_fields__))
     return EncodedRun(split, run, written, tuple(r for p in parts for r in p.rejected), tally,
                       tuple(q for p in parts for q in p.quality))
 
 
-def _remove(part: RunFile) -> None:
-    for path, _ in part.parts:
-        storage.delete(path)
-    storage.delete(part.meta_path)
+def remove_parts(parts: Sequence[EncodedRun]) -> None:
+    """Remove the files of a run's parts, once they are joined."""
+    for part in parts:
+        if part.file is not None:
+            for path, _ in part.file.parts:
+                storage.delete(path)
+            storage.delete(part.file.meta_path)
