@@ -69,13 +69,13 @@ def main(argv: list[str] | None = None) -> None:
                 times.setdefault((path, name), []).append((got["seconds"], got["cpu_seconds"]))
     print(f"{args.count} images, {' '.join(flags)}, median of {args.rounds} alternating rounds; "
           f"load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
-    print(f"{'path':10} {'code':7} {'wall s':>7} {'img/s':>6} {'CPU s':>6}   rounds (wall s)")
+    print(f"{'path':10} {'code':7} {'wall s':>7} {'img/s':>6} {'CPU s':>6}   rounds (wall s / CPU s)")
     for path in PATHS:
         for name in trees:
             walls, cpus = zip(*times[path, name], strict=True)
             wall = statistics.median(walls)
             print(f"{path:10} {name:7} {wall:7.2f} {args.count / wall:6.0f} {statistics.median(cpus):6.1f}   "
-                  + " ".join(f"{w:.2f}" for w in walls))
+                  + " ".join(f"{w:.2f}/{c:.1f}" for w, c in zip(walls, cpus, strict=True)))
         before, after = (statistics.median(w for w, _ in times[path, n]) for n in trees)
         print(f"{path:10} after / before: {before / after:.2f}x the images a second")
 
