@@ -1,6 +1,7 @@
 """The per-image CPU of a build's encode workers against the peers' floor, in one process, no start-up.
 
     python benchmarks/bench_encode_item.py [--count 200] [--phone 40] [--png 0] [--rounds 3] [--profile FILE]
+        [--pieces]
 
 On the peers benchmark's photo-like JPEGs (benchmarks/build_bench/data.py: ~400x400 and phone-size 1200 x
 1312-1600), and with `--png N` on bench_build's ~400x400 PNGs, each round times, interleaved, over the same files
@@ -15,11 +16,14 @@ read from disk:
   (build_bench/tfds_child.py): the file read, decoded and saved by Pillow as JPEG at quality 75.
 Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
 pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
-pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions.
+pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions. `--pieces` times, in
+one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`), of `inspect` and
+of its parts (the signature, the sharpness, the colour spread) where the build calls them, caches as cold as there.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import io
 import pstats
@@ -39,8 +43,10 @@ from PIL import Image  # noqa: E402
 
 from shard_utils.format.image_size import ImageSize  # noqa: E402
 from shard_utils.inputs import MediaItem  # noqa: E402
+from shard_utils.media import images  # noqa: E402
 from shard_utils.media.encode import EncodeSettings  # noqa: E402
 from shard_utils.media.images import ImageOptions  # noqa: E402
+from shard_utils.quality import flags  # noqa: E402
 from shard_utils.sharding.encode_run import RunTask, encode_run  # noqa: E402
 
 MODES = ("decode", "reencode", "structure")
@@ -95,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", default="", help="folder caching the generated images (default: a temporary one)")
     ap.add_argument("--profile", default="", help="write a cProfile of one pass of each mode here")
+    ap.add_argument("--pieces", action="store_true", help="time the decode, inspect and its parts in one more pass")
     args = ap.parse_args(argv)
     if args.count < 1 or args.phone < 0 or args.png < 0 or args.rounds < 1:
         ap.error("--count and --rounds must be at least 1, --phone and --png at least 0")
@@ -130,6 +137,8 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
         line = ", ".join(f"{name} {statistics.median(times[(kind, mode, name)]):.3f}"
                          f" ({statistics.median(times[(kind, mode, name)]) / floor:.2f}x)" for name in tools)
         print(f"{kind:5} x{count:<4} {mode:8}: {line}")
+    if args.pieces:
+        print_pieces(cases)
     if args.profile:
         profiler = cProfile.Profile()
         for (_kind, _mode), (_count, tools) in cases.items():
@@ -137,6 +146,41 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
         profiler.dump_stats(args.profile)
         pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
     return 0
+
+
+PIECES = ((images, "_load", "decode"), (images, "inspect", "inspect"), (flags, "signature_of_grey", "  signature"),
+          (flags, "sharpness", "  sharpness"), (flags, "colour_below", "  colour spread"))
+
+
+def print_pieces(cases: dict) -> None:
+    """CPU us per image of each of PIECES in one pass of each mode, checks on and off: the functions are wrapped where
+    the build looks them up, so they run with the caches as the build leaves them."""
+    spent: dict[str, float] = collections.defaultdict(float)
+    originals = [(module, name, getattr(module, name)) for module, name, _ in PIECES]
+    for (module, name, label), (_, _, fn) in zip(PIECES, originals, strict=True):
+        setattr(module, name, _timed(fn, label, spent))
+    try:
+        print("CPU us per image of the pieces, one pass (inspect includes the indented ones)")
+        for (kind, mode), (count, tools) in cases.items():
+            for tool in ("tpu-shards", "tpu-shards, checks off"):
+                spent.clear()
+                tools[tool]()
+                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}" for *_, label in PIECES
+                                 if label in spent)
+                print(f"  {kind:5} {mode:8} {tool:22}: {line}")
+    finally:
+        for module, name, fn in originals:
+            setattr(module, name, fn)
+
+
+def _timed(fn: Callable, label: str, spent: dict[str, float]) -> Callable:
+    def timed(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] += time.thread_time() - start
+    return timed
 
 
 if __name__ == "__main__":

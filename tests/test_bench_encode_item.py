@@ -9,7 +9,7 @@ from benchmarks import bench_encode_item as bench
 def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
     profile = tmp_path / "encode.prof"
     assert bench.main(["--count", "3", "--phone", "0", "--png", "2", "--rounds", "1", "--work", str(tmp_path),
-                       "--profile", str(profile)]) == 0
+                       "--profile", str(profile), "--pieces"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("jpg ")]
     assert [re.match(r"jpg +x3 +(\w+) *:", row)[1] for row in rows] == ["decode", "reencode", "structure"]
@@ -19,3 +19,10 @@ def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
     png = [line for line in out.splitlines() if line.startswith("png ")]
     assert len(png) == 1 and re.match(r"png +x2 +q75-full *:", png[0]) and png[0].endswith("(1.00x)")
     assert profile.stat().st_size > 0 and "function calls" in out  # the top of the profile
+    pieces = {f"{mode}{off or ''}": times for mode, off, times
+              in re.findall(r"^ +jpg +(\w+) +tpu-shards(, checks off)? *: (.*)$", out, re.M)}
+    assert set(pieces) == {mode + off for mode in ("decode", "reencode", "structure") for off in ("", ", checks off")}
+    on = dict((name.strip(), float(us)) for name, us in re.findall(r"([a-z ]+) (\d+)(?:,|$)", pieces["decode"]))
+    assert set(on) == {"decode", "inspect", "signature", "sharpness", "colour spread"} and all(on.values())
+    assert on["inspect"] > on["signature"] and pieces["decode, checks off"].startswith("decode ")
+    assert "inspect" not in pieces["decode, checks off"]  # with the checks off nothing is inspected

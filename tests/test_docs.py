@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 from markdown.extensions.toc import slugify  # what MkDocs makes heading ids with (mkdocs needs Markdown)
 
@@ -35,6 +36,7 @@ def heading_ids(markdown: str) -> set[str]:
     return {slugify(re.sub(r"[`*]", "", h), "-") for h in HEADING.findall(FENCED.sub("", markdown))}
 
 
+@pytest.mark.slow  # matplotlib/mkdocs: about 3 CPU seconds, at the fast subset's limit under load
 def test_the_docs_site_builds_with_warnings_as_errors(tmp_path):
     site = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],

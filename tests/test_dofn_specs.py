@@ -49,3 +49,33 @@ def test_a_new_dofn_at_a_freed_object_address_is_looked_up_afresh():
     for _ in range(50):  # objects made and freed in turn often reuse an address
         assert userstate.get_dofn_specs(beam.Map(lambda x: x).fn) == (set(), set())
         assert userstate.get_dofn_specs(_Counting()) == ({COUNT}, set())
+
+
+class _Borrowing(beam.DoFn):
+    """A DoFn whose process is another DoFn's bound method: its specs are that method's, not its class's."""
+
+    def __init__(self, lender: beam.DoFn):
+        self.process = lender.process
+
+
+def _yields_and_returns(x):
+    if x:
+        return [x]
+    yield x
+
+
+def test_specs_are_the_classs_unless_the_object_holds_bound_methods_of_its_own():
+    dofn_specs.read_once()
+    for _ in range(2):
+        assert userstate.get_dofn_specs(_Plain()) == (set(), set())
+        assert userstate.get_dofn_specs(_Borrowing(_Counting())) == ({COUNT}, set())
+        assert userstate.get_dofn_specs(_Borrowing(_Plain())) == (set(), set())
+
+
+def test_the_yield_and_return_check_gives_beams_answer_for_each_function():
+    dofn_specs.read_once()
+    check = core._check_fn_use_yield_and_return
+    for _ in range(2):
+        assert check(_yields_and_returns) is True is check.reads(_yields_and_returns)
+        assert check(_Plain().process) is False is check.reads(_Plain().process)
+        assert check(len) is False  # a builtin: as Beam reads it

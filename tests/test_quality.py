@@ -122,3 +122,52 @@ def test_colourfulness_is_the_mean_spread_of_r_g_b_for_any_layout_of_pixels():
         spread = rgb.max(axis=2) - rgb.min(axis=2)
         assert colourfulness(pixels) == int(spread.sum()) / spread.size
     assert colourfulness(rgba[:, :, 0]) == 0.0 and colourfulness(rgba[:, :, :2]) == 0.0
+
+
+def as_measured_in_full(view, height: int, width: int):
+    """What inspect found when every measure was taken over every pixel: the clipped shares counted on the grey
+    levels, colourfulness summed over every row."""
+    from shard_utils.quality.flags import Inspection, colourfulness, pixel_flags, size_flags
+    from shard_utils.quality.signature import grey, signature_of_grey
+
+    luma = view.convert("L") if isinstance(view, Image.Image) else grey(view)
+    flags = pixel_flags(np.asarray(luma, dtype=np.float32), colourfulness(np.asarray(view)))
+    return Inspection(signature_of_grey(luma), tuple(size_flags(height, width) + flags))
+
+
+def test_inspect_finds_what_every_pixel_measured_in_full_finds():
+    from PIL import ImageFilter
+
+    from shard_utils.quality.flags import SAMPLED_ROWS, colour_below, inspect, view_of
+
+    rng = np.random.default_rng(11)
+    views = []
+    for i in range(120):
+        h, w = int(rng.integers(1, 129)), int(rng.integers(1, 129))
+        level = rng.integers(0, 256, (h, w, 1))
+        tint = rng.integers(-int(rng.integers(0, 4)), int(rng.integers(0, 4)) + 1, (h, w, 3))
+        if i % 3 == 0:  # colour only on the sampled rows, or only off them
+            tint[(slice(None, None, SAMPLED_ROWS) if i % 2 else slice(1, None, SAMPLED_ROWS))] *= 40
+        if i % 5 == 0:  # mostly clipped, near the share that flags it
+            level[: int(h * rng.uniform(0.4, 0.7))] = (0, 3, 5, 6, 249, 252, 255)[i // 5 % 7]
+        views.append(Image.fromarray(np.clip(level + tint, 0, 255).astype(np.uint8), "RGB"))
+    for spread in range(12, 20):  # colour on the sampled rows alone, the whole's mean spread either side of 2
+        pixels = np.full((64, 40, 3), 100, np.uint8)
+        pixels[::SAMPLED_ROWS, :, 0] += spread
+        views.append(Image.fromarray(pixels, "RGB"))
+    views += [view_of(scene(seed, (320, 240)).filter(ImageFilter.GaussianBlur(seed % 4))) for seed in range(20)]
+    views += [view_of(Image.open(io.BytesIO(j)).convert("RGB"))
+              for j in (_jpeg(scene(seed, (400, 300)), 90) for seed in range(20))]
+    for view in views:
+        assert inspect(view, 100, 100) == as_measured_in_full(view, 100, 100)
+        pixels = np.asarray(view)
+        assert inspect(pixels, 100, 100) == as_measured_in_full(pixels, 100, 100)
+    kinds = {kind for view in views for kind, _, _ in inspect(view, 100, 100).flags}
+    assert kinds == {"blur", "overexposed", "underexposed", "grayscale"}  # every pixel flag was compared
+    assert colour_below(np.zeros((4, 4), np.uint8), 2.0) == 0.0 and colour_below(np.zeros((4, 4)), 0.0) is None
+
+
+def _jpeg(image: Image.Image, quality: int) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue()

@@ -38,6 +38,7 @@ def test_plain_inspect_prints_the_summary_and_writes_nothing(built, tmp_path):
     assert len(lines) == 4 and "report written" not in done.stdout
 
 
+@pytest.mark.slow  # matplotlib/mkdocs: about 3 CPU seconds, at the fast subset's limit under load
 def test_report_page_charts_and_sheets(built, tmp_path):
     out = tmp_path / "report"
     done = run_cli("inspect", built, "--report", out, "--seed", "3")

@@ -176,11 +176,13 @@ def test_many_rejects_make_the_one_sorted_report_and_only_their_counts_reach_the
              "message": "simulated"} for i in range(2000)]
     tally = Tally(seen=14 + len(many))
     tally.skip("not_media", ".txt")
+    batched = many[:1000] + [tuple(many[i:i + 50]) for i in range(1000, 2000, 50)]  # a run's entries: one element
+    given = {**inputs, "rejected": list(inputs["rejected"]) + batched, "tally": [tally]}
     inputs = {**inputs, "rejected": list(inputs["rejected"]) + many, "tally": [tally]}
     record = tmp_path / "joined.json"
 
     def build(p):
-        pcolls = {name: created(p, name.title(), values) for name, values in inputs.items()}
+        pcolls = {name: created(p, name.title(), values) for name, values in given.items()}
         pcolls["run"] = created(p, "Run", [run_info(config)])
         planner = functools.partial(measured_plan, record=str(record))
         return {"published": pcolls | Publish(config, planner=planner, piece_lines=300)}

@@ -38,7 +38,7 @@ from beam_jobs.pipeline.listing import LIST_CHUNK, DistinctLabels, ListListedMed
 from beam_jobs.pipeline.near_dups import packed, signature_of
 from beam_jobs.pipeline.publish import Publish
 from beam_jobs.pipeline.start import StartRun
-from beam_jobs.publish.append import append_naming, plan_append, with_generation
+from beam_jobs.publish.append import append_naming, batch_with_generation, plan_append, with_generation
 from beam_jobs.run import claim
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import new_run_id
@@ -261,7 +261,7 @@ def build_append_pipeline(p: beam.Pipeline, config: BuildConfig, old: manifest.M
     _ = {"shards": sharded["shards"], "plans": sharded["plans"], "failure": sharded["failure"], "rejected": rejected,
          "skipped_files": skipped, "tally": fresh["tally"], "labels": labels, "run": run,
          "cross_split": sharded["cross_split"], "present": fresh["present"], "encoded": sharded["encoded"],
-         "quality": sharded["quality"] | "QualityOfGeneration" >> beam.Map(with_generation, g)} \
+         "quality": sharded["quality"] | "QualityOfGeneration" >> beam.Map(batch_with_generation, g)} \
         | "Publish" >> Publish(config, planner=functools.partial(plan_append, old=old))
 
 

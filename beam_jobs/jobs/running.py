@@ -16,6 +16,7 @@ from beam_jobs import progress
 from beam_jobs.errors import UsageError
 from beam_jobs.jobs import options
 from beam_jobs.jobs.dofn_specs import read_once
+from beam_jobs.jobs.in_process import in_process_run
 from beam_jobs.local.pool import LocalPool
 from beam_jobs.publish import move_shard
 from beam_jobs.run import claim
@@ -29,8 +30,8 @@ from shard_utils.sharding.writer import write_shard
 from shard_utils.storage import lock as runlock
 
 __all__ = [
-    "guard_interrupts", "execute", "long_lived_objects_left_alone", "start_local_pool", "LeaseKeeper", "abandon",
-    "POOLED", "raise_job_failure", "still_running", "remove_if_empty"
+    "guard_interrupts", "execute", "long_lived_objects_left_alone", "start_local_pool", "runs_here", "LeaseKeeper",
+    "abandon", "POOLED", "raise_job_failure", "still_running", "remove_if_empty"
 ]
 
 POOLED = (encode_run, join_parts, write_shard, move_shard)  # what a local run's steps hand to the worker processes
@@ -58,7 +59,8 @@ def execute(config: BuildConfig, opts: PipelineOptions, build: Callable[[beam.Pi
     lease = LeaseKeeper(config.output, config.run_id) if config.run_id else contextlib.nullcontext()
     result = None
     try:
-        with lease, progress.showing(show_progress if local else False), long_lived_objects_left_alone():
+        in_process = in_process_run() if runs_here(opts) else contextlib.nullcontext()
+        with lease, progress.showing(show_progress if local else False), long_lived_objects_left_alone(), in_process:
             progress.advance("list", 0)  # the listing bar shows from the start: listing a bucket can take minutes
             start_local_pool(config, opts)
             read_once()
@@ -114,6 +116,14 @@ def start_local_pool(config: BuildConfig, opts: PipelineOptions) -> None:
     if (config.workers > 1 and runner in options.LOCAL_RUNNERS
             and not opts.view_as(GoogleCloudOptions).template_location and (direct.direct_num_workers or 1) <= 1):
         LocalPool.shared(config.workers, preload=tuple(dict.fromkeys(fn.__module__ for fn in POOLED)))
+
+
+def runs_here(opts: PipelineOptions) -> bool:
+    """Whether the graph is run in this process: by Beam's in-process runner, in this process's threads (not
+    its worker subprocesses), and not only written as a template."""
+    runner = opts.view_as(StandardOptions).runner or ""
+    return (runner in options.LOCAL_RUNNERS and not opts.view_as(GoogleCloudOptions).template_location
+            and opts.view_as(DirectOptions).direct_running_mode != "multi_processing")
 
 
 class LeaseKeeper:

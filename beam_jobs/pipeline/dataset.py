@@ -28,7 +28,8 @@ __all__ = ["ShardMedia"]
 class ShardMedia(beam.PTransform):
     """Input: chunks of MediaItems. Outputs (a dict): shards (ShardResult), plans ({split: SplitShards}, once),
     failure (why no shard could be planned), rejected (dicts), cross_split (duplicates across splits), encoded
-    (records each run encoded), quality (finding dicts: the images' flags and the near-duplicate clusters).
+    (records each run encoded), quality (the images' flags, a tuple of finding dicts a run, and the near-duplicate
+    clusters' finding dicts).
 
     `labels`: every label name (once each); `known_labels` (an append: the dataset's) keep their ids.
     `existing` (an append): (packed signature or None, Member) of the dataset's records, which new records'

@@ -43,7 +43,9 @@ THROTTLED_SECONDS = "cumulativeThrottlingSeconds"  # the name every Beam IO give
 
 class EncodeRuns(beam.PTransform):
     """Input: keyed chunks (PlanLayout's `keyed`). Main output: EncodedRun, one per run (its file is None when
-    every item was rejected); tagged `rejected`: dicts; tagged `quality`: the images' flags (finding dicts).
+    every item was rejected; its `quality` empty: the run's flags are the `quality` output, not carried through
+    every later step); tagged `rejected`: dicts; tagged `quality`: the images' flags (a tuple of finding dicts a
+    run, or a part of one).
     `known_labels` (an append: the dataset's labels) keep their ids; other labels follow in sorted order."""
 
     def __init__(self, config: BuildConfig, layouts, labels, run, known_labels: tuple[str, ...] = ()):
@@ -136,6 +138,7 @@ class _EncodeRunFn(PooledDoFn):
             return
         encoded: EncodedRun = value
         yield from self._outputs(encoded, extra)
+        encoded = replace(encoded, quality=()) if encoded.quality else encoded  # its flags went out above, once
         if task.part is None:
             count("runs_encoded")
             yield encoded
@@ -157,8 +160,8 @@ class _EncodeRunFn(PooledDoFn):
         for entry in (*extra, *encoded.rejected):
             progress.advance("encode")
             yield rejected(entry)
-        for found in encoded.quality:
-            yield beam.pvalue.TaggedOutput("quality", found)
+        if encoded.quality:  # one element a run, not one a finding: each element costs the driver ~40 us
+            yield beam.pvalue.TaggedOutput("quality", encoded.quality)
         t = encoded.tally
         progress.advance("encode", t.records)
         count("images_passed_through", t.passed_through)

@@ -34,8 +34,8 @@ REPORTS = ("rejected", "skipped_files", "quality")  # inputs written as reports,
 
 class Publish(beam.PTransform):
     """Input: a dict of PCollections: shards (ShardResult), plans ({split: SplitShards}, once), failure, rejected,
-    skipped_files, tally (Tally, summed here), labels, run (RunInfo), cross_split, quality (finding dicts: flatten
-    more findings into it), and any others `planner` takes as lists, by name. `planner` (default
+    skipped_files, tally (Tally, summed here), labels, run (RunInfo), cross_split, quality (finding dicts, or tuples of
+    them: flatten more findings into it), and any others `planner` takes as lists, by name. `planner` (default
     `publish.plan_publication`) decides the Publication; it gets the reports (rejected, skipped_files, quality) as
     `reports.Report`s. About `piece_lines` report lines per piece."""
 

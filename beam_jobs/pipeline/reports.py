@@ -11,27 +11,34 @@ report: each report of its own would add their stages to every build.
 """
 from __future__ import annotations
 
+import itertools
+
 import apache_beam as beam
 
 from beam_jobs.pipeline.common import WithSingleton
 from beam_jobs.run.identity import RunInfo
-from beam_jobs.run.reports import PIECE_LINES, ReportCounts, piece_of, write_piece
+from beam_jobs.run.reports import PIECE_LINES, ReportCounts, batch_of, piece_of, write_piece
 
 __all__ = ["WriteReports"]
 
 
 class _CountFn(beam.CombineFn):
-    """{report: ReportCounts} of (report, entry) pairs; every report named, so an empty one is counted too."""
+    """{report: (ReportCounts without their sample, where its pieces start)} of (report, entries) pairs; every
+    report named, so an empty one is counted too. The sample stays in the accumulators: the output is read as a
+    side input, which Beam weighs object by object (a sample of thousands of keys cost ~30 us per line)."""
 
-    def __init__(self, reports: tuple[str, ...]):
-        self.reports = reports
+    def __init__(self, reports: tuple[str, ...], piece_lines: int):
+        self.reports, self.piece_lines = reports, piece_lines
 
     def create_accumulator(self) -> dict[str, ReportCounts]:
         return {name: ReportCounts() for name in self.reports}
 
     def add_input(self, counts: dict[str, ReportCounts], named) -> dict[str, ReportCounts]:
-        name, entry = named
-        counts[name] = counts[name].add(entry)
+        name, batch = named
+        one = counts[name]
+        for entry in batch:
+            one = one.add(entry)
+        counts[name] = one
         return counts
 
     def merge_accumulators(self, accumulators) -> dict[str, ReportCounts]:
@@ -44,14 +51,15 @@ class _CountFn(beam.CombineFn):
     def compact(self, counts: dict[str, ReportCounts]) -> dict[str, ReportCounts]:
         return {name: one.trimmed() for name, one in counts.items()}
 
-    def extract_output(self, counts: dict[str, ReportCounts]) -> dict[str, ReportCounts]:
-        return self.compact(counts)
+    def extract_output(self, counts: dict[str, ReportCounts]) -> dict[str, tuple[ReportCounts, tuple]]:
+        return {name: (one.brief(), one.bounds(self.piece_lines)) for name, one in self.compact(counts).items()}
 
 
 class WriteReports(beam.PTransform):
     """Report entries (a dict: report name -> PCollection of dicts with `source` and `reason`, or quality
-    findings) into pieces named for their report under the run's temporary folder (`run`: the RunInfo
-    PCollection); about `piece_lines` lines a piece."""
+    findings; an element may also be a tuple of them, a run's flags: one element, not one each) into pieces named
+    for their report under the run's temporary folder (`run`: the RunInfo PCollection); about `piece_lines` lines
+    a piece."""
 
     def __init__(self, run, piece_lines: int = PIECE_LINES):
         super().__init__()
@@ -59,22 +67,32 @@ class WriteReports(beam.PTransform):
 
     def expand(self, reports: dict):
         piece_lines = self.piece_lines
-        entries = ([pcoll | f"Name{name.title().replace('_', '')}" >> beam.Map(lambda entry, n=name: (n, entry))
+        entries = ([pcoll | f"Name{name.title().replace('_', '')}" >> beam.Map(lambda one, n=name: (n, batch_of(one)))
                     for name, pcoll in reports.items()]
                    | "AllEntries" >> beam.Flatten())
-        counted = entries | "Count" >> beam.CombineGlobally(_CountFn(tuple(reports)))
-        bounds = counted | "Bounds" >> beam.Map(
-            lambda counts: {name: one.bounds(piece_lines) for name, one in counts.items()})
+        counted = entries | "Count" >> beam.CombineGlobally(_CountFn(tuple(reports), piece_lines))
+        bounds = counted | "Bounds" >> beam.Map(lambda counts: {name: cuts for name, (_, cuts) in counts.items()})
         pieces = (entries
                   | "WithBounds" >> WithSingleton(bounds)
-                  | "Piece" >> beam.MapTuple(lambda named, cuts: ((named[0], piece_of(named[1], cuts[named[0]])),
-                                                                  named[1]))
+                  | "Piece" >> beam.FlatMapTuple(_by_piece)
                   | "Group" >> beam.GroupByKey()
                   | "Write" >> beam.Map(_written, beam.pvalue.AsSingleton(self.run)))
-        brief = counted | "Brief" >> beam.Map(lambda counts: {name: one.brief() for name, one in counts.items()})
+        brief = counted | "Brief" >> beam.Map(lambda counts: {name: one for name, (one, _) in counts.items()})
         return {"counts": brief, "pieces": pieces}
 
 
+def _by_piece(named: tuple, cuts: dict) -> list[tuple[tuple[str, int], tuple]]:
+    """((report, piece), entries) for a batch of a report's entries, split by the piece each goes in."""
+    name, batch = named
+    bounds = cuts[name]
+    if not bounds:
+        return [((name, 0), batch)]
+    by_piece: dict[int, list] = {}
+    for entry in batch:
+        by_piece.setdefault(piece_of(entry, bounds), []).append(entry)
+    return [((name, piece), tuple(entries)) for piece, entries in by_piece.items()]
+
+
 def _written(group: tuple, run: RunInfo) -> tuple[str, int, str]:
-    (report, piece), entries = group
-    return report, piece, write_piece(run.temp_dir, report, piece, entries)
+    (report, piece), batches = group
+    return report, piece, write_piece(run.temp_dir, report, piece, itertools.chain.from_iterable(batches))

@@ -18,7 +18,7 @@ from beam_jobs.run.claim import is_dataset_file, let_go
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.failure import failed
 from beam_jobs.run.identity import RunInfo
-from beam_jobs.run.reports import Report, as_report
+from beam_jobs.run.reports import Report, as_report, batch_of
 from beam_jobs.run.tally import Tally
 from shard_utils import storage
 from shard_utils.errors import InternalError, PlanError
@@ -36,7 +36,7 @@ from shard_utils.sharding.carry import Carried
 from shard_utils.sharding.naming import ShardNaming
 from shard_utils.sharding.writer import ShardResult
 
-__all__ = ["append_naming", "plan_append", "grow", "with_generation"]
+__all__ = ["append_naming", "plan_append", "grow", "with_generation", "batch_with_generation"]
 
 
 def append_naming(old: Manifest, config: BuildConfig) -> ShardNaming:
@@ -219,6 +219,11 @@ def _cumulative(old: Manifest, old_path: str | None, report: Report, g: int) -> 
 def with_generation(entry: Mapping, g: int) -> dict:
     """A report entry of generation g."""
     return {**entry, "generation": g}
+
+
+def batch_with_generation(entries: Mapping | Sequence[Mapping], g: int) -> tuple[dict, ...]:
+    """A report element (one entry or a tuple of them: a run's quality flags) as entries of generation g."""
+    return tuple(with_generation(e, g) for e in batch_of(entries))
 
 
 def _features(old: Manifest, results: Sequence[ShardResult], config: BuildConfig) -> dict:

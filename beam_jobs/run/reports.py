@@ -20,8 +20,9 @@ from dataclasses import dataclass, field, replace
 from shard_utils import storage
 
 __all__ = [
-    "PIECE_LINES", "MAX_PIECES", "PIECES_FOLDER", "SAMPLE_KEYS", "Key", "line_of", "sort_key", "ReportCounts",
-    "counted", "piece_of", "piece_bytes", "piece_path", "write_piece", "Report", "as_report", "write_report"
+    "PIECE_LINES", "MAX_PIECES", "PIECES_FOLDER", "SAMPLE_KEYS", "Key", "batch_of", "line_of", "sort_key",
+    "ReportCounts", "counted", "piece_of", "piece_bytes", "piece_path", "write_piece", "Report", "as_report",
+    "write_report"
 ]
 
 PIECE_LINES = 20_000  # lines per piece, about: what one worker sorts at once
@@ -30,6 +31,11 @@ PIECES_FOLDER = "report-pieces"  # in a run's temporary folder, beside `report/`
 SAMPLE_KEYS = 4_096  # sort keys kept to cut the ranges (those of the smallest hashes: the same for any bundling)
 
 Key = tuple[str, str]  # (source, reason): the order of a report's lines (then the line itself), and their ranges
+
+
+def batch_of(entries: Mapping | Sequence[Mapping]) -> tuple[Mapping, ...]:
+    """A report's element as the entries it holds: one entry, or a tuple of them (a run's quality flags)."""
+    return (entries,) if isinstance(entries, Mapping) else tuple(entries)
 
 
 def line_of(entry: Mapping) -> str:

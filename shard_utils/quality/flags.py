@@ -15,11 +15,13 @@ from shard_utils.quality import findings
 from shard_utils.quality.signature import grey, signature_of_grey
 
 __all__ = [
-    "VIEW_SIDE", "Flag", "Thresholds", "THRESHOLDS", "view_of", "sharpness", "colourfulness", "size_flags",
+    "VIEW_SIDE", "SAMPLED_ROWS", "Flag", "Thresholds", "THRESHOLDS", "view_of", "sharpness", "colourfulness",
+    "colour_below", "size_flags",
     "pixel_flags", "Inspection", "inspect", "flag_findings"
 ]
 
 VIEW_SIDE = 128  # the longer side of the view the pixel flags and the signature are measured on
+SAMPLED_ROWS = 8  # colour_below sums every 8th row first
 
 Flag = tuple[str, float, float]  # (kind, value, threshold)
 
@@ -64,17 +66,35 @@ def sharpness(grey: np.ndarray) -> float:
 
 def colourfulness(pixels: np.ndarray) -> float:
     """Mean spread between the largest and smallest of a pixel's R, G and B of uint8 pixels (0 for grey ones),
-    summed exactly in integers. The bands are copied apart first: numpy compares contiguous rows about twice as
-    fast as every third byte."""
+    summed exactly in integers."""
     if pixels.ndim == 2 or pixels.shape[2] < 3:
         return 0.0
+    return _spread_sum(pixels) / (pixels.shape[0] * pixels.shape[1])
+
+
+def colour_below(pixels: np.ndarray, limit: float, rows: int = SAMPLED_ROWS) -> float | None:
+    """colourfulness(pixels) when it is below `limit`, else None. Every `rows`-th row is summed first: a spread is
+    never negative, so when those rows alone reach `limit` times the pixel count the whole cannot be below it, and
+    the other rows are never read (a colour photo's are not)."""
+    if pixels.ndim == 2 or pixels.shape[2] < 3:
+        return 0.0 if limit > 0 else None
+    total = limit * pixels.shape[0] * pixels.shape[1]
+    if rows > 1 and pixels.shape[0] >= rows and _spread_sum(pixels[::rows]) >= total:
+        return None
+    colour = colourfulness(pixels)
+    return colour if colour < limit else None
+
+
+def _spread_sum(pixels: np.ndarray) -> int:
+    """The sum over the pixels of their largest less their smallest of R, G and B. The bands are copied apart
+    first: numpy compares contiguous rows about twice as fast as every third byte."""
     red, green, blue = pixels[:, :, :3].reshape(-1, 3).T.copy()
     spread = np.maximum(red, green)
     np.maximum(spread, blue, out=spread)
     low = np.minimum(red, green)
     np.minimum(low, blue, out=low)
     spread -= low  # never below 0: the largest less the smallest
-    return int(spread.sum(dtype=np.int64)) / (pixels.shape[0] * pixels.shape[1])
+    return int(spread.sum(dtype=np.int64))
 
 
 def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag]:
@@ -88,19 +108,25 @@ def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag
     return out
 
 
-def pixel_flags(grey: np.ndarray, colour: float, t: Thresholds = THRESHOLDS) -> list[Flag]:
-    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels (float32) and colour
-    spread (colourfulness)."""
+def pixel_flags(grey: np.ndarray, colour: float | None, t: Thresholds = THRESHOLDS,
+                histogram: list[int] | None = None) -> list[Flag]:
+    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels (float32), its colour
+    spread (colourfulness; None: known to be at least t.max_colour) and, when at hand, the histogram of its grey
+    levels (Pillow's: 256 counts), which gives the clipped shares without a pass over the pixels."""
     out: list[Flag] = []
     sharp = sharpness(grey)
     if sharp < t.min_sharpness:
         out.append((findings.BLUR, round(sharp, 3), t.min_sharpness))
-    bright, dark = np.count_nonzero(grey >= t.bright) / grey.size, np.count_nonzero(grey <= t.dark) / grey.size
+    if histogram is None:
+        clipped = int(np.count_nonzero(grey >= t.bright)), int(np.count_nonzero(grey <= t.dark))
+    else:
+        clipped = sum(histogram[t.bright:]), sum(histogram[:t.dark + 1])
+    bright, dark = clipped[0] / grey.size, clipped[1] / grey.size
     if bright > t.clipped_share:
         out.append((findings.OVEREXPOSED, round(bright, 3), t.clipped_share))
     if dark > t.clipped_share:
         out.append((findings.UNDEREXPOSED, round(dark, 3), t.clipped_share))
-    if colour < t.max_colour:
+    if colour is not None and colour < t.max_colour:
         out.append((findings.GRAYSCALE, round(colour, 3), t.max_colour))
     return out
 
@@ -121,7 +147,8 @@ def inspect(view: Image.Image | np.ndarray | None, height: int, width: int,
     if view is None:
         return Inspection(None, tuple(size_flags(height, width, t)))
     luma = view.convert("L") if isinstance(view, Image.Image) else grey(view)
-    flags = pixel_flags(np.asarray(luma, dtype=np.float32), colourfulness(np.asarray(view)), t)
+    flags = pixel_flags(np.asarray(luma, dtype=np.float32), colour_below(np.asarray(view), t.max_colour), t,
+                        luma.histogram())
     return Inspection(signature_of_grey(luma), tuple(size_flags(height, width, t) + flags))
 
 
