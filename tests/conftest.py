@@ -143,6 +143,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.tf)
         if "jax" in imported:
             item.add_marker(pytest.mark.jax)  # a marker to choose by, not a subset: JAX starts in about a second
+    items[:] = heaviest_files_first(items)
+
+
+# Under `-n 2 --dist loadfile` each worker takes the next file from a queue as it runs out: the suite ends when the
+# file each worker took last ends, so the queue holds the heaviest files first and the light ones last, which even
+# out the two workers' ends (pytest-xdist's own order, by number of tests, queues 3 tests of 3 minutes among the last).
+SLOW_TEST_WEIGHT = 10.0  # a `slow` test against a fast one: its rough cost, in fast tests
+
+
+def file_weight(items) -> float:
+    """A file's rough cost from its tests' markers: a slow test counts SLOW_TEST_WEIGHT, any other test one."""
+    return sum(SLOW_TEST_WEIGHT if item.get_closest_marker("slow") else 1.0 for item in items)
+
+
+def heaviest_files_first(items: list) -> list:
+    """The items grouped by file, the files ordered by file_weight (heaviest first); a file's tests keep their
+    order, and files of equal weight their collection order."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    ordered = sorted(files.values(), key=file_weight, reverse=True)  # stable: ties keep collection order
+    return [item for group in ordered for item in group]
 
 
 # The fast subset (`-m "not slow and not gcs and not tf"`) stays under 3 minutes on 2 cores by construction: a
@@ -192,6 +214,8 @@ class SharedFixtureCpu:
 
 def pytest_configure(config):
     config.pluginmanager.register(SharedFixtureCpu(), "tpu-shards-shared-fixture-cpu")
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: queue the files in heaviest_files_first's order
+        config.option.loadscopereorder = False
     # In a full run, threads and processes other tests leave behind (emulators, proxies, runners) add CPU to
     # whichever test runs next: the bounds hold the fast loop, where they are meant, and a full run prints them.
     _enforced["on"] = "not slow" in (config.getoption("markexpr", "") or "")
