@@ -105,7 +105,12 @@ def build(images: Path, out: Path, *args: str) -> tuple[dict[str, str], str]:
 
 
 def tree(out: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(STAMP.sub(b"", p.read_bytes())).hexdigest() for p in sorted(out.iterdir())}
+    return digests({p.name: p.read_bytes() for p in out.iterdir()})
+
+
+def digests(files: dict[str, bytes]) -> dict[str, str]:
+    """The sha256 of each file, the time of day it was built left out."""
+    return {name: hashlib.sha256(STAMP.sub(b"", data)).hexdigest() for name, data in sorted(files.items())}
 
 
 def parts_encoded(printed: str) -> int:
@@ -148,3 +153,24 @@ def test_a_build_killed_before_joining_its_parts_gives_the_same_bytes_when_run_a
     assert list((out / ".tpu-shards-tmp").rglob(f"{PARTS_FOLDER}/*/runs/train/*.records"))  # the parts it left
     again, _ = build(source.images, out, *args)
     assert again == source.reference  # the dead run's temporary folder (its parts) removed, nothing else left
+
+
+@pytest.mark.gcs
+@pytest.mark.slow
+def test_a_bucket_build_in_parts_rides_out_transient_faults_and_publishes_the_same_files(gcs, source):
+    """Parts and their join on gs:// (written, read back, removed) through a proxy that answers 503, 429 and
+    resets: no file is rejected for them, and the files are those of the local one-worker build."""
+    from gcs_fixtures import FaultProxy, storage_host
+
+    bucket, out = gcs.new_bucket("parts-in"), gcs.new_bucket("parts-out")
+    gcs.upload_tree(source.images, bucket, "photos")
+    with FaultProxy(gcs.url, rate=0.12, seed=3) as proxy, storage_host(proxy.url), \
+            contextlib.redirect_stdout(io.StringIO()) as printed:
+        run_job(f"gs://{bucket}/photos", f"gs://{out}/ds", "--num-cores", "1", "--workers", "2")
+    assert proxy.counts["503"] >= 1 and proxy.counts["429"] >= 1 and proxy.counts["reset"] >= 1, proxy.counts
+    assert parts_encoded(printed.getvalue()) == 2
+    published = digests(gcs.objects(out, "ds/"))
+    assert sorted(published) == sorted(source.reference)  # nothing else left in the bucket: the parts are gone
+    where = {"README.md", "croissant.json", "manifest.json"}  # these name the input and output
+    assert {n: h for n, h in published.items() if n not in where} == {
+        n: h for n, h in source.reference.items() if n not in where}
