@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import signal
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import faults, install_faults, run_cli, run_job, write_images
 from PIL import ImageFilter
+from readers import rejected, shard_bytes
 from test_quality import scene
 
 from shard_utils import storage
@@ -174,3 +176,23 @@ def test_a_bucket_build_in_parts_rides_out_transient_faults_and_publishes_the_sa
     where = {"README.md", "croissant.json", "manifest.json"}  # these name the input and output
     assert {n: h for n, h in published.items() if n not in where} == {
         n: h for n, h in source.reference.items() if n not in where}
+
+
+@pytest.mark.slow
+def test_a_decoder_crash_in_a_part_costs_only_its_file(source, tmp_path, monkeypatch):
+    """The part's items are tried one by one, the one that crashes is rejected and the part encoded again
+    without it: the shards are those of a one-worker build where that file is merely undecodable."""
+    crashed_id = "b/img0007.jpg"
+    src = tmp_path / "in"
+    shutil.copytree(source.images, src)
+    whole = (src / crashed_id).read_bytes()
+    (src / crashed_id).write_bytes(whole[:len(whole) // 2])  # truncated: rejected `corrupt`
+    clean, _ = build(src, tmp_path / "clean" / "out", "--num-cores", "1", "--workers", "1")
+    install_faults(monkeypatch, segv=crashed_id)
+    crashed, printed = build(source.images, tmp_path / "crashed" / "out", "--num-cores", "1", "--workers", "2")
+    assert parts_encoded(printed) == 2 and "rejected_corrupt 2" in printed
+    assert rejected(tmp_path / "crashed" / "out") == rejected(tmp_path / "clean" / "out") == {
+        "a/broken.jpg": "corrupt", crashed_id: "corrupt"}
+    assert "SIGSEGV" in (tmp_path / "crashed" / "out" / "rejected.jsonl").read_text()
+    assert shard_bytes(tmp_path / "crashed" / "out") == shard_bytes(tmp_path / "clean" / "out")
+    assert crashed["train.index.avro"] == clean["train.index.avro"]
