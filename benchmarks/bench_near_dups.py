@@ -47,6 +47,7 @@ from shard_utils.quality.flags import inspect, view_of  # noqa: E402
 from shard_utils.quality.signature import NEAR_DISTANCE, signature  # noqa: E402
 
 IMAGEHASH_CUTOFF = 4  # imagehash's README: `hash0 - hash1 < cutoff` with cutoff = 5
+RUN = 500  # records of a run, as the clustering takes them (one batch each)
 
 
 def photo(seed: int) -> Image.Image:
@@ -294,8 +295,7 @@ def shuffle_bytes(count: int) -> str:
 
     coder = coders.FastPrimitivesCoder()
     buffer = bp.PartitionBuffer(Banding(NEAR_DISTANCE), limit=count + 1)
-    for sig, _ in cluster_records(count):
-        buffer.add(sig)
+    buffer.extend(np.array([int.from_bytes(sig, "big") for sig, _ in cluster_records(count)], dtype=np.uint64))
     parts = buffer.flush()
     size = sum(len(coder.encode(pid)) + len(coder.encode(part)) for pid, part in parts)
     return f"band step: {size / count:.0f} bytes per record through GroupPartition ({len(parts)} elements)"
@@ -307,11 +307,14 @@ def cluster_cpu(count: int) -> float:
     import apache_beam as beam
 
     from beam_jobs.pipeline.near_dups import ClusterSignatures
+    from shard_utils.quality.member_batches import batch_of
 
     records = cluster_records(count)
+    batches = [batch_of(records[start:start + RUN]) for start in range(0, count, RUN)]
     start = time.process_time()
     with beam.Pipeline(runner="FnApiRunner") as p:
-        _ = p | beam.Create(records) | ClusterSignatures(NEAR_DISTANCE) | beam.combiners.Count.Globally()
+        _ = (p | beam.Create(range(len(batches)))  # Create would infer the type of every record of a batch
+             | beam.Map(batches.__getitem__) | ClusterSignatures(NEAR_DISTANCE) | beam.combiners.Count.Globally())
     return time.process_time() - start
 
 

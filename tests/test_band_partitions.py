@@ -12,6 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from steps import counters, created, pipeline, run
 
 from beam_jobs.pipeline.near_dups import (
+    BatchMembers,
     ClusterSignatures,
     ComponentsFn,
     CutPartitions,
@@ -23,6 +24,7 @@ from beam_jobs.pipeline.near_dups import (
 from shard_utils.quality import band_partitions as bp
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind, find_clusters
+from shard_utils.quality.member_batches import Components, batch_of, signatures_of
 
 THRESHOLD = 10
 BANDING = Banding(THRESHOLD)
@@ -47,6 +49,11 @@ def records(n: int, seed: int, flat: int = 30) -> list[tuple[int, Member]]:
             s ^= 1 << b
         out.append((s, Member(f"look{i}", "train", (), (3, i))))
     return out + [(0, Member(f"flat{i:02d}", "train", (), (2, i))) for i in range(flat)]
+
+
+def batches(signed, size: int = 1000) -> list:
+    """(packed signature or None, Member) records as batches of `size` (what a run's records are)."""
+    return [batch_of(signed[start:start + size]) for start in range(0, len(signed), size)]
 
 
 def sigs_of(recs) -> np.ndarray:
@@ -103,12 +110,14 @@ def test_every_bucket_lies_whole_in_one_partition_with_its_band_values():
 
 
 def test_the_buffer_holds_at_most_its_limit_and_cuts_what_it_held():
+    """Batches of 2, 1 and 7 signatures into a buffer of 3: cut at 3, 6 and 9 (the batch of 7 in slices)."""
     buffer = bp.PartitionBuffer(BANDING, limit=3)
-    sigs = sigs_of(records(4, 2, flat=0))[:7]
-    emitted = [buffer.add(packed(int(s))) for s in sigs]
-    assert [bool(e) for e in emitted] == [False, False, True, False, False, True, False]
-    assert emitted[2] == bp.cut(BANDING, sigs[:3]) and emitted[5] == bp.cut(BANDING, sigs[3:6])
-    assert len(buffer.held) == 1 and buffer.flush() == bp.cut(BANDING, sigs[6:]) and buffer.flush() == []
+    sigs = sigs_of(records(8, 2, flat=0))[:10]
+    emitted = [buffer.extend(sigs[:2]), buffer.extend(sigs[2:3]), buffer.extend(sigs[3:10])]
+    assert emitted[0] == [] and emitted[1] == bp.cut(BANDING, sigs[:3])
+    assert emitted[2] == bp.cut(BANDING, sigs[3:6]) + bp.cut(BANDING, sigs[6:9])
+    assert buffer.count == 1 and buffer.flush() == bp.cut(BANDING, sigs[9:]) and buffer.flush() == []
+    assert buffer.extend(sigs[:0]) == [] and buffer.count == 0
     with pytest.raises(ValueError, match="at least 1"):
         bp.PartitionBuffer(BANDING, limit=0)
 
@@ -185,6 +194,17 @@ def test_buckets_of_every_size_give_the_reference_clusters(crowd):
     assert sum(bp.reduce_partition(BANDING, pid, [p]).buckets_verified for pid, p in parts) == buckets
 
 
+def test_small_buckets_compared_a_few_pairs_at_a_time_give_the_same_edges(monkeypatch):
+    """Buckets of 2 to SMALL_BUCKET signatures, their pairs compared in blocks of about 3 pairs (a bucket's pairs
+    never split): the same edges as all at once."""
+    recs = records(200, 11) + [(s, m) for s, m in records(40, 12, flat=0)]
+    parts = bp.cut(BANDING, sigs_of(recs))
+    whole = [bp.reduce_partition(BANDING, pid, [p]).edges for pid, p in parts]
+    monkeypatch.setattr(bp, "PAIRS_AT_ONCE", 3)
+    assert [bp.reduce_partition(BANDING, pid, [p]).edges for pid, p in parts] == whole
+    assert sum(map(len, whole)) > 30
+
+
 def test_the_steps_on_beam_give_the_reference_clusters():
     """CutPartitions, verify_partition, ComponentsFn, in_component and cluster_of on FnApiRunner, each step's
     output checked."""
@@ -192,7 +212,7 @@ def test_the_steps_on_beam_give_the_reference_clusters():
     signed = [(packed(s), m) for s, m in recs] + [(None, Member("unsigned", "train", (), (4, 0)))]
     want = expected(recs)
     p = pipeline()
-    members = created(p, "Signed", signed)
+    members = created(p, "Signed", batches(signed, 17))
     parts = members | beam.ParDo(CutPartitions(BANDING, 50))
     distinct, bands = len({s for s, _ in recs}), BANDING.bands  # each signature once per band and buffer of 50
     assert_that(parts | "Sizes" >> beam.Map(lambda part: len(part[1][0]) // 8) | beam.CombineGlobally(sum)
@@ -200,7 +220,7 @@ def test_the_steps_on_beam_give_the_reference_clusters():
                 equal_to([True]), label="EachSignatureOncePerBand")
     edges = parts | "GroupPartition" >> beam.GroupByKey() | beam.FlatMap(verify_partition, BANDING, 4096)
     components = edges | beam.CombineGlobally(ComponentsFn()).without_defaults()
-    assert_that(components | "Nodes" >> beam.Map(lambda c: len(set(c.values())) <= len(c)),
+    assert_that(components | "Nodes" >> beam.Map(lambda c: len(set(c.numbers.tolist())) <= len(c)),
                 equal_to([True]), label="Components")
     clusters = (members | beam.FlatMap(in_component, beam.pvalue.AsSingleton(components), False)
                 | "GroupCluster" >> beam.GroupByKey() | beam.FlatMapTuple(cluster_of))
@@ -215,15 +235,17 @@ def test_a_partitions_edges_leave_in_lists_of_at_most_a_buffers_size():
     parts = bp.cut(BANDING, np.concatenate([sigs, sigs]))
     band0 = [(pid, p) for pid, p in parts if pid >> bp.PARTITION_BITS == 0]
     lists = [edges for pid, p in band0 for edges in verify_partition((pid, [p]), BANDING, 4096)]
-    assert max(len(e) for e in lists) <= bp.MAX_BUFFER
-    assert sorted(a for edges in lists for (_, a), _ in edges) == sorted(bp.signed(sigs))
+    assert max(len(a) for a, _ in lists) <= 8 * bp.MAX_BUFFER and all(len(a) == len(b) for a, b in lists)
+    ends = [np.frombuffer(raw, dtype=np.int64) for edges in lists for raw in edges]
+    assert sorted(np.concatenate(ends[::2]).tolist()) == sorted(bp.signed(sigs))
+    assert all(np.array_equal(a, b) for a, b in zip(ends[::2], ends[1::2], strict=True))  # band 0: self edges
 
 
 @pytest.mark.parametrize(("cap", "hot"), [(8, {"near_dup_hot_buckets": 1}), (4096, {})])
 def test_the_hot_bucket_counter_is_there_only_when_a_bucket_was_hot(cap, hot):
     """A build's counters line names `near_dup_hot_buckets` when some pairs may have been missed, never as 0."""
     p = pipeline()
-    created(p, "Signed", [(packed(int(s)), Member(f"r{i}", "train")) for i, s in enumerate(band_0_crowd())]) \
+    created(p, "Signed", batches([(packed(int(s)), Member(f"r{i}", "train")) for i, s in enumerate(band_0_crowd())])) \
         | ClusterSignatures(THRESHOLD, cap=cap)
     got = counters(run(p))
     assert {k: v for k, v in got.items() if k == "near_dup_hot_buckets"} == hot
@@ -241,10 +263,34 @@ def test_extreme_signatures_and_an_appends_records_give_the_references_clusters_
     want = [(c.id, c.kept, c.members) for c in find_clusters(recs, THRESHOLD)]
     assert len(want) == 2 and all(kept.where is None for _, kept, _ in want)
     p = pipeline()
-    found = created(p, "Signed", [(packed(s), m) for s, m in recs]) | "Some" >> ClusterSignatures(THRESHOLD, buffer=3)
+    found = created(p, "Signed", batches([(packed(s), m) for s, m in recs], 5)) | "Some" >> ClusterSignatures(
+        THRESHOLD, buffer=3)
     assert_that(found | beam.Map(lambda c: (c.id, c.kept, c.members)), equal_to(want))
     none = created(p, "Nothing", []) | "None" >> ClusterSignatures(THRESHOLD)
     assert_that(none, equal_to([]), label="Empty")
+    run(p)
+
+
+def test_records_given_one_at_a_time_are_batched_within_the_limit_and_give_the_same_clusters():
+    """An append's dataset records come one at a time: BatchMembers makes batches of at most its limit, signed
+    records first, every record once, and they cluster as the records do."""
+    recs = records(60, 9)
+    signed = [(packed(s), m) for s, m in recs] + [(None, Member("unsigned", "train", (), None, "a" * 64))]
+    p = pipeline()
+    sig_of = {m.source_id: s for s, m in recs}
+    batched = created(p, "Signed", signed) | beam.ParDo(BatchMembers(7))
+
+    def well_formed(batch) -> bool:
+        sigs, fields = batch
+        n = len(sigs) // 8
+        return (0 < len(fields) <= 7 and signatures_of(batch).tolist() == [sig_of[f[0]] for f in fields[:n]]
+                and all(f[0] == "unsigned" for f in fields[n:]))
+
+    assert_that(batched | "Formed" >> beam.Map(well_formed) | beam.Distinct(), equal_to([True]), label="Formed")
+    assert_that(batched | "Records" >> beam.FlatMap(lambda b: b[1]) | beam.Map(lambda f: f[0]),
+                equal_to([m.source_id for _, m in signed]), label="Records")
+    found = batched | ClusterSignatures(THRESHOLD, buffer=20)
+    assert_that(found | beam.Map(lambda c: tuple(m.source_id for m in c.members)), equal_to(expected(recs)))
     run(p)
 
 
@@ -252,15 +298,17 @@ def test_a_component_of_one_record_is_no_cluster_and_members_are_sorted():
     a, b = Member("b.jpg", "train", (), (0, 1)), Member("a.jpg", "train", (), (0, 0))
     assert list(cluster_of(0, [a])) == [] and list(cluster_of(0, [a, a])) == []
     assert list(cluster_of(0, [a, b])) == [Cluster((b, a))]
-    comps = {(0, 5): 0, (1, "f" * 64): 1}
-    assert list(in_component((packed(5), a), comps, False)) == [(0, a)]
+    comps = Components.of({(0, 5): 0, (1, "f" * 64): 1, (0, -1): 2})
+    assert in_component(batch_of([(packed(5), a)]), comps, False) == [(0, a)]
     unsigned = Member("c.jpg", "train", (), (0, 2), "f" * 64)
-    assert list(in_component((None, unsigned), comps, False)) == []
-    assert list(in_component((None, unsigned), comps, True)) == [(1, unsigned)]
-    fields = ("c.jpg", "train", (), (0, 2), "f" * 64)  # run_members' form: a Member only once in a cluster
-    assert list(in_component((None, fields), comps, True)) == [(1, unsigned)]
-    assert list(in_component((packed(6), fields), comps, True)) == [(1, unsigned)]
-    assert list(in_component((packed(6), fields), comps, False)) == []
+    assert in_component(batch_of([(None, unsigned)]), comps, False) == []
+    assert in_component(batch_of([(None, unsigned)]), comps, True) == [(1, unsigned)]
+    assert in_component(batch_of([(packed(6), unsigned)]), comps, True) == [(1, unsigned)]
+    assert in_component(batch_of([(packed(6), unsigned)]), comps, False) == []
+    top = Member("d.jpg", "test", (1,), (3, 0), "e" * 64)  # 2^64 - 1: node -1 (its int64 view), the lowest key
+    mixed = batch_of([(None, unsigned), (packed(2**64 - 1), top), (packed(4), a), (packed(5), b)])
+    assert in_component(mixed, comps, True) == [(2, top), (0, b), (1, unsigned)]
+    assert in_component(mixed, Components.of({}), True) == [] and len(comps) == 3
 
 
 def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
@@ -271,3 +319,28 @@ def test_the_scale_simulation_reports_the_partitions_with_the_jobs_functions():
     assert sizes[0] == r["distinct"] and all(a > b for a, b in zip(sizes, sizes[1:], strict=False))
     assert r["partitions"] == 272 and r["partition_held"] >= 10 * sizes[2] // 2 and r["reduce_edges"] > 0
     assert r["merge_records"] >= r["largest_same_signature"] == 200 and r["cut_peak"] > 0
+
+
+@pytest.mark.parametrize("held", [1, 7, 1 << 20])
+def test_a_signature_forest_gives_the_union_finds_components_whatever_it_folds(held):
+    """Random edges (self edges among them, extreme int64 nodes), given in pieces to two forests folded every
+    `held` edges and merged: the same components as a union-find of the same edges, lone self-linked nodes too."""
+    rng = np.random.default_rng(held)
+    pool = np.concatenate([rng.integers(-2**63, 2**63 - 1, 60, dtype=np.int64), [-2**63, 2**63 - 1, 0, -1]])
+    a, b = rng.choice(pool, 80), rng.choice(pool, 80)
+    b[:10] = a[:10]
+    a[10] = b[10] = 12345  # a node linked only to itself
+    truth = UnionFind()
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        truth.union(x, y)
+    one, two = bp.SignatureForest(held), bp.SignatureForest(held)
+    for start in range(0, 80, 9):
+        (one if start % 2 else two).add(a[start:start + 9], b[start:start + 9])
+    one.merge(two)
+    nodes, numbers = one.components()
+    assert nodes.tolist() == sorted(truth.parent)
+    got: dict[int, list[int]] = {}
+    for node, number in zip(nodes.tolist(), numbers.tolist(), strict=True):
+        got.setdefault(number, []).append(node)
+    assert sorted(got.values()) == sorted(truth.groups(alone=True)) and sorted(got) == list(range(len(got)))
+    assert bp.SignatureForest().components()[0].tolist() == []

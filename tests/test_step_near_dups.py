@@ -27,16 +27,19 @@ from steps import (
 
 from beam_jobs.pipeline.near_dups import (
     ActOnClusters,
+    BatchMembers,
     ClusterSignatures,
     FindNearDuplicates,
     MoveRecords,
     member_of,
     packed,
     run_members,
+    signature_of,
 )
 from beam_jobs.pipeline.shards import PlanShards
 from shard_utils.quality import findings
 from shard_utils.quality.clusters import Member, find_clusters
+from shard_utils.quality.member_batches import batch_of, signatures_of
 from shard_utils.quality.signature import NEAR_DISTANCE, signature
 from shard_utils.sharding.naming import ShardNaming
 
@@ -66,8 +69,21 @@ def encoded(tmp_path_factory):
     laid = laid_out(config, chunks)
     runs = encoded_runs(config, laid, labels_of(chunks))
     sigs = {str(p.relative_to(root)): signature(np.asarray(Image.open(p).convert("RGB"))) for p in root.rglob("*.jpg")}
-    signed = [(packed(sigs[m.source_id]), m) for r in runs for m in map(member_of, (f for _, f in run_members(r)))]
+    members = [member_of(f) for r in runs for _, fields in run_members(r) for f in fields]
+    signed = [(packed(sigs[m.source_id]), m) for m in members]
     return config, laid, runs, signed, labels_of(chunks)
+
+
+def test_a_runs_records_are_one_batch_signed_first_each_at_its_place(encoded):
+    _, _, runs, _, _ = encoded
+    for r in runs:
+        entries = r.file.entries()
+        ((raw, fields),) = run_members(r)
+        n = len(raw) // 8
+        assert sorted(f[3] for f in fields) == [(r.run, i) for i in range(len(entries))]
+        assert [f[0] for f in fields] == [entries[f[3][1]].meta.source_id for f in fields]
+        assert signatures_of((raw, fields)).tolist() == [signature_of(entries[f[3][1]].meta.phash) for f in fields[:n]]
+        assert all(signature_of(entries[f[3][1]].meta.phash) is None for f in fields[n:])
 
 
 def split_of(signed, source_id: str) -> str:
@@ -81,7 +97,7 @@ def where(runs, split: str, run_: int, position: int) -> str:
 
 def acted(signed, labels, mode: str, dedup=False):
     def build(p):
-        clusters = created(p, "Signed", signed) | ClusterSignatures(NEAR_DISTANCE)
+        clusters = created(p, "Signed", [batch_of(signed)]) | ClusterSignatures(NEAR_DISTANCE)
         out = clusters | ActOnClusters(mode, dedup, created(p, "Labels", labels))
         return {"dropped": out.dropped, "rejected": out.rejected, "findings": out.findings, "moved": out.moved,
                 "cross_split": out.cross_split}
@@ -128,7 +144,7 @@ def test_group_moves_each_copy_byte_for_byte_into_its_kept_members_split(encoded
 
     def build(p):
         runs_p = created(p, "Runs", runs)
-        clusters = created(p, "Signed", signed) | ClusterSignatures(NEAR_DISTANCE)
+        clusters = created(p, "Signed", [batch_of(signed)]) | ClusterSignatures(NEAR_DISTANCE)
         out = clusters | ActOnClusters("group", False, created(p, "Labels", labels))
         moved = runs_p | MoveRecords(out.moved, created(p, "Run", [run_info(config)]), config.run_part_bytes)
         plan = runs_p | PlanShards(config, created(p, "Layouts", laid["layouts"]), ShardNaming.for_build("tfrecord"),
@@ -225,6 +241,7 @@ def test_the_multi_process_runner_finds_the_clusters_of_one_process():
         p = beam.Pipeline(runner="FnApiRunner", options=PipelineOptions(args))
         got = (p | beam.Create([(packed(s), m) for s, m in records])  # the workers cannot import this folder
                | beam.Reshuffle()  # bundles spread over the workers, cut by a buffer of 100 and at its end
+               | beam.ParDo(BatchMembers(30))
                | ClusterSignatures(NEAR_DISTANCE, cap=8, buffer=100)
                | beam.Map(lambda c: tuple(m.source_id for m in c.members)))
         assert_that(got, equal_to(expected))

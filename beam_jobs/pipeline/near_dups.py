@@ -6,16 +6,20 @@
                 numpy arrays)  per worker)       signatures)
 
 The graph's nodes are distinct signatures: records of one signature are always in one cluster, so no record's
-fields move through the band step. Each bundle buffers its signatures (at most `band_partitions.MAX_BUFFER`)
+fields move through the band step. Records move a batch at a time (`member_batches`: a run's, or a buffer of the
+dataset's records on an append): its signatures as one array, its records' fields as plain tuples. Each bundle
+buffers its signatures (at most `band_partitions.MAX_BUFFER`)
 and sends them as one element per partition of band buckets (`band_partitions.cut`: 10 bytes a signature and
 band); a partition's reducer verifies its buckets of two or more distinct signatures (at most
 `clusters.MAX_BUCKET` compared all pairs at once, more in blocks), and band 0's names the signatures more than
-one record has. The connected components are computed from the edges alone, by a combiner: each worker joins
-the edges it has into a union-find, and one worker merges those forests. Edges are few (at most one per
+one record has. The connected components are computed from the edges alone, by a combiner: each worker holds
+the edges it has as int64 arrays, folded into a star per component with numpy (`band_partitions.SignatureForest`)
+when they grow, and one worker merges those forests. Edges are few (at most one per
 signature in a cluster per band) and so is that forest: it holds the nodes in some cluster, never the others.
 Iterative label propagation would spread that too, but needs as many rounds as a cluster's chain is long; a
-forest merge is exact in one pass. The forest, as {node: component number}, is a side input that every record
-looks its signature up in; only records in some cluster go on to GroupCluster. With `--dedup` a SHA-256 shared
+forest merge is exact in one pass. The forest, as {node: component number} (`member_batches.Components`), is a
+side input that every batch looks its signatures up in at once; only records in some cluster go on to GroupCluster
+as Members. With `--dedup` a SHA-256 shared
 by two or more records is a node too (GroupSameBytes), linked to their signatures. At 10^7 simulated
 signatures the largest of 272 partitions held 2.5 million signatures, 25 MB (docs/near-duplicates.md,
 `benchmarks/scale_sim/near_dups.py`).
@@ -29,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.pipeline.common import count, rejected
@@ -39,13 +44,15 @@ from shard_utils.quality import band_partitions as bp
 from shard_utils.quality import cluster_actions as actions
 from shard_utils.quality import clusters as cl
 from shard_utils.quality.clusters import Banding, Cluster, Member, UnionFind
+from shard_utils.quality.member_batches import Components, MemberBatch, batch_of, member_of, signatures_of
 from shard_utils.quality.signature import from_hex
 from shard_utils.sharding.encode_run import EncodedRun
 from shard_utils.sharding.runs import RunWriter
 
-__all__ = ["ActOnClusters", "ClusterSignatures", "FindNearDuplicates", "MoveRecords", "member_of", "run_members"]
+__all__ = ["ActOnClusters", "BatchMembers", "ClusterSignatures", "FindNearDuplicates", "MoveRecords", "member_of",
+           "run_members"]
 
-Signed = tuple  # (signature as 8 big-endian bytes, Member or its fields): Beam's int coder takes int64 only
+Signed = tuple  # (signature as 8 big-endian bytes or None, Member or its fields): Beam's int coder takes int64 only
 
 
 def packed(signature: int) -> bytes:
@@ -61,8 +68,8 @@ def signature_of(value) -> int | None:
 
 class FindNearDuplicates(beam.PTransform):
     """Input: EncodedRun. Output: Cluster, one element each (two or more members). `existing` (an append):
-    (packed signature or None, Member) of the dataset's records, whose `where` is None. `threshold`: the most
-    differing bits of a near pair. `exact` (--dedup): records with the same bytes are joined too, signed or
+    (packed signature or None, Member) of the dataset's records, whose `where` is None (batched here). `threshold`:
+    the most differing bits of a near pair. `exact` (--dedup): records with the same bytes are joined too, signed or
     not (a distance-0 cluster)."""
 
     def __init__(self, threshold: int, existing=None, exact: bool = False, cap: int = cl.MAX_BUCKET):
@@ -72,18 +79,19 @@ class FindNearDuplicates(beam.PTransform):
     def expand(self, runs):
         members = runs | "Members" >> beam.FlatMap(run_members)
         if self.existing is not None:
-            members = (members, self.existing) | "WithDataset" >> beam.Flatten()
+            dataset = self.existing | "DatasetBatches" >> beam.ParDo(BatchMembers())
+            members = (members, dataset) | "WithDataset" >> beam.Flatten()
         same_bytes = None
         if self.exact:
             same_bytes = (members
-                          | "BySha256" >> beam.MapTuple(lambda sig, m: (member_of(m).sha256, sig))
+                          | "BySha256" >> beam.FlatMap(sha256_signatures)
                           | "GroupSameBytes" >> beam.GroupByKey()
                           | "SameBytes" >> beam.FlatMap(same_bytes_edges))
         return members | "Cluster" >> ClusterSignatures(self.threshold, self.cap, same_bytes)
 
 
 class ClusterSignatures(beam.PTransform):
-    """Input: (packed signature or None, Member or the tuple of its fields). Output: Cluster, one element each.
+    """Input: MemberBatch (`member_batches`). Output: Cluster, one element each.
     `cap`: the distinct signatures of a band bucket compared all pairs at once (`clusters.verified_edges`);
     `edges`: more links between nodes (lists of (node, node): a signature's `node_of`, or a SHA-256's), which
     also bring unsigned records into clusters."""
@@ -103,34 +111,66 @@ class ClusterSignatures(beam.PTransform):
                       | "AllEdges" >> beam.Flatten()
                       | "Components" >> beam.CombineGlobally(ComponentsFn()).without_defaults())
         return (members
-                | "InComponent" >> beam.FlatMap(in_component, beam.pvalue.AsSingleton(components, default_value={}),
+                | "InComponent" >> beam.FlatMap(in_component, beam.pvalue.AsSingleton(components,
+                                                                                     default_value=Components.of({})),
                                                 self.edges is not None)
                 | "GroupCluster" >> beam.GroupByKey()
                 | "Clusters" >> beam.FlatMapTuple(cluster_of))
 
 
-def run_members(encoded: EncodedRun) -> Iterable[Signed]:
-    """(packed signature or None, member) of every record of a run, the member as the plain tuple of its fields
-    (`member_of` makes it a Member): Beam's coder writes a tuple of strings and ints natively, where it would
-    pickle a Member, and only the few records in some cluster become Members (`in_component`)."""
+def run_members(encoded: EncodedRun) -> Iterable[MemberBatch]:
+    """A run's records as one batch (none when the run has no file): its signatures and its records' fields, the
+    record at `position` of the run being at (run, position); only the few in some cluster become Members
+    (`in_component`)."""
     if encoded.file is None:
         return
     split, run = encoded.split, encoded.run
+    signed, unsigned = [], []
     for position, entry in enumerate(encoded.file.entries()):
         meta = entry.meta
         sig = signature_of(meta.phash)
-        yield (None if sig is None else packed(sig),
-               (meta.source_id, split, tuple(meta.labels), (run, position), meta.sha256))
+        fields = (meta.source_id, split, tuple(meta.labels), (run, position), meta.sha256)
+        if sig is None:
+            unsigned.append(fields)
+        else:
+            signed.append((sig, fields))
+    yield (np.array([s for s, _ in signed], dtype=np.uint64).astype(">u8").tobytes(),
+           tuple(f for _, f in signed) + tuple(unsigned))
 
 
-def member_of(member: Member | tuple) -> Member:
-    """A Member, from itself or from the tuple of its fields that `run_members` gives."""
-    return Member(*member) if isinstance(member, tuple) else member
+class BatchMembers(beam.DoFn):
+    """(packed signature or None, Member) -> MemberBatch of at most `limit` records: a bundle's records (the
+    dataset's, on an append) buffered into batches, as a run's come."""
+
+    def __init__(self, limit: int = bp.MAX_BUFFER):
+        self.limit = limit
+        self.held: list[Signed] = []
+
+    def start_bundle(self):
+        self.held = []
+
+    def process(self, signed: Signed):
+        self.held.append(signed)
+        if len(self.held) >= self.limit:
+            yield batch_of(self.held)
+            self.held = []
+
+    def finish_bundle(self):
+        if self.held:
+            yield GlobalWindows.windowed_value(batch_of(self.held))
+            self.held = []
 
 
 def node_of(sig: bytes) -> tuple[int, int]:
     """A signature's node in the clusters' graph: (0, its int64 value)."""
     return 0, int.from_bytes(sig, "big", signed=True)
+
+
+def sha256_signatures(batch: MemberBatch) -> Iterable[tuple[str, bytes | None]]:
+    """(sha256, packed signature or None) of each record of a batch (--dedup's bytes nodes)."""
+    raw, fields = batch
+    for i, f in enumerate(fields):
+        yield f[4], raw[8 * i:8 * i + 8] or None
 
 
 def same_bytes_edges(grouped) -> Iterable[list]:
@@ -143,8 +183,8 @@ def same_bytes_edges(grouped) -> Iterable[list]:
 
 
 class CutPartitions(beam.DoFn):
-    """(packed signature or None, Member) -> (partition, (signatures, band values, repeated)): each bundle's signatures
-    buffered (at most `limit`) and cut into band partitions (`band_partitions.cut`)."""
+    """MemberBatch -> (partition, (signatures, band values, repeated)): each bundle's signatures buffered (at most
+    `limit`, a batch's at once) and cut into band partitions (`band_partitions.cut`)."""
 
     def __init__(self, banding: Banding, limit: int):
         self.banding, self.limit = banding, limit
@@ -153,60 +193,68 @@ class CutPartitions(beam.DoFn):
     def start_bundle(self):
         self.buffer = bp.PartitionBuffer(self.banding, self.limit)
 
-    def process(self, signed: Signed):
-        sig = signed[0]
-        if sig is not None:
-            yield from self.buffer.add(sig)
+    def process(self, batch: MemberBatch):
+        if batch[0]:
+            yield from self.buffer.extend(signatures_of(batch))
 
     def finish_bundle(self):
         for part in self.buffer.flush():
             yield GlobalWindows.windowed_value(part)
 
 
-def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[list]:
-    """A partition's edges between signature nodes, in lists of at most `band_partitions.MAX_BUFFER` (none when it
-    has no near pairs): an element's size stays bounded however many pairs a partition holds."""
+def verify_partition(grouped, banding: Banding, cap: int) -> Iterable[tuple[bytes, bytes]]:
+    """A partition's edges between signatures, as (a, b) int64 arrays' bytes of at most `band_partitions.MAX_BUFFER`
+    edges (none when it has no near pairs): an element's size stays bounded however many pairs a partition holds."""
     partition, parts = grouped
     outcome = bp.reduce_partition(banding, partition, parts, cap)
     for name, n in (("near_dup_buckets_verified", outcome.buckets_verified),
                     ("near_dup_hot_buckets", outcome.hot_buckets)):
         if n:  # a counter incremented by 0 is still reported: the build's counters line would name it as 0
             count(name, n)
-    for start in range(0, len(outcome.edges), bp.MAX_BUFFER):
-        yield [((0, a), (0, b)) for a, b in outcome.edges[start:start + bp.MAX_BUFFER]]
+    for start in range(0, len(outcome.a), bp.MAX_BUFFER):
+        yield outcome.a[start:start + bp.MAX_BUFFER].tobytes(), outcome.b[start:start + bp.MAX_BUFFER].tobytes()
 
 
 class ComponentsFn(beam.CombineFn):
-    """Edges (lists of node pairs) joined into components: {node: component number}, only the nodes in some
-    cluster. Each accumulator is a union-find; one worker merges them."""
+    """Edges joined into components: {node: component number} as `Components`, only the nodes in some cluster.
+    Edges come as (a, b) int64 arrays' bytes between signatures (`verify_partition`), joined with numpy, or as
+    lists of (node, node) with other nodes (--dedup's bytes), joined in a union-find. Each worker holds its own;
+    one worker merges them."""
 
     def create_accumulator(self):
-        return UnionFind()
+        return bp.SignatureForest(), UnionFind()
 
-    def add_input(self, forest, edges: list):
-        for a, b in edges:
-            forest.union(a, b)
-        return forest
+    def add_input(self, acc, edges):
+        forest, others = acc
+        if isinstance(edges, tuple):
+            forest.add(np.frombuffer(edges[0], dtype=np.int64), np.frombuffer(edges[1], dtype=np.int64))
+        else:
+            for a, b in edges:
+                others.union(a, b)
+        return acc
 
     def merge_accumulators(self, accs):
         accs = list(accs)
-        for other in accs[1:]:
-            accs[0].merge(other)
+        for forest, others in accs[1:]:
+            accs[0][0].merge(forest)
+            accs[0][1].merge(others)
         return accs[0]
 
-    def extract_output(self, forest) -> dict:
-        return {node: number for number, group in enumerate(forest.groups(alone=True)) for node in group}
+    def extract_output(self, acc) -> Components:
+        forest, others = acc
+        if not others.parent:
+            return Components(*forest.components())
+        roots, members = forest.fold()
+        for a, b in zip(roots.tolist(), members.tolist(), strict=True):
+            others.union((0, a), (0, b))
+        return Components.of(
+            {node: number for number, group in enumerate(others.groups(alone=True)) for node in group})
 
 
-def in_component(signed: Signed, components: dict, exact: bool) -> Iterable[tuple[int, Member]]:
-    """(component number, Member) of a record in some cluster: by its signature's node, else (`exact`) its
-    bytes'."""
-    sig, m = signed
-    found = components.get(node_of(sig)) if sig is not None else None
-    if found is None and exact:
-        found = components.get((1, member_of(m).sha256))
-    if found is not None:
-        yield found, member_of(m)
+def in_component(batch: MemberBatch, components: Components, exact: bool) -> list[tuple[int, Member]]:
+    """(component number, Member) of each record of a batch in some cluster: by its signature's node, else
+    (`exact`) its bytes'."""
+    return components.clustered(batch, exact)
 
 
 def cluster_of(_, members: Iterable[Member]) -> Iterable[Cluster]:

@@ -16,7 +16,7 @@ signature shared by thousands of records is one entry per buffer, never a bucket
 """
 from __future__ import annotations
 
-import functools
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -24,13 +24,14 @@ import numpy as np
 
 from shard_utils.quality.clusters import BAND_BITS, MAX_BUCKET, Banding, verified_edges
 
-__all__ = ["MAX_BUFFER", "PARTITION_BITS", "Part", "PartitionBuffer", "PartitionOutcome", "cut", "partition_count",
-           "reduce_partition", "signed"]
+__all__ = ["MAX_BUFFER", "PARTITION_BITS", "Part", "PartitionBuffer", "PartitionOutcome", "SignatureForest", "cut",
+           "partition_count", "reduce_partition", "signed"]
 
 PARTITION_BITS = 2  # each band's buckets in 4 partitions: 272 at 68 bands (docs/near-duplicates.md)
 MAX_BUFFER = 10_000  # signatures a worker holds before cutting them: about 13 MB at the peak
 SMALL_BUCKET = 64  # buckets of at most this many distinct signatures: compared with others of their size at once
 PAIRS_AT_ONCE = 1 << 18  # pairs of small buckets compared in one array (a few MB)
+EDGES_HELD = 1 << 20  # signature edges a forest holds before folding them into stars (16 MB)
 
 Part = tuple[int, tuple[bytes, bytes, bytes]]  # (partition, (signatures: uint64, their band values: uint16, repeated))
 
@@ -72,37 +73,55 @@ def cut(banding: Banding, signatures: np.ndarray, bits: int = PARTITION_BITS) ->
 
 
 class PartitionBuffer:
-    """Signatures (8 big-endian bytes each) held until `limit` of them or the bundle's end, then cut into parts:
-    a worker's memory stays bounded whatever its bundle's size."""
+    """Signatures held until `limit` of them or the bundle's end, then cut into parts: a worker's memory stays
+    bounded whatever its bundle's size, and a batch larger than the room left fills the buffer in slices."""
 
     def __init__(self, banding: Banding, limit: int = MAX_BUFFER, bits: int = PARTITION_BITS):
         if limit < 1:
             raise ValueError(f"a partition buffer holds at least 1 signature, not {limit}")
         self.banding, self.limit, self.bits = banding, limit, bits
-        self.held: list[bytes] = []
+        self.held: list[np.ndarray] = []
+        self.count = 0
 
-    def add(self, signature: bytes) -> list[Part]:
-        """The parts of the buffer when this signature fills it, else none (it is held)."""
-        self.held.append(signature)
-        return self.flush() if len(self.held) >= self.limit else []
+    def extend(self, signatures: np.ndarray) -> list[Part]:
+        """The parts of the buffer each time these signatures (uint64) fill it; what is left is held."""
+        parts: list[Part] = []
+        start = 0
+        while start < len(signatures):
+            taken = signatures[start:start + self.limit - self.count]
+            self.held.append(taken)
+            self.count += len(taken)
+            start += len(taken)
+            if self.count >= self.limit:
+                parts += self.flush()
+        return parts
 
     def flush(self) -> list[Part]:
         """The held signatures' parts; the buffer is empty after."""
         if not self.held:
             return []
-        sigs = np.frombuffer(b"".join(self.held), dtype=">u8").astype(np.uint64)
-        self.held = []
+        sigs = np.concatenate(self.held)
+        self.held, self.count = [], 0
         return cut(self.banding, sigs, self.bits)
+
+
+def _no_nodes() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
 
 
 @dataclass
 class PartitionOutcome:
-    """A partition's near pairs, as spanning-forest edges between signatures (int64 view: `signed`), each
-    signature more than one record has as an edge to itself, and the buckets it verified."""
+    """A partition's near pairs, as spanning-forest edges a[i]-b[i] between signatures (int64 view: `signed`),
+    each signature more than one record has as an edge to itself, and the buckets it verified."""
 
-    edges: list[tuple[int, int]] = field(default_factory=list)
+    a: np.ndarray = field(default_factory=_no_nodes)
+    b: np.ndarray = field(default_factory=_no_nodes)
     buckets_verified: int = 0
     hot_buckets: int = 0
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        return list(zip(self.a.tolist(), self.b.tolist(), strict=True))
 
 
 def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[bytes, bytes, bytes]],
@@ -116,6 +135,7 @@ def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[byt
     out = PartitionOutcome()
     if not sig_chunks:
         return out
+    ends: list[tuple[np.ndarray, np.ndarray]] = []
     sigs, values = sig_chunks[0], value_chunks[0]
     first = np.ones(len(sigs), dtype=bool)
     if len(sig_chunks) > 1:  # one part is already in (value, signature) order, each signature once
@@ -125,12 +145,12 @@ def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[byt
         first = np.r_[True, sigs[1:] != sigs[:-1]]  # a signature's copies are adjacent: it has one value
     if partition >> bits == 0:  # equal signatures: named once, from one band, whatever number of records share them
         alone = np.union1d(sigs[np.flatnonzero(~first)], np.concatenate(again))
-        out.edges += [(s, s) for s in signed(alone)]
+        ends.append((alone, alone))
         sigs, values = sigs[first], values[first]
     elif len(sig_chunks) > 1:
         sigs, values = sigs[first], values[first]
     if len(sigs) < 2:
-        return out
+        return _with_edges(out, ends)
     starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
     sizes = np.diff(np.r_[starts, len(values)])
     out.buckets_verified = int((sizes > 1).sum())
@@ -145,8 +165,58 @@ def reduce_partition(banding: Banding, partition: int, parts: Iterable[tuple[byt
             pairs.append((edges[:, 0], edges[:, 1]))
     if pairs:
         roots, members = spanning_star(np.concatenate([a for a, _ in pairs]), np.concatenate([b for _, b in pairs]))
-        out.edges += zip(signed(roots), signed(members), strict=True)
+        ends.append((roots, members))
+    return _with_edges(out, ends)
+
+
+def _with_edges(out: PartitionOutcome, ends: list[tuple[np.ndarray, np.ndarray]]) -> PartitionOutcome:
+    """`out` with these edges (uint64 ends) as its int64 arrays."""
+    if ends:
+        out.a = np.concatenate([a for a, _ in ends]).astype(np.uint64).view(np.int64)
+        out.b = np.concatenate([b for _, b in ends]).astype(np.uint64).view(np.int64)
     return out
+
+
+class SignatureForest:
+    """Edges between signature nodes (int64) joined into components with numpy: held as arrays, and folded into
+    a star per component (`spanning_star`) once more than `held` are held, so it keeps about one edge per node in
+    some cluster however many bands found each pair."""
+
+    def __init__(self, held: int = EDGES_HELD):
+        self.held = held
+        self.a: list[np.ndarray] = []
+        self.b: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> None:
+        self.a.append(a)
+        self.b.append(b)
+        self.count += len(a)
+        if self.count > self.held:
+            self.fold()
+
+    def merge(self, other: SignatureForest) -> None:
+        for a, b in zip(other.a, other.b, strict=True):
+            self.add(a, b)
+
+    def fold(self) -> tuple[np.ndarray, np.ndarray]:
+        """The edges held, as (root, member) stars and (node, node) for a node linked only to itself."""
+        if not self.a:
+            return _no_nodes(), _no_nodes()
+        a, b = np.concatenate(self.a), np.concatenate(self.b)
+        roots, members = spanning_star(a, b)
+        lone = np.setdiff1d(a[a == b], np.concatenate([roots, members]))
+        a, b = np.concatenate([roots, lone]), np.concatenate([members, lone])
+        self.a, self.b, self.count = [a], [b], len(a)
+        return a, b
+
+    def components(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every node, sorted; its component's number, numbered in the order of their smallest nodes)."""
+        roots, members = self.fold()
+        nodes, at = np.unique(np.concatenate([roots, members]), return_inverse=True)
+        label = np.arange(len(nodes))
+        label[at[len(roots):]] = at[:len(roots)]  # a star's members point at its root (a root is its own)
+        return nodes, np.unique(label, return_inverse=True)[1]
 
 
 def spanning_star(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -169,24 +239,28 @@ def spanning_star(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return nodes[label[members]], nodes[members]
 
 
-@functools.cache
-def _pairs_of(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(i, j), i < j, of a bucket of `size` signatures."""
-    return np.triu_indices(size, 1)
-
-
 def _small_bucket_pairs(sigs: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
                         threshold: int, most: int = SMALL_BUCKET) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-    """The near pairs (a, b) of every bucket of 2 to `most` signatures, compared all buckets of one size
-    at once (most buckets hold 2-5: a call per bucket cost more than its comparisons), at most `PAIRS_AT_ONCE`
-    pairs compared in one go."""
-    for size in np.unique(sizes[(sizes > 1) & (sizes <= most)]).tolist():
-        first, second = _pairs_of(size)
-        at_starts = starts[sizes == size]
-        step = max(1, PAIRS_AT_ONCE // len(first))
-        for block in range(0, len(at_starts), step):
-            rows = sigs[at_starts[block:block + step, None] + np.arange(size)]
-            a, b = rows[:, first], rows[:, second]
-            near = np.bitwise_count(a ^ b) <= threshold
-            if near.any():
-                yield a[near], b[near]
+    """The near pairs (a, b) of every bucket of 2 to `most` signatures, the pairs of all those buckets compared at
+    once (most buckets hold 2-5: a call per bucket, or per size, cost more than its comparisons), about
+    `PAIRS_AT_ONCE` pairs at a time."""
+    small = (sizes > 1) & (sizes <= most)
+    starts, sizes = starts[small], sizes[small]
+    pairs = sizes * (sizes - 1) // 2
+    block = (np.cumsum(pairs) - pairs) // PAIRS_AT_ONCE  # buckets whose pairs start in one block go together
+    cuts = np.r_[0, np.flatnonzero(np.diff(block)) + 1, len(sizes)].tolist()
+    for lo, hi in itertools.pairwise(cuts):
+        first, second = _pairs_in(starts[lo:hi], sizes[lo:hi])
+        a, b = sigs[first], sigs[second]
+        near = np.bitwise_count(a ^ b) <= threshold
+        if near.any():
+            yield a[near], b[near]
+
+
+def _pairs_in(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (i, j), i < j, of positions in one bucket, for buckets of `sizes` positions from `starts`."""
+    rank = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # a position's place in its bucket
+    later = np.repeat(sizes, sizes) - 1 - rank  # positions after it in its bucket
+    first = np.repeat(np.repeat(starts, sizes) + rank, later)
+    step = np.arange(int(later.sum())) - np.repeat(np.cumsum(later) - later, later) + 1
+    return first, first + step
