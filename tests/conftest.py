@@ -61,6 +61,7 @@ SEAMS = REPO / "tests" / "seams"  # sitecustomize.py: faults installed in a buil
 KILL_AT = {
     "encode": "shard_utils.sharding.encode_run:encode_run",
     "write": "shard_utils.sharding.writer:write_shard",
+    "join-parts": "shard_utils.sharding.run_parts:join_parts",  # a run's parts encoded, the run not yet written
     "publish-start": "beam_jobs.publish.steps:clear_output",
     "publish-old-removed": "beam_jobs.publish.steps:move_shard",
     "publish-renaming": "beam_jobs.publish.steps:move_shard:2",

@@ -25,6 +25,7 @@ from shard_utils import storage
 from shard_utils.errors import PlanError
 from shard_utils.format import manifest
 from shard_utils.sharding.encode_run import encode_run
+from shard_utils.sharding.run_parts import join_parts
 from shard_utils.sharding.writer import write_shard
 from shard_utils.storage import lock as runlock
 
@@ -33,7 +34,7 @@ __all__ = [
     "abandon", "POOLED", "raise_job_failure", "still_running", "remove_if_empty"
 ]
 
-POOLED = (encode_run, write_shard, move_shard)  # what a local run's steps hand to the worker processes
+POOLED = (encode_run, join_parts, write_shard, move_shard)  # what a local run's steps hand to the worker processes
 
 
 def guard_interrupts(config: BuildConfig, local: bool):

@@ -2,9 +2,11 @@
 
 Items go to their run by key (the run boundaries PlanLayout found) and meet in a GroupByKey; each run is
 then one unit of work: its items read (several at once from gs://), encoded and written into one run file
-(`shard_utils.sharding.encode_run`). Locally the runs are encoded in the worker processes; a decoder that
-crashes its process on a hostile file costs only that file: the run's items are tried one by one, the
-ones that crash are rejected, and the run is encoded again without them.
+(`shard_utils.sharding.encode_run`). Locally the runs are encoded in the worker processes; when the runs are
+fewer than the workers, each run is encoded in contiguous parts at once, then joined into the same file
+(`shard_utils.sharding.run_parts`). A decoder that crashes its process on a hostile file costs only that
+file: the run's (or part's) items are tried one by one, the ones that crash are rejected, and it is encoded
+again without them.
 
 Memory is not a property of a file: a worker the system killed (SIGKILL) or refused memory is tried again
 with no other task in flight, and if that fails too the build stops naming the file, never rejecting it.
@@ -29,6 +31,7 @@ from shard_utils.inputs import MediaItem
 from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
+from shard_utils.sharding.run_parts import join_parts, part_tasks, parts_per_run, remove_parts
 
 if TYPE_CHECKING:
     from shard_utils.media.embed import EmbedRecords, EmbedSpec
@@ -42,7 +45,7 @@ class EncodeRuns(beam.PTransform):
     """Input: keyed chunks (PlanLayout's `keyed`). Main output: EncodedRun, one per run (its file is None when
     every item was rejected; its `quality` empty: the run's flags are the `quality` output, not carried through
     every later step); tagged `rejected`: dicts; tagged `quality`: the images' flags (a tuple of finding dicts a
-    run).
+    run, or a part of one).
     `known_labels` (an append: the dataset's labels) keep their ids; other labels follow in sorted order."""
 
     def __init__(self, config: BuildConfig, layouts, labels, run, known_labels: tuple[str, ...] = ()):
@@ -51,9 +54,10 @@ class EncodeRuns(beam.PTransform):
         self.known_labels = tuple(known_labels)
 
     def expand(self, keyed):
+        workers = self.config.workers if self.config.embed is None else 1  # a model's batches stay whole runs'
         return (keyed
                 | "WithLayouts" >> WithSingleton(self.layouts)
-                | "Assign" >> beam.FlatMapTuple(lambda chunk, layouts: assign_runs(chunk, [layouts]))
+                | "Assign" >> beam.FlatMapTuple(lambda chunk, layouts: assign_runs(chunk, [layouts], workers))
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),
@@ -61,14 +65,15 @@ class EncodeRuns(beam.PTransform):
                 .with_outputs("rejected", "quality", main="runs"))
 
 
-def assign_runs(chunk: list[Keyed], layouts: list[dict]) -> Iterable[tuple[tuple[str, int], Chunk]]:
-    """((split, run), items) for the items of a chunk, grouped by run."""
+def assign_runs(chunk: list[Keyed], layouts: list[dict], workers: int = 1) \
+        -> Iterable[tuple[tuple[str, int, int], Chunk]]:
+    """((split, run, parts it is encoded in), items) for the items of a chunk, grouped by run."""
     for found in layouts:  # none when planning failed
         by_run: dict[tuple[str, int], list[MediaItem]] = {}
         for split, order, item in chunk:
             by_run.setdefault((split, found[split].run_of(order)), []).append(item)
-        for run, items in by_run.items():
-            yield run, Chunk(items)
+        for (split, run), items in by_run.items():
+            yield (split, run, parts_per_run(found, workers, split, run)), Chunk(items)
 
 
 def probe_item(item: MediaItem, settings: EncodeSettings) -> bool:
@@ -86,16 +91,22 @@ class _EncodeRunFn(PooledDoFn):
 
     def start_bundle(self):
         super().start_bundle()
-        self._isolating: dict[tuple[str, int], dict] = {}
+        self._isolating: dict[tuple[str, int, int | None], dict] = {}
+        self._joining: dict[tuple[str, int], list[EncodedRun | None]] = {}  # a run's parts encoded so far
 
     def process(self, grouped, labels: list[str], run: RunInfo):
-        (split, index), chunks = grouped
+        (split, index, parts), chunks = grouped
         self._run = keep_lease(run, self.config)
         if self._settings is None:
             ids = {name: i for i, name in enumerate(label_order(labels, self.known_labels))}
             self._settings = self.config.encode_settings(ids)
         task = RunTask(split, index, Chained(chunks))  # the items stay pickled until a worker reads them
-        yield from self._encode(task, ())
+        if parts == 1:
+            yield from self._encode(task, ())
+            return
+        self._joining[(split, index)] = [None] * parts
+        for part in part_tasks(task, parts, self.settings().seed):
+            yield from self._encode(part, ())
 
     def _encode(self, task: RunTask, crashed: tuple[dict, ...], alone: bool = False):
         spec = self.config.embed
@@ -104,6 +115,10 @@ class _EncodeRunFn(PooledDoFn):
         kwargs["chunk_bytes"] = self.config.run_part_bytes
         yield from self.run(encode_run, (task, self.settings(), self._run.temp_dir), kwargs,
                             ("run", task, crashed, alone), alone=alone)
+
+    def _join(self, parts: tuple[EncodedRun, ...], alone: bool = False):
+        yield from self.run(join_parts, (parts, self._run.temp_dir), {"chunk_bytes": self.config.run_part_bytes},
+                            ("join", parts, (), alone), alone=alone)
 
     def _probe(self, key, item: MediaItem, alone: bool):
         yield from self.run(probe_item, (item, self.settings()), {}, ("probe", key, item, alone), alone=alone)
@@ -116,7 +131,32 @@ class _EncodeRunFn(PooledDoFn):
         if kind == "probe":
             yield from self._probed(task, extra, crashed=None)
             return
+        if kind == "join":
+            remove_parts(task)
+            count("runs_encoded")
+            yield value
+            return
         encoded: EncodedRun = value
+        yield from self._outputs(encoded, extra)
+        encoded = replace(encoded, quality=()) if encoded.quality else encoded  # its flags went out above, once
+        if task.part is None:
+            count("runs_encoded")
+            yield encoded
+            return
+        count("run_parts_encoded")
+        yield from self._part_done(task.part, replace(encoded, rejected=(*extra, *encoded.rejected)))
+
+    def _part_done(self, part: int, encoded: EncodedRun) -> Iterable:
+        """Keep a part once encoded; once the run's last part is, join them into the run's file."""
+        key = (encoded.split, encoded.run)
+        parts = self._joining[key]
+        parts[part] = encoded
+        if all(p is not None for p in parts):
+            del self._joining[key]
+            yield from self._join(tuple(p for p in parts if p is not None))
+
+    def _outputs(self, encoded: EncodedRun, extra: tuple[dict, ...]) -> Iterable:
+        """The rejections and findings of an encoded run or part, and its counters."""
         for entry in (*extra, *encoded.rejected):
             progress.advance("encode")
             yield rejected(entry)
@@ -130,8 +170,6 @@ class _EncodeRunFn(PooledDoFn):
             count("jpeg_trailers_dropped", t.trailers)
             count("jpeg_trailer_bytes_dropped", t.trailer_bytes)
         self._throttled(t)
-        count("runs_encoded")
-        yield replace(encoded, quality=()) if encoded.quality else encoded  # its flags went out above, once
 
     def _throttled(self, tally: EncodeTally) -> None:
         """Reads held back by throttling, as Beam's IOs report them: Dataflow's autoscaler reads a
@@ -152,13 +190,19 @@ class _EncodeRunFn(PooledDoFn):
 
     def _again_alone(self, kind: str, task, extra) -> Iterable:
         """The same work once more, with no other task in flight to share the memory."""
-        yield from self._encode(task, extra, alone=True) if kind == "run" else self._probe(task, extra, alone=True)
+        if kind == "join":
+            yield from self._join(task, alone=True)
+        else:
+            yield from self._encode(task, extra, alone=True) if kind == "run" else self._probe(task, extra, alone=True)
 
     def crashed(self, context, why: str, killed: bool) -> Iterable:
         kind, task, extra, alone = context
         if killed and not alone:
             yield from self._again_alone(kind, task, extra)
             return
+        if kind == "join":
+            raise RuntimeError(f"local pool: {why} while joining the parts of run {task[0].run} of split "
+                               f"{task[0].split!r}")
         if kind == "probe":
             if killed:
                 raise OutOfMemory(killed_message(extra, self.settings()))
@@ -166,7 +210,7 @@ class _EncodeRunFn(PooledDoFn):
             return
         if len(task.items) == 0:
             raise RuntimeError(f"local pool: {why} while encoding run {task.run} of split {task.split!r}")
-        key = (task.split, task.run)
+        key = (task.split, task.run, task.part)
         self._isolating[key] = {"task": task, "left": len(task.items), "culprits": [], "why": why,
                                 "earlier": extra}
         for item in task.items:  # which item crashes it, keeping nothing: each alone, when the system killed it
@@ -185,7 +229,7 @@ class _EncodeRunFn(PooledDoFn):
             raise RuntimeError(f"local pool: {state['why']} while encoding run {task.run} of split {task.split!r}, "
                                "and no single file of it does")
         gone = {c["source"] for c in culprits}
-        rest = RunTask(task.split, task.run, tuple(i for i in task.items if i.source_id not in gone))
+        rest = replace(task, items=tuple(i for i in task.items if i.source_id not in gone))
         yield from self._encode(rest, (*state["earlier"], *culprits))
 
     def settings(self) -> EncodeSettings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.format.order import sort_key
 from shard_utils.inputs import MediaItem
@@ -13,19 +14,22 @@ from shard_utils.media.reads import needs_prefetch, prefetched, read_source
 from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 from shard_utils.storage.throttle import Waited
 
-__all__ = ["Embed", "EMBED_BATCH", "RunTask", "EncodeTally", "EncodedRun", "item_order", "encode_run", "read_items"]
+__all__ = ["Embed", "EMBED_BATCH", "PARTS_FOLDER", "RunTask", "EncodeTally", "EncodedRun", "item_order", "encode_run",
+           "read_items"]
 
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given
+PARTS_FOLDER = "run-parts"  # under a build's temporary folder: the parts of runs encoded in parts (run_parts)
 
 
 @dataclass(frozen=True)
 class RunTask:
-    """The listed items of one run of a split (any order: they are sorted here)."""
+    """The listed items of one run of a split (any order: they are sorted here), or of one part of it."""
 
     split: str
     run: int
     items: Sequence[MediaItem]
+    part: int | None = None  # the part of the run these items are (`run_parts`); None: the whole run
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
     Raises TransientReadError when a source could not be read for a reason that may pass: the run is then
     encoded again as a whole, into the same names, and no item is rejected for it."""
     items = sorted(task.items, key=lambda item: item_order(item, settings.seed))
-    writer = RunWriter(folder, task.split, task.run, chunk_bytes)
+    writer = RunWriter(_folder(folder, task.part), task.split, task.run, chunk_bytes)
     rejected: list[dict] = []
     quality: list[dict] = []
     records = passed = trailers = trailer_bytes = 0
@@ -90,6 +94,11 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
     return EncodedRun(task.split, task.run, written, tuple(rejected),
                       EncodeTally(records, passed, trailers, trailer_bytes, waited.seconds, waited.retries),
                       tuple(quality))
+
+
+def _folder(folder: str, part: int | None) -> str:
+    """Where a run, or a part of one, is written under a build's temporary folder."""
+    return folder if part is None else storage.join(folder, PARTS_FOLDER, f"{part:03d}")
 
 
 def _outcomes(items: Sequence[MediaItem], settings: EncodeSettings, embed: Embed | None,

@@ -23,7 +23,8 @@ from shard_utils.sharding.runs import Checksums, RunEntry, RunFile, move_prefix,
 from shard_utils.sharding.shards import ShardPlan
 
 __all__ = [
-    "COPY_BLOCK", "TwinShard", "ShardResult", "ShardTask", "shard_paths", "write_shard", "write_twin", "describe"
+    "COPY_BLOCK", "TwinShard", "ShardResult", "ShardTask", "shard_paths", "write_shard", "write_twin", "describe",
+    "read_records"
 ]
 
 COPY_BLOCK = 8 * 2**20  # bytes of a run read at a time when copying
@@ -142,7 +143,7 @@ def _copied(task: ShardTask) -> Iterator[tuple[RecordMeta, bytes]]:
         usable = [i for i in range(len(entries[piece.run])) if i not in gone] if gone else None
         positions = usable[piece.first:piece.first + piece.count] if usable is not None else \
             range(piece.first, piece.first + piece.count)
-        for entry, data in _records(task.runs[piece.run], entries[piece.run], positions):
+        for entry, data in read_records(task.runs[piece.run], entries[piece.run], positions):
             yield entry.meta, data
 
 
@@ -153,7 +154,8 @@ def _merged(pieces: Sequence[Slice]) -> Iterator[tuple[RecordMeta, bytes]]:
     return fragments.merge(fragments.read_slice(piece, window) for piece in ordered)
 
 
-def _records(run: RunFile, entries: Sequence[RunEntry], positions: Sequence[int]) -> Iterator[tuple[RunEntry, bytes]]:
+def read_records(run: RunFile, entries: Sequence[RunEntry],
+                 positions: Sequence[int]) -> Iterator[tuple[RunEntry, bytes]]:
     """The records at these positions (ascending), read in blocks of about COPY_BLOCK bytes."""
     if not len(positions):
         return
