@@ -150,3 +150,22 @@ def test_a_keeper_stops_once_another_run_holds_the_lock(tmp_path):
     keeper.join(5)
     assert not keeper.is_alive()
     assert storage.read_bytes(runlock.lock_path(out)) == other.to_bytes()
+
+
+def test_release_reads_again_when_a_renewal_lands_between_its_read_and_its_delete(output, monkeypatch):
+    runlock.acquire(output, "run-a", "now", lease_seconds=60.0)
+    real = storage.read_versioned
+    renewals = []
+
+    def read_then_renewed(path):
+        found = real(path)
+        if not renewals:  # another of the run's processes renews just after release read the lock
+            renewals.append(path)
+            assert runlock.refresh(output, "run-a", 60.0)
+        return found
+
+    monkeypatch.setattr(storage, "read_versioned", read_then_renewed)
+    runlock.release(output, "run-a")
+    monkeypatch.setattr(storage, "read_versioned", real)
+    assert renewals and not runlock.holds(output, "run-a")
+    runlock.acquire(output, "run-b", "later")  # the next run gets in at once, not after the lease

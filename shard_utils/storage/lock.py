@@ -120,6 +120,8 @@ def refresh(output: str, run_id: str, lease_seconds: float = LEASE_SECONDS, *, d
     return holds(output, run_id)
 
 
+_RELEASE_TRIES = 5  # renewals come at most once a quarter lease per process: a few re-reads outlast them
+
 _keepers: dict[tuple[str, str], tuple[threading.Thread, threading.Event]] = {}
 _keepers_guard = threading.Lock()
 
@@ -167,12 +169,15 @@ def holds(output: str, run_id: str) -> bool:
 
 
 def release(output: str, run_id: str) -> None:
-    """Give the lock back if this run holds it (never removes another run's lock); this process stops renewing it."""
+    """Give the lock back if this run holds it (never removes another run's lock); this process stops renewing it.
+    A renewal by another of the run's processes (or this one's keeper, mid-write) between the read and the delete
+    is read again, so the lock is not left behind until its lease runs out."""
     stop_keeping(output, run_id)
     path = lock_path(output)
-    found = storage.read_versioned(path)
-    if found is None:
-        return
-    holder = Lease.from_bytes(found[0])
-    if holder is not None and holder.run_id == run_id:
-        storage.delete_if_version(path, found[1])
+    for _ in range(_RELEASE_TRIES):
+        found = storage.read_versioned(path)
+        if found is None:
+            return
+        holder = Lease.from_bytes(found[0])
+        if holder is None or holder.run_id != run_id or storage.delete_if_version(path, found[1]):
+            return
