@@ -35,6 +35,8 @@ left() { echo $((BUDGET_S - (SECONDS - START))); }
 if compgen -G "$WHL/*.whl" >/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHL"/*.whl \
         2>&1 | tee "$OUT/install.log" || { say "STOP: the wheels in $WHL did not install"; exit 3; }
+    # byte-compiled once here, or every worker process of the first builds compiles the same modules at once
+    "$PY" -m compileall -q -j 0 "$SITE" >/dev/null 2>&1 || true
     export PYTHONPATH="$PWD:$SITE"
 else
     export PYTHONPATH="$PWD"
