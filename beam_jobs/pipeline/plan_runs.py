@@ -155,10 +155,12 @@ def _embedding_bytes(config: BuildConfig) -> int:
 
 def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
     """What the sample's files and records weigh (rejected files are left out). Label ids do not change a
-    record's size enough to matter, so the sample does not wait for the label set."""
+    record's size enough to matter, so the sample does not wait for the label set; the quality checks do not
+    change it at all (a record holds none of what they find), so the sample is encoded without them."""
     if not items:
         return SizeSample()
-    settings = replace(config.encode_settings({name: 0 for item in items for name in item.labels}), frame_now=True)
+    settings = config.encode_settings({name: 0 for item in items for name in item.labels})
+    settings = replace(settings, image=replace(settings.image, inspect=False), frame_now=True)
     source = record = records = 0
     per_record = _embedding_bytes(config)
     for item, data in read_items(items, settings):
