@@ -2,12 +2,15 @@
 boundaries out (or the one line that says why there are none)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from steps import counters, media_chunks, outputs, pipeline, run, step_config
 
+from beam_jobs.local.pool import LocalPool
 from beam_jobs.pipeline.plan_runs import PlanLayout, sample_sizes
 from shard_utils.format.order import choose_split
 from shard_utils.media.encode import encode_item
@@ -68,6 +71,21 @@ def test_the_size_sample_weighs_the_records_the_build_writes_with_its_quality_ch
     assert (sample.records, sample.record_bytes) == (3, sum(lengths)) and len(lengths) == 3
     assert sample.source_bytes == sum(item.size for item, r in zip(items, records, strict=True)
                                       if not isinstance(r, dict))
+
+
+def test_the_size_sample_is_weighed_alike_in_the_local_pool(tmp_path):
+    write_images(tmp_path / "in", {"cat": 3, "dog": 2}, fmt="PNG", ext="png")
+    (tmp_path / "in" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not a whole png")
+    config = step_config(tmp_path, tmp_path / "in", "--jpeg-quality", "75")
+    items = [item for chunk in media_chunks(config) for item in chunk]
+    try:
+        pooled = sample_sizes(items, replace(config, workers=2))
+        pool = LocalPool.shared(2)
+        answered = [w.answered for w in pool._workers.values()]
+    finally:
+        LocalPool.close_all()
+    assert answered == [True, True]  # each worker weighed its part of the sample
+    assert pooled == sample_sizes(items, config) and pooled.records == 5
 
 
 @pytest.mark.slow
