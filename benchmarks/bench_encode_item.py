@@ -17,8 +17,9 @@ read from disk:
 Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
 pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
 pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions. `--pieces` times, in
-one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`), of `inspect` and
-of its parts (the signature, the sharpness, the colour spread) where the build calls them, caches as cold as there.
+one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `_decoded_plain`
+for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread) where the build
+calls them, caches as cold as there.
 """
 from __future__ import annotations
 
@@ -148,8 +149,9 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
     return 0
 
 
-PIECES = ((images, "_load", "decode"), (images, "inspect", "inspect"), (flags, "signature_of_grey", "  signature"),
-          (flags, "sharpness", "  sharpness"), (flags, "colour_below", "  colour spread"))
+PIECES = ((images, "_load", "decode"), (images, "_decoded_plain", "decode"), (images, "inspect", "inspect"),
+          (flags, "signature_of_grey", "  signature"), (flags, "sharpness", "  sharpness"),
+          (flags, "colour_below", "  colour spread"))
 
 
 def print_pieces(cases: dict) -> None:
@@ -165,8 +167,8 @@ def print_pieces(cases: dict) -> None:
             for tool in ("tpu-shards", "tpu-shards, checks off"):
                 spent.clear()
                 tools[tool]()
-                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}" for *_, label in PIECES
-                                 if label in spent)
+                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}"
+                                 for label in dict.fromkeys(label for *_, label in PIECES) if label in spent)
                 print(f"  {kind:5} {mode:8} {tool:22}: {line}")
     finally:
         for module, name, fn in originals:
