@@ -1,7 +1,7 @@
 """The per-image CPU of a build's encode workers against the peers' floor, in one process, no start-up.
 
     python benchmarks/bench_encode_item.py [--count 200] [--phone 40] [--png 0] [--rounds 3] [--profile FILE]
-        [--pieces]
+        [--pieces] [--against TREE]
 
 On the peers benchmark's photo-like JPEGs (benchmarks/build_bench/data.py: ~400x400 and phone-size 1200 x
 1312-1600), and with `--png N` on bench_build's ~400x400 PNGs, each round times, interleaved, over the same files
@@ -19,7 +19,8 @@ pickling of a chunk between the driver and the pool is not in it. `--profile FIL
 pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions. `--pieces` times, in
 one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `_decoded_plain`
 for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread) where the build
-calls them, caches as cold as there.
+calls them, caches as cold as there. `--against TREE` times another checkout's `encode_run` (checks on and off) in
+the same rounds, in a second process of its own that imports that tree's code, for a side-by-side before/after.
 """
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ import argparse
 import collections
 import cProfile
 import io
+import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+TREE_VARIABLE = "BENCH_ENCODE_ITEM_TREE"  # set for --against's child: the checkout whose code it times
+sys.path[:0] = [os.environ.get(TREE_VARIABLE) or str(HERE.parent), str(HERE)]
 
 from build_bench import data  # noqa: E402
 from peers_bench import work  # noqa: E402
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="", help="folder caching the generated images (default: a temporary one)")
     ap.add_argument("--profile", default="", help="write a cProfile of one pass of each mode here")
     ap.add_argument("--pieces", action="store_true", help="time the decode, inspect and its parts in one more pass")
+    ap.add_argument("--against", default="", help="another checkout whose encode_run is timed in the same rounds")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # --against's child
     args = ap.parse_args(argv)
     if args.count < 1 or args.phone < 0 or args.png < 0 or args.rounds < 1:
         ap.error("--count and --rounds must be at least 1, --phone and --png at least 0")
@@ -111,10 +117,19 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [("jpg", args.count), ("phone", args.phone), ("png", args.png)]
         kinds = [(kind, count) for kind, count in kinds if count]
         folders = {kind: data.input_folder(root, kind, count, 2) for kind, count in kinds}
-        return run(folders, args, temp)
+        if args.serve:
+            return serve(cases_of(folders, temp))
+        if not args.against:
+            return run(folders, args, temp)
+        against = Against(args.against, args, root)
+        try:
+            return run(folders, args, temp, against)
+        finally:
+            against.close()
 
 
-def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
+def cases_of(folders: dict[str, Path], temp: str) -> dict:
+    """(kind, mode): (image count, {tool: what it runs once over the images})."""
     cases = {}
     for kind, folder in folders.items():
         listed = items(folder)
@@ -126,12 +141,63 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
                 "tpu-shards": tpu_shards(task, settings(mode, True, labels), temp),
                 "tpu-shards, checks off": tpu_shards(task, settings(mode, False, labels), temp),
                 "peers' floor": peers(paths, mode)})
+    return cases
+
+
+def serve(cases: dict) -> int:
+    """--against's child: time the named tool of a case for each line "kind mode tool" read, and answer its CPU ms
+    per image."""
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kind, mode, tool = line.rstrip("\n").split("\t")
+        count, tools = cases[(kind, mode)]
+        print(cpu_ms(tools[tool], count), flush=True)
+    return 0
+
+
+class Against:
+    """Another checkout's encode_run, timed in a child process of this script that imports that tree's code."""
+
+    SUFFIX = " (--against)"
+
+    def __init__(self, tree: str, args: argparse.Namespace, root: Path):
+        sizes = ["--count", str(args.count), "--phone", str(args.phone), "--png", str(args.png)]
+        env = {**os.environ, TREE_VARIABLE: str(Path(tree).resolve())}
+        self.child = subprocess.Popen([sys.executable, __file__, *sizes, "--work", str(root), "--serve"], env=env,
+                                      text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if self.child.stdout.readline().strip() != "ready":
+            raise SystemExit(f"bench_encode_item --against {tree}: the child did not start")
+
+    def add_to(self, cases: dict) -> None:
+        """Each case's tpu-shards tools again, named with SUFFIX, run by the child."""
+        for (kind, mode), (_count, tools) in cases.items():
+            for name in [n for n in tools if n.startswith("tpu-shards")]:
+                tools[name + self.SUFFIX] = self._tool(kind, mode, name)
+
+    def _tool(self, kind: str, mode: str, name: str) -> Callable[[], float]:
+        def timed() -> float:  # the child's CPU ms per image
+            self.child.stdin.write(f"{kind}\t{mode}\t{name}\n")
+            self.child.stdin.flush()
+            return float(self.child.stdout.readline())
+        return timed
+
+    def close(self) -> None:
+        self.child.stdin.close()
+        self.child.wait()
+
+
+def run(folders: dict[str, Path], args: argparse.Namespace, temp: str, against: Against | None = None) -> int:
+    cases = cases_of(folders, temp)
+    if against is not None:
+        against.add_to(cases)
     times: dict[tuple, list[float]] = {}
     for r in range(args.rounds):
         for (kind, mode), (count, tools) in cases.items():
             names = list(tools) if r % 2 == 0 else list(reversed(tools))
             for name in names:
-                times.setdefault((kind, mode, name), []).append(cpu_ms(tools[name], count))
+                took = tools[name]
+                times.setdefault((kind, mode, name), []).append(
+                    took() if name.endswith(Against.SUFFIX) else cpu_ms(took, count))
     print(f"CPU ms per image, median of {args.rounds} rounds (ratio to the peers' floor)")
     for (kind, mode), (count, tools) in cases.items():
         floor = statistics.median(times[(kind, mode, "peers' floor")])
