@@ -7,8 +7,8 @@ trees, alternating which goes first; each tree's build runs in a fresh process t
 before its clock starts (build_bench/job_child.py, from that tree). Steady throughput subtracts each tree's
 fixed cost, measured on --tiny images of the same kind: (count - tiny) / (t(count) - t(tiny)). The machine may
 be shared: read the ratio, best of --rounds. CPU per image with the fixed cost subtracted:
-(cpu(count) - cpu(tiny)) / (count - tiny), each the least of the rounds. The default revision is the last one before local and Dataflow
-builds ran one graph (local builds then took a write-once path of their own).
+(cpu(count) - cpu(tiny)) / (count - tiny), each the least of the rounds. The default revision is the last one
+before local and Dataflow builds ran one graph (local builds then took a write-once path of their own).
 """
 from __future__ import annotations
 
