@@ -20,7 +20,9 @@ pass of each mode with the checks on (`python -m pstats FILE`) and prints its to
 one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `_decoded_plain`
 for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread) where the build
 calls them, caches as cold as there. `--against TREE` times another checkout's `encode_run` (checks on and off) in
-the same rounds, in a second process of its own that imports that tree's code, for a side-by-side before/after.
+the same rounds, for a side-by-side before/after: each tree's in a child process of its own that imports that tree's
+code (the same process layout for both: a process holding more, as the one running the peers' floor does, was
+measured up to a fifth slower at the same code).
 """
 from __future__ import annotations
 
@@ -121,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             return serve(cases_of(folders, temp))
         if not args.against:
             return run(folders, args, temp)
-        against = Against(args.against, args, root)
+        children = {"": Child(HERE.parent, args, root), AGAINST: Child(Path(args.against), args, root)}
         try:
-            return run(folders, args, temp, against)
+            return run(folders, args, temp, children)
         finally:
-            against.close()
+            for child in children.values():
+                child.close()
 
 
 def cases_of(folders: dict[str, Path], temp: str) -> dict:
@@ -155,27 +158,20 @@ def serve(cases: dict) -> int:
     return 0
 
 
-class Against:
-    """Another checkout's encode_run, timed in a child process of this script that imports that tree's code."""
+class Child:
+    """A checkout's encode_run, timed in a child process of this script that imports that tree's code."""
 
-    SUFFIX = " (--against)"
-
-    def __init__(self, tree: str, args: argparse.Namespace, root: Path):
+    def __init__(self, tree: Path, args: argparse.Namespace, root: Path):
         sizes = ["--count", str(args.count), "--phone", str(args.phone), "--png", str(args.png)]
-        env = {**os.environ, TREE_VARIABLE: str(Path(tree).resolve())}
+        env = {**os.environ, TREE_VARIABLE: str(tree.resolve())}
         self.child = subprocess.Popen([sys.executable, __file__, *sizes, "--work", str(root), "--serve"], env=env,
                                       text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         if self.child.stdout.readline().strip() != "ready":
-            raise SystemExit(f"bench_encode_item --against {tree}: the child did not start")
+            raise SystemExit(f"bench_encode_item: the child timing {tree} did not start")
 
-    def add_to(self, cases: dict) -> None:
-        """Each case's tpu-shards tools again, named with SUFFIX, run by the child."""
-        for (kind, mode), (_count, tools) in cases.items():
-            for name in [n for n in tools if n.startswith("tpu-shards")]:
-                tools[name + self.SUFFIX] = self._tool(kind, mode, name)
-
-    def _tool(self, kind: str, mode: str, name: str) -> Callable[[], float]:
-        def timed() -> float:  # the child's CPU ms per image
+    def tool(self, kind: str, mode: str, name: str) -> Callable[[], float]:
+        """A call returning what the child's `name` cost in CPU ms per image, timed there."""
+        def timed() -> float:
             self.child.stdin.write(f"{kind}\t{mode}\t{name}\n")
             self.child.stdin.flush()
             return float(self.child.stdout.readline())
@@ -186,10 +182,26 @@ class Against:
         self.child.wait()
 
 
-def run(folders: dict[str, Path], args: argparse.Namespace, temp: str, against: Against | None = None) -> int:
+AGAINST = " (--against)"  # the other checkout's tools are named so
+
+
+def in_children(cases: dict, children: dict[str, Child]) -> set[str]:
+    """Each case's tpu-shards tools run by the children instead ("" this checkout, AGAINST the other); the names of
+    the tools whose calls return their own CPU ms per image."""
+    timed_there = set()
+    for (kind, mode), (_count, tools) in cases.items():
+        for name in [n for n in tools if n.startswith("tpu-shards")]:
+            for suffix, child in children.items():
+                tools[name + suffix] = child.tool(kind, mode, name)
+                timed_there.add(name + suffix)
+    return timed_there
+
+
+def run(folders: dict[str, Path], args: argparse.Namespace, temp: str,
+        children: dict[str, Child] | None = None) -> int:
     cases = cases_of(folders, temp)
-    if against is not None:
-        against.add_to(cases)
+    local = {kind_mode: (count, dict(tools)) for kind_mode, (count, tools) in cases.items()}  # --pieces, --profile
+    timed_there = in_children(cases, children) if children else set()
     times: dict[tuple, list[float]] = {}
     for r in range(args.rounds):
         for (kind, mode), (count, tools) in cases.items():
@@ -197,7 +209,7 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str, against: 
             for name in names:
                 took = tools[name]
                 times.setdefault((kind, mode, name), []).append(
-                    took() if name.endswith(Against.SUFFIX) else cpu_ms(took, count))
+                    took() if name in timed_there else cpu_ms(took, count))
     print(f"CPU ms per image, median of {args.rounds} rounds (ratio to the peers' floor)")
     for (kind, mode), (count, tools) in cases.items():
         floor = statistics.median(times[(kind, mode, "peers' floor")])
@@ -205,10 +217,10 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str, against: 
                          f" ({statistics.median(times[(kind, mode, name)]) / floor:.2f}x)" for name in tools)
         print(f"{kind:5} x{count:<4} {mode:8}: {line}")
     if args.pieces:
-        print_pieces(cases)
+        print_pieces(local)
     if args.profile:
         profiler = cProfile.Profile()
-        for (_kind, _mode), (_count, tools) in cases.items():
+        for (_kind, _mode), (_count, tools) in local.items():
             profiler.runcall(tools["tpu-shards"])
         profiler.dump_stats(args.profile)
         pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
