@@ -164,3 +164,12 @@ def test_a_plain_jpeg_is_decoded_as_pillow_decodes_it(plain, inspecting):
         refused += isinstance(expected, str)
         assert checked(data, inspecting) == expected, name
     assert refused  # some damage the decoder refuses
+
+
+def test_the_decode_check_raises_pillows_pixel_limit_as_opening_does(plain, monkeypatch):
+    """Pillow refuses over twice its MAX_IMAGE_PIXELS; --max-pixels above it raises it, as the path through
+    Image.open always did, so a later open of the record in the same worker (--embed-model's) is not refused."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    prepare_image(plain["baseline"], ImageOptions(max_pixels=5000))
+    assert Image.MAX_IMAGE_PIXELS == 5000
+    assert Image.open(io.BytesIO(plain["baseline"])).size == (40, 24)

@@ -175,6 +175,7 @@ def _plain_pass_through(data: bytes, options: ImageOptions) -> PreparedImage | N
         return None
     view = None
     if options.validate == "decode":
+        _allow_pixels(options.max_pixels)  # as _open does: a later Image.open of the record here sees the same limit
         checked = _decoded_plain(data[:found.end], found, _check_draft(found.width, found.height, options.inspect))
         if checked is None:
             return None
