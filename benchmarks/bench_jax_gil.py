@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS = ("array_record", "tfrecord")  # which shards make_iterator reads (the dataset has both)
-PARTS = ("held", "read", "main", "decode", "resize", "whole")
+PARTS = ("held", "read", "main", "other", "decode", "resize", "whole")
 
 
 def instrument() -> dict[str, float]:
@@ -80,11 +80,12 @@ def measure(dataset: str, fmt: str, size: int, batch: int, batches: int) -> dict
     local = it._open(0)  # this process's numpy batches, as __next__ takes them
     for _ in range(2):
         next(local)
-    before = dict(spent)
+    before, threads = dict(spent), thread_cpu()
     cpu, main = time.process_time(), time.thread_time()
     for _ in range(batches):
         next(local)
     cpu, main = time.process_time() - cpu, time.thread_time() - main
+    threads = {name: seconds - threads.get(name, 0.0) for name, seconds in thread_cpu().items()}
     local.close()
     records = batches * batch
     source = it._source
@@ -98,6 +99,24 @@ def measure(dataset: str, fmt: str, size: int, batch: int, batches: int) -> dict
     out["held"] = out["whole"] - out["decode"] - out["resize"]
     out["main"] = main / records * 1e6
     out["read"] = read / len(rows) * 1e6
+    out["other"] = sum(v for k, v in threads.items() if not k.startswith(("jax_loader", "MainThread"))) / records * 1e6
+    return out
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each live thread of this process, by name (from /proc: clock ticks)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        name = names.get(int(task), f"native-{task}")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
 
 

@@ -169,6 +169,13 @@ class _Plan:
             return position if position < self.num_records else None
         return int(_step_rows(self.seed, self.num_records, self.global_batch_size, self.rows, step)[j])
 
+    def records(self, step: int) -> list[int | None]:
+        """record() of each of this process's elements of global step `step`, in order, all at once."""
+        if not self.training:
+            first = step * self.global_batch_size
+            return [first + r if first + r < self.num_records else None for r in self.rows]
+        return _step_rows(self.seed, self.num_records, self.global_batch_size, self.rows, step).tolist()
+
 
 @functools.lru_cache(maxsize=256)
 def _step_rows(seed: int, num_records: int, global_batch_size: int, rows: tuple[int, ...], step: int) -> np.ndarray:
@@ -190,48 +197,49 @@ def _source(m: Manifest, selection: Selection):
 
 class _Batch:
     """One batch of this process's elements as numpy arrays the decode threads fill in place, a row each: "image"
-    uint8 [rows, H, W, 4] (RGB, then a byte the devices drop: Pillow's own pixel layout, so a picture is copied in
-    without the GIL and without repacking), "label" int32 [rows] (multi-label: float32 [rows, num_classes]) and,
-    evaluating, "mask" float32 [rows]. Padding rows stay all zeros. A new batch each time: the devices may keep
-    the host's buffers. Threads take its rows in turn (`take`), so that a batch is a few tasks, not one a row."""
+    uint8 [rows, H, W, 4] (RGB, then a byte the devices drop: Pillow's own pixel layout, so that a picture is
+    pasted in without the GIL and without repacking), "label" int32 [rows] (multi-label: float32 [rows, classes])
+    and, evaluating, "mask" float32 [rows]. Padding rows stay all zeros. A new batch each time: the devices may
+    keep the host's buffers. Threads take its rows in turn (`take`): a batch is a few tasks, not one a row."""
 
-    def __init__(self, elements: range, decode: Decoder, training: bool):
+    def __init__(self, records: list[int | None], decode: Decoder, training: bool):
+        from PIL import Image
+
         h, w = decode.image_size or (0, 0)
-        rows = len(elements)
+        rows = len(records)
         self.arrays = {"image": np.zeros((rows, h, w, 4), np.uint8),
                        "label": (np.zeros((rows, decode.num_classes), np.float32) if decode.multi_label else
                                  np.zeros(rows, np.int32))}
         if not training:
             self.arrays["mask"] = np.zeros(rows, np.float32)
-        self._rows = enumerate(elements)
+        # Pillow's view of every row's pixels, one picture under the other (it shares their memory)
+        self.pixels = Image.frombuffer("RGBX", (w, h * rows), self.arrays["image"], "raw", "RGBX", 0, 1)
+        self._rows = enumerate(records)
         self._lock = threading.Lock()
         self.dropped = False  # set when the stream closes: rows not yet taken are left
 
-    def take(self) -> tuple[int, int] | None:
-        """The next (row, element) to fill, None when every row is taken or the batch is dropped."""
+    def take(self) -> tuple[int, int | None] | None:
+        """The next (row, selection row or None for padding) to fill; None when all are taken or the batch dropped."""
         with self._lock:
             return None if self.dropped else next(self._rows, None)
 
 
 class _Element:
-    """Reads and decodes elements of this process into their rows of a _Batch (nothing for evaluation padding)."""
+    """Reads and decodes records of this process into their rows of a _Batch (nothing for evaluation padding)."""
 
-    def __init__(self, source, plan: _Plan, decode: Decoder):
-        self.source, self.plan, self.decode = source, plan, decode
+    def __init__(self, source, decode: Decoder):
+        self.source, self.decode = source, decode
 
     def __call__(self, batch: _Batch) -> None:
         """Fill the batch's rows that no other thread has taken, until none is left."""
-        from PIL import Image
-
-        images, labels, mask = batch.arrays["image"], batch.arrays["label"], batch.arrays.get("mask")
+        labels, mask = batch.arrays["label"], batch.arrays.get("mask")
         while (taken := batch.take()) is not None:
-            i, element = taken
-            row = self.plan.record(element)
+            i, row = taken
             if row is None:
                 continue
             picture, labels[i] = self.decode.picture(self.source[row])
-            target = Image.frombuffer("RGBX", picture.size, images[i], "raw", "RGBX", 0, 1)  # images[i]'s memory
-            target.im.paste(picture.im, (0, 0, *picture.size))  # the core's paste: Image.paste would copy `target`
+            w, h = picture.size
+            batch.pixels.im.paste(picture.im, (0, i * h, w, (i + 1) * h))  # the core's: Image.paste copies a view
             if mask is not None:
                 mask[i] = 1.0
 
@@ -334,13 +342,13 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         if isinstance(self._decode, _TFDecoder):
             yield from self._decode.batches(self._source, self._plan, step * per, end * per, per)
             return
-        element = _Element(self._source, self._plan, self._decode)
+        element = _Element(self._source, self._decode)
         pool = ThreadPoolExecutor(self._threads, thread_name_prefix="jax_loader")
         pending: deque[tuple[_Batch, list[Future]]] = deque()
         try:
             while True:
                 while len(pending) < _DEPTH and step < end:
-                    batch = _Batch(range(step * per, (step + 1) * per), self._decode, self._plan.training)
+                    batch = _Batch(self._plan.records(step), self._decode, self._plan.training)
                     pending.append((batch, [pool.submit(element, batch) for _ in range(min(self._threads, per))]))
                     step += 1
                 if not pending:

@@ -341,15 +341,15 @@ class Decoder:
 
     def _label(self, fields: dict[str, list], source_id: Any) -> Any:
         """The "label" output: the 0-based id (-1 for none), or a multi-hot vector; ValueError outside the classes."""
-        ids = np.asarray(schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset), dtype=np.int64)
-        if len(ids) and not ((ids >= 0) & (ids < self.num_classes)).all():
-            raise ValueError(f"record {str(source_id)!r}: label ids {ids.tolist()} are outside "
+        ids = schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset)
+        if not all(0 <= i < self.num_classes for i in ids):
+            raise ValueError(f"record {str(source_id)!r}: label ids {list(ids)} are outside "
                              f"0..{self.num_classes - 1}")
         if self.multi_label:
             hot = np.zeros(self.num_classes, dtype=np.float32)
-            hot[ids] = 1.0
+            hot[list(ids)] = 1.0
             return hot
-        return ids[0] if len(ids) else np.int64(-1)
+        return np.int64(ids[0] if ids else -1)
 
 
 def _source_id(fields: dict[str, list]) -> str:
