@@ -199,7 +199,7 @@ class _Batch:
     """One batch of this process's elements as numpy arrays the decode threads fill in place, a row each: "image"
     uint8 [rows, H, W, 4] (RGB, then a byte the devices drop: Pillow's own pixel layout, so that a picture is
     pasted in without the GIL and without repacking), "label" int32 [rows] (multi-label: float32 [rows, classes])
-    and, evaluating, "mask" float32 [rows]. Padding rows stay all zeros. A new batch each time: the devices may
+    and, evaluating, "mask" float32 [rows]. Padding rows are all zeros. A new batch each time: the devices may
     keep the host's buffers. Threads take its rows in turn (`take`): a batch is a few tasks, not one a row."""
 
     def __init__(self, records: list[int | None], decode: Decoder, training: bool):
@@ -207,7 +207,7 @@ class _Batch:
 
         h, w = decode.image_size or (0, 0)
         rows = len(records)
-        self.arrays = {"image": np.zeros((rows, h, w, 4), np.uint8),
+        self.arrays = {"image": np.empty((rows, h, w, 4), np.uint8),  # each row pasted whole, or zeroed (padding)
                        "label": (np.zeros((rows, decode.num_classes), np.float32) if decode.multi_label else
                                  np.zeros(rows, np.int32))}
         if not training:
@@ -232,10 +232,11 @@ class _Element:
 
     def __call__(self, batch: _Batch) -> None:
         """Fill the batch's rows that no other thread has taken, until none is left."""
-        labels, mask = batch.arrays["label"], batch.arrays.get("mask")
+        images, labels, mask = batch.arrays["image"], batch.arrays["label"], batch.arrays.get("mask")
         while (taken := batch.take()) is not None:
             i, row = taken
             if row is None:
+                images[i] = 0
                 continue
             picture, labels[i] = self.decode.picture(self.source[row])
             w, h = picture.size

@@ -199,7 +199,11 @@ class RandomAccessSource:
         return i % n
 
     def __getitem__(self, i: int) -> bytes:
-        return self._getitems([i])[0]
+        row = self._position(i)  # one record: _getitems' reads without its grouping (a reader's per-record cost)
+        found: dict[int, bytes] = {}
+        shard = int(np.searchsorted(self._index.starts, row, side="right")) - 1
+        self._read_run([0], [row], [shard], [self._index.offsets[row]], [self._index.lengths[row]], found)
+        return found[row]
 
     def _getitems(self, indices: Sequence[int]) -> list[bytes]:
         """Records at these positions, in this order; reads grouped by shard, adjacent records in one read."""
