@@ -8,8 +8,10 @@ records a second: that ceiling is printed for each tree.
 
 Each tree runs in its own process (its own `shard_utils` on the path), rounds alternating between the trees, one
 decode thread (threads=1) so that what is measured is CPU time, not contention. Pillow's decoder and resize are
-timed from inside (the thread's CPU time in each call); the GIL-held time is the process's CPU time less theirs.
-The local batches are taken from the iterator before the devices (no jax.Array is made).
+timed from inside (the thread's CPU time in each call); the GIL-held time is the process's CPU time less theirs,
+an upper bound (a copy NumPy or Pillow makes without the GIL, and the kernel's page faults, count as held). "read"
+(the source's reads of the same records, timed alone) and "main" (the main thread) are parts of it. The local
+batches are taken from the iterator before the devices (no jax.Array is made).
 
     python benchmarks/bench_jax_gil.py --data /tmp/bench_jax_gil              # against main
     python benchmarks/bench_jax_gil.py --data /tmp/bench_jax_gil --against HEAD~3 --format tfrecord
@@ -89,7 +91,7 @@ def measure(dataset: str, fmt: str, size: int, batch: int, batches: int) -> dict
     local.close()
     records = batches * batch
     source = it._source
-    rows = list(range(min(records, len(source))))
+    rows = [it._plan.record(e) for e in range(records)]  # the iterator's own order: random, as training reads
     read = time.thread_time()
     for row in rows:
         source[row]
