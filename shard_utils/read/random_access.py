@@ -333,7 +333,7 @@ class Decoder:
         pixels): only the image and the label are read out of the record, the source id only for an error's
         message. The JAX iterator's per-record work, most of which holds the GIL."""
         fields = schema.decode_fields(data, (self.media_key, schema.LABEL))
-        source_id = _Lazy(data)
+        source_id = _LazySourceId(data)
         pictures = [_picture(b, source_id, self.image_size) for b in self._media(fields, source_id)]
         return pictures[0], self._label(fields, source_id)
 
@@ -360,7 +360,7 @@ def _source_id(fields: dict[str, list]) -> str:
     return b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
 
 
-class _Lazy:
+class _LazySourceId:
     """A record's source id, read out of it only if a message names it."""
 
     def __init__(self, data: bytes):
