@@ -20,13 +20,15 @@ def draft_scale(width: int, height: int, draft: tuple[int, int]) -> int:
 def decoded_plain(data: bytes, found: PlainHeader, draft: tuple[int, int]) -> Image.Image | None:
     """The pixels of a plain JPEG as Image.open, draft(mode, `draft`) and load() give them: the same decoder with the
     same arguments (its mode, the scale draft picks, no decoder-side draft), fed the whole of `data` at once (the
-    decoder stops at the end-of-image marker); None when the decoder does not finish cleanly."""
+    decoder stops at the end-of-image marker) into an image it fills; None when the decoder does not finish cleanly."""
     if ImageFile.LOAD_TRUNCATED_IMAGES:  # Pillow's load then finishes damaged pixels: its path decides
         return None
     mode = "L" if found.components == 1 else "RGB"
     scale = draft_scale(found.width, found.height, draft)
     size = (-(-found.width // scale), -(-found.height // scale))
     try:
-        return Image.frombytes(mode, size, data, "jpeg", mode, "", scale, 0)
+        image = Image.new(mode, size, None)  # not filled, as Image.open's load leaves it: the decoder writes every row
+        image.frombytes(data, "jpeg", mode, "", scale, 0)
+        return image
     except (ValueError, OSError, MemoryError):  # unfinished or broken data, or no memory: reported by Pillow's path
         return None
