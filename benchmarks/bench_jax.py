@@ -7,6 +7,7 @@ as jax.Arrays sharded on a "data" mesh over this host's devices, each batch wait
   make_iterator                  shard_utils.jax_loader.make_iterator(manifest, "train", batch, image_size=)
   make_iterator, resumed         the same with seed=0, start_step= 90 % of an epoch (a run resumed mid-epoch)
   make_iterator, tensorflow      the same with decoder="tensorflow" (tf.data decodes and resizes underneath)
+  make_iterator, N threads       the same with threads=N (--threads N,M,...: one candidate per count)
   Grain threads                  Grain's JAX tutorial over ArrayRecordDataSource (the ArrayRecord twins):
                                  MapDataset.source().seed().shuffle().repeat().map(decode + resize)
                                  .batch(drop_remainder=True).to_iter_dataset(ReadOptions()), then
@@ -146,7 +147,22 @@ def report(results: dict[str, list[tuple[float, float]]], header: str) -> list[s
             cpu = statistics.median(b[1] / a[1] for a, b in zip(results[top], results[bottom], strict=True))
             lines.append(f"{top} / {bottom}: {ratio:.2f}x images/s (target >= {target}), {cpu:.2f}x images per "
                          f"CPU-second{'' if ratio >= target else '  BELOW TARGET'}")
+    for name in results:
+        if name.startswith(f"{JAX}, ") and name.endswith(" threads") and JAX in results:
+            ratio = statistics.median(a[0] / b[0] for a, b in zip(results[name], results[JAX], strict=True))
+            lines.append(f"{name} / {JAX}: {ratio:.2f}x images/s")
     return lines
+
+
+def thread_counts(text: str) -> tuple[int, ...]:
+    """--threads' comma-separated positive counts."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of counts: {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"thread counts must be at least 1: {text!r}")
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="Grain mp_prefetch's worker processes (default: the CPU count)")
     ap.add_argument("--only", action="append", choices=(JAX, RESUMED, JAX_TF, GRAIN_THREADS, GRAIN_MP, TFDATA),
                     help="run only these candidates (repeatable; default all)")
+    ap.add_argument("--threads", type=thread_counts, default=(),
+                    help="also make_iterator with threads=N for each N of this comma-separated list")
     args = ap.parse_args(argv)
     data = Path(args.data or tempfile.mkdtemp(prefix="bench_jax_"))
     data.mkdir(parents=True, exist_ok=True)
@@ -174,11 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     split = "train"
     sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
 
-    def jax_iterator(**resume):
+    def jax_iterator(**options):
         def make():
             from shard_utils import jax_loader
 
-            return iter(jax_loader.make_iterator(m, split, args.batch, image_size=args.resize, **resume))
+            return iter(jax_loader.make_iterator(m, split, args.batch, image_size=args.resize, **options))
         return make
 
     def grain(workers: int):
@@ -195,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         TFDATA: lambda: tf_data(m, split, args.resize, args.batch, sharding),
     }
     candidates = {name: make for name, make in candidates.items() if not args.only or name in args.only}
+    candidates.update({f"{JAX}, {n} threads": jax_iterator(threads=n) for n in args.threads})
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in candidates}
     names = list(candidates)
     for round_ in range(args.rounds):

@@ -9,8 +9,9 @@
 # `pip --no-index --no-deps` into $SITE; made on a machine with network, for that machine's Python, with
 # `pip download --no-deps --only-binary=:all: --python-version 3.12 ...` (docs/performance.md, "On 16 cores").
 # Sizes: BUILD_COUNT (4000 images per build), BUILD_WORKERS (1,2,4,8,16), JAX_IMAGES (1024), JAX_ROUNDS (2),
-# BUDGET_S (560 s in all: the JAX candidates get at most JAX_S of it, 70, Grain's worker processes JAX_MP_S, 45, and
-# the build benchmark what is left: it needed about 360 s at 4000 images on 16 vCPUs).
+# JAX_THREADS (make_iterator also with threads=N for each N of this list, e.g. 16,32; default none),
+# BUDGET_S (560 s in all: the JAX candidates get at most JAX_S of it, 70, Grain's worker processes JAX_MP_S, 45 (0:
+# not run), and the build benchmark what is left: it needed about 360 s at 4000 images on 16 vCPUs).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -24,6 +25,7 @@ JAX_IMAGES=${JAX_IMAGES:-1024}
 JAX_ROUNDS=${JAX_ROUNDS:-2}
 JAX_S=${JAX_S:-70}
 JAX_MP_S=${JAX_MP_S:-45}
+JAX_THREADS=${JAX_THREADS:-}
 BUDGET_S=${BUDGET_S:-560}
 START=$SECONDS
 mkdir -p "$OUT" "$WORK"
@@ -77,11 +79,15 @@ fi
 say "JAX: make_iterator against Grain's pipelines (at most ${JAX_S} + ${JAX_MP_S} s)"
 if "$PY" -c "import jax, grain, array_record; print(jax.devices())" 2>&1 | tee "$OUT/jax.log"; then
     jax_args=(--data "$WORK/jax" --images "$JAX_IMAGES" --batches 16 --warmup 16)
+    threads=()
+    [ -n "$JAX_THREADS" ] && threads=(--threads "$JAX_THREADS")
     timeout -k 5 "$JAX_S" "$PY" benchmarks/bench_jax.py "${jax_args[@]}" --rounds "$JAX_ROUNDS" --only make_iterator \
-        --only "make_iterator, resumed" --only "Grain threads" 2>&1 | tee -a "$OUT/jax.log"
+        --only "make_iterator, resumed" --only "Grain threads" "${threads[@]}" 2>&1 | tee -a "$OUT/jax.log"
     # Grain's worker processes apart, bounded on their own: on the H200 machine they gave no batch in 40 s
-    timeout -k 5 "$JAX_MP_S" "$PY" benchmarks/bench_jax.py "${jax_args[@]}" --rounds 1 --only make_iterator \
-        --only "Grain mp_prefetch" 2>&1 | tee "$OUT/jax_mp.log"
+    if [ "$JAX_MP_S" -gt 0 ]; then
+        timeout -k 5 "$JAX_MP_S" "$PY" benchmarks/bench_jax.py "${jax_args[@]}" --rounds 1 --only make_iterator \
+            --only "Grain mp_prefetch" 2>&1 | tee "$OUT/jax_mp.log"
+    fi
 else
     say "JAX, grain or array_record does not import: the JAX part is skipped"
 fi

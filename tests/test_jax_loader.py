@@ -100,6 +100,14 @@ def test_start_step_and_a_restored_state_continue_exactly(small_dataset):
         make_iterator(small_dataset, "train", 16, seed=SEED).set_state(state)
 
 
+def test_any_thread_count_gives_the_same_batches(small_dataset):
+    one, three = (make_iterator(small_dataset, "train", 8, seed=SEED, threads=n) for n in (1, 3))
+    for _ in range(3):
+        a, b = next(one), next(three)
+        np.testing.assert_array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
+        np.testing.assert_array_equal(np.asarray(a["label"]), np.asarray(b["label"]))
+
+
 def test_evaluation_reads_every_record_once_and_masks_the_last_batchs_padding(dataset):
     images, labels = reference(dataset, "validation")
     n, batch = len(labels), 8
@@ -157,6 +165,8 @@ def test_a_mesh_with_a_model_axis_shards_the_batch_on_data_and_replicates_it_on_
     ({"seed": "x"}, "seed must be an int or None"),
     ({"image_size": 0}, "image_size must be a positive int"),
     ({"decoder": "cv2"}, "decoder must be one of 'pillow', 'tensorflow'"),
+    ({"threads": 0}, "threads must be a positive int, got 0"),
+    ({"threads": 2.0}, "threads must be a positive int, got 2.0"),
 ])
 def test_bad_arguments_are_one_clear_line(small_dataset, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -44,13 +44,13 @@ from shard_utils.read.array_record_source import array_record_source
 from shard_utils.read.random_access import Decoder, RandomAccessSource
 from shard_utils.read.shapes import target_size
 
-__all__ = ["DATA_AXIS", "DECODERS", "GlobalBatches", "make_iterator"]
+__all__ = ["DATA_AXIS", "DECODERS", "THREADS", "GlobalBatches", "make_iterator"]
 
 DATA_AXIS = "data"  # the mesh axis batches are sharded along
 DECODERS = ("pillow", "tensorflow")  # what decodes and resizes the images: make_iterator's `decoder=`
 ManifestLike = Union[str, "os.PathLike[str]", Manifest]
 _ENDLESS_STEPS = 2**40  # training steps of the endless stream (records: steps x rows, well inside int64)
-_THREADS = 8  # records read and decoded at once
+THREADS = 8  # records read and decoded at once by default: make_iterator's `threads=`
 _DEPTH = 3  # batches whose records are in flight
 _EXTRA = "jax"
 
@@ -61,7 +61,8 @@ def _jax():
 
 def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_batch_size: int, *, mesh: Any = None,
                   training: bool = True, seed: int | None = None, start_step: int = 0,
-                  image_size: int | Sequence[int] | None = None, decoder: str = "pillow") -> GlobalBatches:
+                  image_size: int | Sequence[int] | None = None, decoder: str = "pillow",
+                  threads: int = THREADS) -> GlobalBatches:
     """An iterator of global batches of `split` (a name or an expression, as the loader takes it), `global_batch_size`
     records each, sharded along `mesh`'s `"data"` axis (default: a 1-D mesh over `jax.devices()`; other axes of a
     user mesh hold replicas).
@@ -72,7 +73,7 @@ def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_bat
     `image_size` (an int or (height, width)) is needed when the dataset's images vary in size.
     `decoder="tensorflow"` decodes and resizes in tf.data's native threads (the tf.data loader's pixels: bilinear
     without antialiasing) for about half the host CPU per image, at the price of importing TensorFlow (4.4 s of CPU,
-    736 MB); the default, "pillow", needs no TensorFlow.
+    736 MB); the default, "pillow", needs no TensorFlow. `threads`: Pillow's records read and decoded at once.
     """
     jax = _jax()
     m = manifest if isinstance(manifest, Manifest) else _load(manifest)
@@ -82,6 +83,7 @@ def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_bat
         raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise ValueError(f"seed must be an int or None, got {seed!r}")
+    _positive(threads, "threads")
     if decoder not in DECODERS:
         raise ValueError(f"decoder must be one of {', '.join(map(repr, DECODERS))}, got {decoder!r}")
     if m.media_key != schema.IMAGE_ENCODED:
@@ -99,7 +101,8 @@ def make_iterator(manifest: ManifestLike, split: str | Sequence[str], global_bat
     plan = _Plan(seed=int(seed or 0), num_records=selection.num_records, global_batch_size=global_batch_size,
                  rows=_process_rows(sharding, global_batch_size), training=training)
     decode = Decoder.for_manifest(m, size) if decoder == "pillow" else _TFDecoder(m, size)
-    return GlobalBatches(_source(m, selection), plan, decode, sharding, int(start_step), selection.expression)
+    return GlobalBatches(_source(m, selection), plan, decode, sharding, int(start_step), selection.expression,
+                         int(threads))
 
 
 def _load(manifest: Any) -> Manifest:
@@ -262,8 +265,10 @@ class GlobalBatches(Iterator[dict[str, Any]]):
     global step on any number of processes, so a run saved on P processes resumes exactly on P'.
     """
 
-    def __init__(self, source, plan: _Plan, decode: Decoder | _TFDecoder, sharding, step: int, split: str):
+    def __init__(self, source, plan: _Plan, decode: Decoder | _TFDecoder, sharding, step: int, split: str,
+                 threads: int = THREADS):
         self._source, self._plan, self._decode, self._split = source, plan, decode, split
+        self._threads = threads
         self.sharding = sharding
         self._step = step
         self._batches: Generator[dict[str, np.ndarray], None, None] | None = None
@@ -305,7 +310,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
             yield from self._decode.batches(self._source, self._plan, step * per, end * per, per)
             return
         element = _Element(self._source, self._plan, self._decode)
-        pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="jax_loader")
+        pool = ThreadPoolExecutor(self._threads, thread_name_prefix="jax_loader")
         pending: deque[list[Future]] = deque()
         try:
             while True:
