@@ -1,5 +1,6 @@
-"""A structural check's JPEG with a plain header: what plain_jpeg reads of it is what Pillow and jpeg_primary_end
-read, and prepare_image keeps the same bytes and geometry as for any other JPEG; every other header is Pillow's."""
+"""A JPEG with a plain header: what plain_jpeg reads of it is what Pillow and jpeg_primary_end read, prepare_image
+keeps the same bytes and geometry as for any other JPEG, and its decode check the same pixels, flags and refusals
+as Pillow's open, draft and load; every other header is Pillow's."""
 import io
 import random
 import warnings
@@ -9,7 +10,8 @@ from conftest import photo
 from PIL import Image, ImageCms
 
 from shard_utils.format.jpeg import PlainJpeg, jpeg_primary_end, plain_jpeg
-from shard_utils.media.images import ImageOptions, Rejected, prepare_image
+from shard_utils.media.images import ImageOptions, Rejected, _check_draft, prepare_image
+from shard_utils.quality.flags import inspect, view_of
 
 STRUCTURE = ImageOptions(validate="structure")
 ICC = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
@@ -118,3 +120,56 @@ def test_over_max_pixels_is_refused_as_before(plain):
     with pytest.raises(Rejected) as refused:
         prepare_image(plain["baseline"], ImageOptions(validate="structure", max_pixels=100))
     assert refused.value.reason == "too_large"
+
+
+def pillow_checked(data: bytes, inspecting: bool):
+    """What the decode check of any JPEG makes of the bytes: the quality checks' Inspection (None without them)
+    from Image.open, draft and load of the primary image, or the message of the decoder's refusal."""
+    encoded = data[:jpeg_primary_end(data)]
+    image = Image.open(io.BytesIO(encoded))
+    image.draft(image.mode, _check_draft(image.width, image.height, inspecting))
+    try:
+        image.load()
+    except OSError as exc:
+        return f"cannot decode JPEG data: {exc}"
+    return inspect(view_of(image), *reversed(Image.open(io.BytesIO(encoded)).size)) if inspecting else None
+
+
+def checked(data: bytes, inspecting: bool):
+    try:
+        return prepare_image(data, ImageOptions(inspect=inspecting)).inspection
+    except Rejected as refused:
+        return refused.message
+
+
+@pytest.mark.parametrize("inspecting", [True, False], ids=["checks", "no checks"])
+def test_a_plain_jpeg_is_decoded_as_pillow_decodes_it(plain, inspecting):
+    """The same flags and signature at every draft scale (1/1 to 1/8, grey and colour, progressive, with a
+    trailer), and the same refusal of damaged scan data, as Pillow's own open, draft and load give."""
+    rng = random.Random(11)
+    sizes = [(40, 24), (130, 70), (300, 260), (1030, 90), (9, 700)]
+    cases = dict(plain) | {f"{w}x{h} {kind}": jpeg(photo(w, h, w).convert(kind), progressive=w > 200)
+                           for w, h in sizes for kind in ("RGB", "L")}
+    damaged = {}
+    for name, data in cases.items():
+        scan = data.index(b"\xff\xda") + 12
+        for n in range(4):
+            at = rng.randrange(scan, jpeg_primary_end(data) - 2)
+            damaged[f"{name} damaged {n}"] = data[:at] + bytes((rng.randrange(256),)) + data[at + 1:]
+    refused = 0
+    for name, data in (cases | damaged).items():
+        if plain_jpeg(data) is None:
+            continue
+        expected = pillow_checked(data, inspecting)
+        refused += isinstance(expected, str)
+        assert checked(data, inspecting) == expected, name
+    assert refused  # some damage the decoder refuses
+
+
+def test_the_decode_check_raises_pillows_pixel_limit_as_opening_does(plain, monkeypatch):
+    """Pillow refuses over twice its MAX_IMAGE_PIXELS; --max-pixels above it raises it, as the path through
+    Image.open always did, so a later open of the record in the same worker (--embed-model's) is not refused."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    prepare_image(plain["baseline"], ImageOptions(max_pixels=5000))
+    assert Image.MAX_IMAGE_PIXELS == 5000
+    assert Image.open(io.BytesIO(plain["baseline"])).size == (40, 24)

@@ -199,7 +199,11 @@ class RandomAccessSource:
         return i % n
 
     def __getitem__(self, i: int) -> bytes:
-        return self._getitems([i])[0]
+        row = self._position(i)  # one record: _getitems' reads without its grouping (a reader's per-record cost)
+        found: dict[int, bytes] = {}
+        shard = int(np.searchsorted(self._index.starts, row, side="right")) - 1
+        self._read_run([0], [row], [shard], [self._index.offsets[row]], [self._index.lengths[row]], found)
+        return found[row]
 
     def _getitems(self, indices: Sequence[int]) -> list[bytes]:
         """Records at these positions, in this order; reads grouped by shard, adjacent records in one read."""
@@ -305,24 +309,17 @@ class Decoder:
     def for_source(cls, src: RandomAccessSource) -> Decoder:
         return cls.for_manifest(src.manifest)
 
+    @property
+    def _keys(self) -> tuple[str, ...]:
+        return (self.media_key, schema.LABEL, schema.SOURCE_ID, *(key for key, _, _ in self.extras))
+
     def __call__(self, data: bytes) -> dict[str, Any]:
-        fields = schema.decode_lists(data)
-        source_id = b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
-        media = fields.get(self.media_key) or []
-        if not media:
-            raise ValueError(f"record {source_id!r} has no {self.media_key!r}")
-        frames = [_jpeg(b, source_id, self.image_size) for b in media]
+        fields = schema.decode_fields(data, self._keys)
+        source_id = _source_id(fields)
+        frames = [_jpeg(b, source_id, self.image_size) for b in self._media(fields, source_id)]
         out: dict[str, Any] = {"video": np.stack(frames)} if self.media_key == schema.VIDEO_ENCODED else {
             "image": frames[0]}
-        ids = np.asarray(schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset), dtype=np.int64)
-        if len(ids) and not ((ids >= 0) & (ids < self.num_classes)).all():
-            raise ValueError(f"record {source_id!r}: label ids {ids.tolist()} are outside 0..{self.num_classes - 1}")
-        if self.multi_label:
-            hot = np.zeros(self.num_classes, dtype=np.float32)
-            hot[ids] = 1.0
-            out["label"] = hot
-        else:
-            out["label"] = ids[0] if len(ids) else np.int64(-1)
+        out["label"] = self._label(fields, source_id)
         out["source_id"] = source_id
         for key, dtype, is_list in self.extras:
             values = fields.get(key, [])
@@ -331,8 +328,54 @@ class Decoder:
             out[key] = np.asarray(values if is_list or len(values) != 1 else values[0])
         return out
 
+    def picture(self, data: bytes) -> tuple[Any, Any]:
+        """An image record's (RGB Pillow image, label), both as __call__ gives them (its "image" is the picture's
+        pixels): only the image and the label are read out of the record, the source id only for an error's
+        message. The JAX iterator's per-record work, most of which holds the GIL."""
+        fields = schema.decode_fields(data, (self.media_key, schema.LABEL))
+        source_id = _LazySourceId(data)
+        pictures = [_picture(b, source_id, self.image_size) for b in self._media(fields, source_id)]
+        return pictures[0], self._label(fields, source_id)
+
+    def _media(self, fields: dict[str, list], source_id: Any) -> list[bytes]:
+        media = fields.get(self.media_key) or []
+        if not media:
+            raise ValueError(f"record {str(source_id)!r} has no {self.media_key!r}")
+        return media
+
+    def _label(self, fields: dict[str, list], source_id: Any) -> Any:
+        """The "label" output: the 0-based id (-1 for none), or a multi-hot vector; ValueError outside the classes."""
+        ids = schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset)
+        if not all(0 <= i < self.num_classes for i in ids):
+            raise ValueError(f"record {str(source_id)!r}: label ids {list(ids)} are outside "
+                             f"0..{self.num_classes - 1}")
+        if self.multi_label:
+            hot = np.zeros(self.num_classes, dtype=np.float32)
+            hot[list(ids)] = 1.0
+            return hot
+        return np.int64(ids[0] if ids else -1)
+
+
+def _source_id(fields: dict[str, list]) -> str:
+    return b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
+
+
+class _LazySourceId:
+    """A record's source id, read out of it only if a message names it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __str__(self) -> str:
+        return _source_id(schema.decode_fields(self.data, (schema.SOURCE_ID,)))
+
 
 def _jpeg(data: bytes, source_id: str, size: tuple[int, int] | None = None) -> np.ndarray:
+    return np.asarray(_picture(data, source_id, size))
+
+
+def _picture(data: bytes, source_id: Any, size: tuple[int, int] | None = None):
+    """The decoded RGB Pillow image, resized to `size` (height, width) when given; ValueError if it does not decode."""
     from PIL import Image
 
     try:
@@ -340,7 +383,8 @@ def _jpeg(data: bytes, source_id: str, size: tuple[int, int] | None = None) -> n
             if size is not None and image.size != (size[1], size[0]):
                 image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
                 rgb = image if image.mode == "RGB" else image.convert("RGB")
-                return np.asarray(rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR))
-            return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+                return rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+            image.load()
+            return image if image.mode == "RGB" else image.convert("RGB")
     except Exception as exc:
-        raise ValueError(f"record {source_id!r}: image does not decode: {storage.problem(exc)}") from None
+        raise ValueError(f"record {str(source_id)!r}: image does not decode: {storage.problem(exc)}") from None
