@@ -3,6 +3,7 @@ decoding it. What the build checks before storing a JPEG as it is, and what `ver
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 
 from shard_utils.errors import TpuShardsError
@@ -21,6 +22,7 @@ _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
 _APP0, _APP2, _APP14, _DQT = 0xE0, 0xE2, 0xEE, 0xDB
 _SOF = (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
 _PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM
+_SEGMENT = struct.Struct(">BBH")  # a marker segment's start: 0xFF, its marker, its length
 
 
 class TooManyScans(ValueError, TpuShardsError):
@@ -129,18 +131,20 @@ def _header(data: bytes) -> tuple[PlainHeader, int] | None:
     if data[:3] != b"\xff\xd8\xff":
         return None
     pos, size, frame = 2, len(data), None
-    while pos + 4 <= size and data[pos] == 0xFF:
-        marker, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+    while pos + 4 <= size:
+        tag, marker, length = _SEGMENT.unpack_from(data, pos)
+        if tag != 0xFF:
+            return None
         if marker == _SOS:
             break
-        body = data[pos + 4:pos + 2 + length]
-        if marker not in _PLAIN or length < 2 or len(body) != length - 2 or not _readable(marker, body):
+        end = pos + 2 + length
+        if marker not in _PLAIN or length < 2 or end > size or not _readable(marker, data, pos + 4, end):
             return None
         if marker in _SOF:
             if frame is not None:
                 return None
-            frame = body
-        pos += 2 + length
+            frame = data[pos + 4:end]
+        pos = end
     else:
         return None
     if frame is None:
@@ -149,23 +153,22 @@ def _header(data: bytes) -> tuple[PlainHeader, int] | None:
     return (PlainHeader(width, height, frame[5]), pos) if width and height else None
 
 
-def _readable(marker: int, body: bytes) -> bool:
-    """Whether a segment of a plain header is one Pillow reads without an error (its JFIF version, an ICC profile
-    piece's sequence numbers, Adobe's version, every quantisation table whole, a frame of whole component entries)
-    and keeps the header plain (an APP2 segment is an ICC profile's piece, never MPF or FlashPix)."""
+def _readable(marker: int, data: bytes, start: int, end: int) -> bool:
+    """Whether a segment of a plain header (its body data[start:end]) is one Pillow reads without an error (its JFIF
+    version, an ICC profile piece's sequence numbers, Adobe's version, every quantisation table whole, a frame of
+    whole component entries) and keeps the header plain (an APP2 segment is an ICC profile's piece, never MPF or
+    FlashPix)."""
+    length = end - start
     if marker == _APP0:
-        return not body.startswith(b"JFIF") or len(body) >= 7
+        return not data.startswith(b"JFIF", start, end) or length >= 7
     if marker == _APP2:
-        return body.startswith(b"ICC_PROFILE\x00") and len(body) >= 14
+        return data.startswith(b"ICC_PROFILE\x00", start, end) and length >= 14
     if marker == _APP14:
-        return not body.startswith(b"Adobe") or len(body) >= 7
+        return not data.startswith(b"Adobe", start, end) or length >= 7
     if marker == _DQT:
-        while body:
-            table = 1 + (64 if body[0] < 16 else 128)  # Pillow: 8-bit values when the precision nibble is 0
-            if len(body) < table:
-                return False
-            body = body[table:]
-        return True
+        while start < end:
+            start += 1 + (64 if data[start] < 16 else 128)  # Pillow: 8-bit values when the precision nibble is 0
+        return start == end
     if marker in _SOF:
-        return len(body) >= 6 and (len(body) - 6) % 3 == 0 and body[0] == 8 and body[5] in (1, 3)
+        return length >= 6 and (length - 6) % 3 == 0 and data[start] == 8 and data[start + 5] in (1, 3)
     return True

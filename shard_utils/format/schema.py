@@ -171,6 +171,14 @@ def encode_example(record: ImageRecord) -> bytes:
 def example_parts(record: ImageRecord) -> list[bytes]:
     """encode_example's bytes in pieces to join or frame: the image's JPEG is the record's own object, not a copy
     (example_bytes); what that module leaves to the protobuf runtime comes as one piece."""
+    if _IMAGE_FEATURES is not None and record.frames is None and not record.extras and record.embedding is None:
+        ids, names = record.label_ids, record.label_names
+        if len(ids) == 1 and len(names) == 1:  # an image's nine features of one value each, as record_features
+            pieces = example_bytes.single_value_pieces(_IMAGE_FEATURES, (
+                record.encoded, record.image_format.encode(), record.height, record.width, record.channels, ids[0],
+                names[0].encode("utf-8"), record.source_id.encode("utf-8"), record.sha256.encode()))
+            if pieces is not None:
+                return pieces
     features = record_features(record)
     pieces = example_bytes.example_pieces(features)
     if pieces is not None:
@@ -180,6 +188,11 @@ def example_parts(record: ImageRecord) -> list[bytes]:
     for key, kind, values in features:
         getattr(feature[key], f"{kind}_list").value.extend(values)
     return [example.SerializeToString(deterministic=True)]
+
+
+_IMAGE_FEATURES = example_bytes.single_values(  # an image record of one label: record_features' keys, in its order
+    [(IMAGE_ENCODED, BYTES), (IMAGE_FORMAT, BYTES), (IMAGE_HEIGHT, INT64), (IMAGE_WIDTH, INT64),
+     (IMAGE_CHANNELS, INT64), (LABEL, INT64), (LABEL_TEXT, BYTES), (SOURCE_ID, BYTES), (SHA256, BYTES)])
 
 
 def record_features(record: ImageRecord) -> list[example_bytes.Feature]:
