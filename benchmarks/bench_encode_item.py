@@ -17,7 +17,7 @@ read from disk:
 Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
 pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
 pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions. `--pieces` times, in
-one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `_decoded_plain`
+one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `decoded_plain`
 for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread) where the build
 calls them, caches as cold as there. `--against TREE` times another checkout's `encode_run` (checks on and off) in
 the same rounds, for a side-by-side before/after: each tree's in a child process of its own that imports that tree's
@@ -227,7 +227,7 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str,
     return 0
 
 
-PIECES = ((images, "_load", "decode"), (images, "_decoded_plain", "decode"), (images, "inspect", "inspect"),
+PIECES = ((images, "_load", "decode"), (images, "decoded_plain", "decode"), (images, "inspect", "inspect"),
           (flags, "signature_of_grey", "  signature"), (flags, "sharpness", "  sharpness"),
           (flags, "colour_below", "  colour spread"))
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from shard_utils.errors import TpuShardsError
 
-__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end", "PlainJpeg", "plain_jpeg"]
+__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end", "PlainHeader", "PlainJpeg", "plain_header",
+           "plain_jpeg"]
 
 MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass over the whole picture when decoding
 
@@ -83,24 +84,50 @@ def _segment_end(data: bytes, pos: int, marker: int) -> int:
 
 
 @dataclass(frozen=True)
-class PlainJpeg:
-    """A JPEG whose header is plain (see plain_jpeg): its size, its colour components (1 grey, 3 colour) and the
-    length of its primary image (what jpeg_primary_end gives)."""
+class PlainHeader:
+    """A JPEG whose header is plain (see plain_header): its size and its colour components (1 grey, 3 colour)."""
 
     width: int
     height: int
     components: int
+
+
+@dataclass(frozen=True)
+class PlainJpeg(PlainHeader):
+    """A plain JPEG (see plain_jpeg): its header's facts and the length of its primary image (what
+    jpeg_primary_end gives)."""
+
     end: int
 
 
+def plain_header(data: bytes) -> PlainHeader | None:
+    """What a JPEG header holding nothing but JFIF, an ICC profile, Adobe's segment, tables, a comment and one 8-bit
+    baseline, extended or progressive frame of 1 or 3 components says of itself, each segment where the one before
+    it ends and as Pillow's Image.open reads it without an error; None for any other header. The scan data is not
+    looked at (a reader's decoder judges it): one walk of the header's few segments."""
+    found = _header(data)
+    return None if found is None else found[0]
+
+
 def plain_jpeg(data: bytes, max_scans: int = MAX_SCANS) -> PlainJpeg | None:
-    """What a JPEG whose header holds nothing but JFIF, an ICC profile, Adobe's segment, tables, a comment and one
-    8-bit baseline, extended or progressive frame of 1 or 3 components says of itself, each segment where the one
-    before it ends and as Pillow reads it without an error; None for any other bytes, whole or not (for Pillow and
-    jpeg_primary_end to judge).
+    """plain_header's facts and the primary image's end, for bytes whose header is plain and whose scans end in an
+    end-of-image marker; None for any other bytes, whole or not (for Pillow and jpeg_primary_end to judge).
 
     Such a header is all a structural check needs to know, without Pillow's own parse of it: no EXIF or XMP (no
     orientation), no MPF (not an MPO), and the size and mode (1 component L, 3 RGB) Pillow gives it."""
+    found = _header(data)
+    if found is None:
+        return None
+    header, scan = found
+    try:
+        end = _end_from(data, scan, max_scans)
+    except ValueError:
+        return None
+    return PlainJpeg(header.width, header.height, header.components, end)
+
+
+def _header(data: bytes) -> tuple[PlainHeader, int] | None:
+    """A plain header's facts and where its first start-of-scan marker is; None for any other header."""
     if data[:3] != b"\xff\xd8\xff":
         return None
     pos, size, frame = 2, len(data), None
@@ -122,12 +149,8 @@ def plain_jpeg(data: bytes, max_scans: int = MAX_SCANS) -> PlainJpeg | None:
         return None
     if frame is None:
         return None
-    try:
-        end = _end_from(data, pos, max_scans)
-    except ValueError:
-        return None
     height, width = int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big")
-    return PlainJpeg(width, height, frame[5], end) if width and height else None
+    return (PlainHeader(width, height, frame[5]), pos) if width and height else None
 
 
 def _readable(marker: int, data: bytes, start: int, end: int) -> bool:

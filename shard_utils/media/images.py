@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from PIL import Image, ImageFile, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from shard_utils.errors import TpuShardsError
 from shard_utils.format.image_size import ImageSize
 from shard_utils.format.jpeg import (  # noqa: F401 - also named here
     MAX_SCANS,
-    PlainJpeg,
     TooManyScans,
     jpeg_primary_end,
     plain_jpeg,
 )
+from shard_utils.format.jpeg_pixels import decoded_plain
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, OutOfMemory, decode_bytes, mib
 from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
 
@@ -176,29 +176,13 @@ def _plain_pass_through(data: bytes, options: ImageOptions) -> PreparedImage | N
     view = None
     if options.validate == "decode":
         _allow_pixels(options.max_pixels)  # as _open does: a later Image.open of the record here sees the same limit
-        checked = _decoded_plain(data[:found.end], found, _check_draft(found.width, found.height, options.inspect))
+        checked = decoded_plain(data[:found.end], found, _check_draft(found.width, found.height, options.inspect))
         if checked is None:
             return None
         view = view_of(checked) if options.inspect else None
     inspection = inspect(view, found.height, found.width) if options.inspect else None
     return PreparedImage(data[:found.end], found.height, found.width, found.components, True, len(data) - found.end,
                          inspection)
-
-
-def _decoded_plain(encoded: bytes, found: PlainJpeg, draft: tuple[int, int]) -> Image.Image | None:
-    """The pixels of a plain JPEG (`encoded` up to its end-of-image marker) as Image.open, draft(mode, `draft`)
-    and load() give them: the same decoder with the same arguments (its mode, the scale draft picks, no
-    decoder-side draft), fed the whole image at once; None when the decoder does not finish cleanly."""
-    if ImageFile.LOAD_TRUNCATED_IMAGES:  # Pillow's load then finishes damaged pixels: its path decides
-        return None
-    mode = "L" if found.components == 1 else "RGB"
-    fits = min(found.width // draft[0], found.height // draft[1])
-    scale = next(s for s in (8, 4, 2, 1) if fits >= s)  # JpegImageFile.draft's choice
-    size = (-(-found.width // scale), -(-found.height // scale))
-    try:
-        return Image.frombytes(mode, size, encoded, "jpeg", mode, "", scale, 0)
-    except (ValueError, OSError, MemoryError):  # unfinished or broken data, or no memory: reported by Pillow's path
-        return None
 
 
 def _check_draft(width: int, height: int, inspecting: bool) -> tuple[int, int]:

@@ -27,6 +27,7 @@ from shard_utils.extras import require_all
 from shard_utils.format import schema
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
+from shard_utils.format.jpeg import plain_header
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.format.tfrecord import FramingError
 from shard_utils.read.array_record_source import array_record_source  # noqa: F401 - public from here too
@@ -376,15 +377,40 @@ def _jpeg(data: bytes, source_id: str, size: tuple[int, int] | None = None) -> n
 
 def _picture(data: bytes, source_id: Any, size: tuple[int, int] | None = None):
     """The decoded RGB Pillow image, resized to `size` (height, width) when given; ValueError if it does not decode."""
-    from PIL import Image
-
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            if size is not None and image.size != (size[1], size[0]):
-                image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
-                rgb = image if image.mode == "RGB" else image.convert("RGB")
-                return rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-            image.load()
-            return image if image.mode == "RGB" else image.convert("RGB")
+        picture = _plain_picture(data, size)
+        return picture if picture is not None else _opened_picture(data, size)
     except Exception as exc:
         raise ValueError(f"record {str(source_id)!r}: image does not decode: {storage.problem(exc)}") from None
+
+
+def _plain_picture(data: bytes, size: tuple[int, int] | None):
+    """_opened_picture's pixels for a JPEG with a plain header, decoded by Pillow's decoder without Image.open's
+    Python parse of the header (most of what a record costs outside the decoder, all of it holding the GIL); None
+    for any other bytes, an image over Pillow's pixel limit, and pixels the decoder does not finish."""
+    from PIL import Image  # Pillow and the decoder's module only where a picture is decoded (the loader needs neither)
+
+    from shard_utils.format.jpeg_pixels import decoded_plain
+
+    found = plain_header(data)
+    if found is None or (Image.MAX_IMAGE_PIXELS is not None and found.width * found.height > Image.MAX_IMAGE_PIXELS):
+        return None  # Image.open warns of, or refuses, a decompression bomb
+    target = (size[1], size[0]) if size is not None else (found.width, found.height)
+    image = decoded_plain(data, found, target)
+    if image is None:
+        return None
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return rgb if target == (found.width, found.height) else rgb.resize(target, Image.Resampling.BILINEAR)
+
+
+def _opened_picture(data: bytes, size: tuple[int, int] | None):
+    """The picture through Image.open: any image Pillow reads, drafted to `size` when it is a JPEG."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        if size is not None and image.size != (size[1], size[0]):
+            image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
+            rgb = image if image.mode == "RGB" else image.convert("RGB")
+            return rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        image.load()
+        return image if image.mode == "RGB" else image.convert("RGB")
