@@ -1,7 +1,7 @@
 """The per-image CPU of a build's encode workers against the peers' floor, in one process, no start-up.
 
     python benchmarks/bench_encode_item.py [--count 200] [--phone 40] [--png 0] [--rounds 3] [--profile FILE]
-        [--pieces]
+        [--pieces] [--against TREE]
 
 On the peers benchmark's photo-like JPEGs (benchmarks/build_bench/data.py: ~400x400 and phone-size 1200 x
 1312-1600), and with `--png N` on bench_build's ~400x400 PNGs, each round times, interleaved, over the same files
@@ -17,8 +17,12 @@ read from disk:
 Printed: the median over the rounds of CPU ms per image for each, and tpu-shards' ratio to the peers' floor. The
 pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
 pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions. `--pieces` times, in
-one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`), of `inspect` and
-of its parts (the signature, the sharpness, the colour spread) where the build calls them, caches as cold as there.
+one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `decoded_plain`
+for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread) where the build
+calls them, caches as cold as there. `--against TREE` times another checkout's `encode_run` (checks on and off) in
+the same rounds, for a side-by-side before/after: each tree's in a child process of its own that imports that tree's
+code (the same process layout for both: a process holding more, as the one running the peers' floor does, was
+measured up to a fifth slower at the same code).
 """
 from __future__ import annotations
 
@@ -26,8 +30,10 @@ import argparse
 import collections
 import cProfile
 import io
+import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+TREE_VARIABLE = "BENCH_ENCODE_ITEM_TREE"  # set for --against's child: the checkout whose code it times
+sys.path[:0] = [os.environ.get(TREE_VARIABLE) or str(HERE.parent), str(HERE)]
 
 from build_bench import data  # noqa: E402
 from peers_bench import work  # noqa: E402
@@ -102,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="", help="folder caching the generated images (default: a temporary one)")
     ap.add_argument("--profile", default="", help="write a cProfile of one pass of each mode here")
     ap.add_argument("--pieces", action="store_true", help="time the decode, inspect and its parts in one more pass")
+    ap.add_argument("--against", default="", help="another checkout whose encode_run is timed in the same rounds")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # --against's child
     args = ap.parse_args(argv)
     if args.count < 1 or args.phone < 0 or args.png < 0 or args.rounds < 1:
         ap.error("--count and --rounds must be at least 1, --phone and --png at least 0")
@@ -110,10 +119,20 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [("jpg", args.count), ("phone", args.phone), ("png", args.png)]
         kinds = [(kind, count) for kind, count in kinds if count]
         folders = {kind: data.input_folder(root, kind, count, 2) for kind, count in kinds}
-        return run(folders, args, temp)
+        if args.serve:
+            return serve(cases_of(folders, temp))
+        if not args.against:
+            return run(folders, args, temp)
+        children = {"": Child(HERE.parent, args, root), AGAINST: Child(Path(args.against), args, root)}
+        try:
+            return run(folders, args, temp, children)
+        finally:
+            for child in children.values():
+                child.close()
 
 
-def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
+def cases_of(folders: dict[str, Path], temp: str) -> dict:
+    """(kind, mode): (image count, {tool: what it runs once over the images})."""
     cases = {}
     for kind, folder in folders.items():
         listed = items(folder)
@@ -125,12 +144,72 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
                 "tpu-shards": tpu_shards(task, settings(mode, True, labels), temp),
                 "tpu-shards, checks off": tpu_shards(task, settings(mode, False, labels), temp),
                 "peers' floor": peers(paths, mode)})
+    return cases
+
+
+def serve(cases: dict) -> int:
+    """--against's child: time the named tool of a case for each line "kind mode tool" read, and answer its CPU ms
+    per image."""
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kind, mode, tool = line.rstrip("\n").split("\t")
+        count, tools = cases[(kind, mode)]
+        print(cpu_ms(tools[tool], count), flush=True)
+    return 0
+
+
+class Child:
+    """A checkout's encode_run, timed in a child process of this script that imports that tree's code."""
+
+    def __init__(self, tree: Path, args: argparse.Namespace, root: Path):
+        sizes = ["--count", str(args.count), "--phone", str(args.phone), "--png", str(args.png)]
+        env = {**os.environ, TREE_VARIABLE: str(tree.resolve())}
+        self.child = subprocess.Popen([sys.executable, __file__, *sizes, "--work", str(root), "--serve"], env=env,
+                                      text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if self.child.stdout.readline().strip() != "ready":
+            raise SystemExit(f"bench_encode_item: the child timing {tree} did not start")
+
+    def tool(self, kind: str, mode: str, name: str) -> Callable[[], float]:
+        """A call returning what the child's `name` cost in CPU ms per image, timed there."""
+        def timed() -> float:
+            self.child.stdin.write(f"{kind}\t{mode}\t{name}\n")
+            self.child.stdin.flush()
+            return float(self.child.stdout.readline())
+        return timed
+
+    def close(self) -> None:
+        self.child.stdin.close()
+        self.child.wait()
+
+
+AGAINST = " (--against)"  # the other checkout's tools are named so
+
+
+def in_children(cases: dict, children: dict[str, Child]) -> set[str]:
+    """Each case's tpu-shards tools run by the children instead ("" this checkout, AGAINST the other); the names of
+    the tools whose calls return their own CPU ms per image."""
+    timed_there = set()
+    for (kind, mode), (_count, tools) in cases.items():
+        for name in [n for n in tools if n.startswith("tpu-shards")]:
+            for suffix, child in children.items():
+                tools[name + suffix] = child.tool(kind, mode, name)
+                timed_there.add(name + suffix)
+    return timed_there
+
+
+def run(folders: dict[str, Path], args: argparse.Namespace, temp: str,
+        children: dict[str, Child] | None = None) -> int:
+    cases = cases_of(folders, temp)
+    local = {kind_mode: (count, dict(tools)) for kind_mode, (count, tools) in cases.items()}  # --pieces, --profile
+    timed_there = in_children(cases, children) if children else set()
     times: dict[tuple, list[float]] = {}
     for r in range(args.rounds):
         for (kind, mode), (count, tools) in cases.items():
             names = list(tools) if r % 2 == 0 else list(reversed(tools))
             for name in names:
-                times.setdefault((kind, mode, name), []).append(cpu_ms(tools[name], count))
+                took = tools[name]
+                times.setdefault((kind, mode, name), []).append(
+                    took() if name in timed_there else cpu_ms(took, count))
     print(f"CPU ms per image, median of {args.rounds} rounds (ratio to the peers' floor)")
     for (kind, mode), (count, tools) in cases.items():
         floor = statistics.median(times[(kind, mode, "peers' floor")])
@@ -138,18 +217,19 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str) -> int:
                          f" ({statistics.median(times[(kind, mode, name)]) / floor:.2f}x)" for name in tools)
         print(f"{kind:5} x{count:<4} {mode:8}: {line}")
     if args.pieces:
-        print_pieces(cases)
+        print_pieces(local)
     if args.profile:
         profiler = cProfile.Profile()
-        for (_kind, _mode), (_count, tools) in cases.items():
+        for (_kind, _mode), (_count, tools) in local.items():
             profiler.runcall(tools["tpu-shards"])
         profiler.dump_stats(args.profile)
         pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
     return 0
 
 
-PIECES = ((images, "_load", "decode"), (images, "inspect", "inspect"), (flags, "signature_of_grey", "  signature"),
-          (flags, "sharpness", "  sharpness"), (flags, "colour_below", "  colour spread"))
+PIECES = ((images, "_load", "decode"), (images, "decoded_plain", "decode"), (images, "inspect", "inspect"),
+          (flags, "signature_of_grey", "  signature"), (flags, "sharpness", "  sharpness"),
+          (flags, "colour_below", "  colour spread"))
 
 
 def print_pieces(cases: dict) -> None:
@@ -165,8 +245,8 @@ def print_pieces(cases: dict) -> None:
             for tool in ("tpu-shards", "tpu-shards, checks off"):
                 spent.clear()
                 tools[tool]()
-                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}" for *_, label in PIECES
-                                 if label in spent)
+                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}"
+                                 for label in dict.fromkeys(label for *_, label in PIECES) if label in spent)
                 print(f"  {kind:5} {mode:8} {tool:22}: {line}")
     finally:
         for module, name, fn in originals:

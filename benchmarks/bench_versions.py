@@ -6,8 +6,9 @@ The other revision is checked out (detached) under --work once. Each round build
 trees, alternating which goes first; each tree's build runs in a fresh process that imports Beam and the job
 before its clock starts (build_bench/job_child.py, from that tree). Steady throughput subtracts each tree's
 fixed cost, measured on --tiny images of the same kind: (count - tiny) / (t(count) - t(tiny)). The machine may
-be shared: read the ratio, best of --rounds. The default revision is the last one before local and Dataflow
-builds ran one graph (local builds then took a write-once path of their own).
+be shared: read the ratio, best of --rounds. CPU per image with the fixed cost subtracted:
+(cpu(count) - cpu(tiny)) / (count - tiny), each the least of the rounds. The default revision is the last one
+before local and Dataflow builds ran one graph (local builds then took a write-once path of their own).
 """
 from __future__ import annotations
 
@@ -91,14 +92,17 @@ def main() -> None:
     print(f"\nsteady local throughput, {args.workers} workers, best of {args.rounds} rounds "
           f"({args.count} images, fixed cost from {args.tiny}): images/s")
     print(f"{'path':<10} {'this checkout':>14} {args.rev:>14} {'ratio':>7}   images per CPU-second (all processes, "
-          f"{args.count} images): this checkout, {args.rev}")
+          f"{args.count} images), then CPU ms per image with the fixed cost subtracted: this checkout, {args.rev}")
     for path in args.paths.split(","):
         rates = {name: (args.count - args.tiny) / (best[name, path, args.count] - best[name, path, args.tiny])
                  for name in trees}
         per_cpu = {name: args.count / cpu[name, path, args.count] for name in trees}
+        steady_ms = {name: 1000 * (cpu[name, path, args.count] - cpu[name, path, args.tiny]) / (args.count - args.tiny)
+                     for name in trees}
         print(f"{path:<10} {rates['this checkout']:>14.0f} {rates[args.rev]:>14.0f} "
               f"{rates['this checkout'] / rates[args.rev]:>7.2f}   "
-              f"{per_cpu['this checkout']:.0f}, {per_cpu[args.rev]:.0f}")
+              f"{per_cpu['this checkout']:.0f}, {per_cpu[args.rev]:.0f}; "
+              f"{steady_ms['this checkout']:.3f}, {steady_ms[args.rev]:.3f}")
     fixed = {name: min(best[name, p, args.tiny] for p in args.paths.split(",")) for name in trees}
     print("fixed cost (the fastest build of --tiny images): " + ", ".join(f"{n} {s:.2f} s" for n, s in fixed.items()))
 

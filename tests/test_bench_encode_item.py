@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from benchmarks import bench_encode_item as bench
 
@@ -26,3 +27,15 @@ def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
     assert set(on) == {"decode", "inspect", "signature", "sharpness", "colour spread"} and all(on.values())
     assert on["inspect"] > on["signature"] and pieces["decode, checks off"].startswith("decode ")
     assert "inspect" not in pieces["decode, checks off"]  # with the checks off nothing is inspected
+
+
+def test_another_checkout_is_timed_in_the_same_rounds(tmp_path, capsys):
+    """--against: the other tree's encode_run (here this same checkout's) timed by a child process, its rows beside
+    this checkout's, each with its ratio to the peers' floor."""
+    tree = str(Path(bench.__file__).resolve().parents[1])
+    assert bench.main(["--count", "2", "--phone", "0", "--rounds", "2", "--work", str(tmp_path),
+                       "--against", tree]) == 0
+    decode = next(line for line in capsys.readouterr().out.splitlines() if re.match(r"jpg +x2 +decode", line))
+    times = dict(re.findall(r"(tpu-shards[^,(]*(?:, checks off)?(?: \(--against\))?) ([\d.]+) \(", decode))
+    assert set(times) == {"tpu-shards", "tpu-shards, checks off", "tpu-shards (--against)",
+                          "tpu-shards, checks off (--against)"} and all(float(t) > 0 for t in times.values())

@@ -9,7 +9,16 @@ import struct
 import pytest
 
 from shard_utils.format import schema
-from shard_utils.format.example_bytes import BYTES, FLOAT, INT64, LARGE, SMALL, example_pieces
+from shard_utils.format.example_bytes import (
+    BYTES,
+    FLOAT,
+    INT64,
+    LARGE,
+    SMALL,
+    example_pieces,
+    single_value_pieces,
+    single_values,
+)
 from shard_utils.format.tfrecord import frame, frame_pieces, iter_records, masked_crc
 
 
@@ -51,6 +60,38 @@ def test_a_large_value_is_the_callers_own_object():
     pieces = example_pieces([("image/encoded", BYTES, (image,)), ("image/height", INT64, (5,))], large=len(image))
     assert any(p is image for p in pieces)
     assert example_pieces([("image/encoded", BYTES, (image,))], large=len(image) + 1) is None  # the runtime's
+
+
+def test_single_values_are_the_runtimes_bytes():
+    """Keys laid out once, then one value each: the runtime's bytes, a large value a piece of its own; a value that
+    is no plain int in range or no bytes is left to example_pieces."""
+    rng = random.Random(5)
+    for _ in range(300):
+        keys = [(key, kind) for key, kind, _ in random_features(rng)]
+        layout = single_values(keys)
+        assert layout is not None
+        values = [rng.randbytes(rng.choice([0, 1, 127, 128, SMALL - 1, SMALL, 70_000])) if kind == BYTES else
+                  rng.choice([0, 1, -1, 127, 128, 300, 2**31, -(2**63), 2**63 - 1]) for _, kind in keys]
+        pieces = single_value_pieces(layout, values)
+        assert b"".join(pieces) == runtime_bytes([(k, kind, (v,)) for (k, kind), v in zip(keys, values, strict=True)])
+        assert all(any(p is v for p in pieces) for v in values if isinstance(v, bytes) and len(v) >= SMALL)
+    layout = single_values([("a", INT64), ("b", BYTES)])
+    for values in ([2**63, b""], [True, b""], [1, "text"], [1, bytearray(b"x")]):
+        assert single_value_pieces(layout, values) is None
+    assert single_values([("a", FLOAT)]) is None and single_values([("a", BYTES), ("ab", BYTES)]) is None
+
+
+def test_image_records_of_one_label_are_the_runtimes_bytes():
+    rng = random.Random(9)
+    for _ in range(200):
+        label = rng.choice([-1, 0, 3, 200, 2**40])
+        image = rng.randbytes(rng.choice([0, 10, SMALL - 200, SMALL, 40_000]))
+        record = schema.ImageRecord(image, rng.randint(1, 70_000), rng.randint(1, 300), rng.choice([1, 3]), label,
+                                    rng.choice(["", "cat", "é/ü" * 50]),
+                                    rng.choice(["a.jpg", "dir/ä b.jpeg", "x" * 300]), rng.randbytes(32).hex(),
+                                    image_format=rng.choice(["jpeg", "png"]),
+                                    labels=rng.choice([None, (label,)]), label_texts=rng.choice([None, ("t",)]))
+        assert schema.encode_example(record) == runtime_bytes(schema.record_features(record))
 
 
 @pytest.mark.parametrize("features", [

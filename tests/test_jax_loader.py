@@ -234,3 +234,35 @@ def test_a_dataset_in_a_bucket_gives_the_same_batches_as_its_local_copy(small_da
         a, b = next(remote), next(local)
         np.testing.assert_array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
         np.testing.assert_array_equal(np.asarray(a["label"]), np.asarray(b["label"]))
+
+
+def test_a_resize_gives_the_decoders_pixels_and_padding_rows_are_zeros(small_dataset):
+    m = load(str(small_dataset))
+    source, decode = RandomAccessSource(m, "validation"), Decoder.for_manifest(m, (20, 12))
+    expected = np.stack([decode(source[i])["image"] for i in range(len(source))]) * np.float32(1 / 255)
+    batches = list(make_iterator(m, "validation", 16, training=False, image_size=(20, 12), threads=3))
+    got = np.concatenate([np.asarray(b["image"]) for b in batches])
+    assert got.shape == (len(batches) * 16, 20, 12, 3) and len(source) % 16
+    np.testing.assert_array_equal(got[:len(source)], expected)
+    assert not got[len(source):].any()
+
+
+def test_multi_label_hot_vectors_and_a_record_that_does_not_decode(tmp_path):
+    from index_helpers import image_record, write_dataset
+
+    labels = ["a", "b", "c"]
+    records = [image_record(i, [i % 3, (i + 1) % 3] if i % 4 else [], labels, multi_label=True, label_offset=1)
+               for i in range(16)]
+    m = write_dataset(tmp_path / "ml", {"train": [records[:8], records[8:]]}, labels, multi_label=True,
+                      label_offset=1)
+    hot = next(make_iterator(m, "train", 16, training=False, image_size=8))["label"]
+    assert hot.dtype == np.float32 and hot.shape == (16, 3)
+    np.testing.assert_array_equal(np.asarray(hot), [[1.0 * (k in (i % 3, (i + 1) % 3)) * bool(i % 4)
+                                                     for k in range(3)] for i in range(16)])
+    import dataclasses
+
+    broken = dataclasses.replace(records[5], encoded=b"not a jpeg")
+    m = write_dataset(tmp_path / "bad", {"train": [records[:5] + [broken] + records[6:8], records[8:]]}, labels,
+                      multi_label=True, label_offset=1)
+    with pytest.raises(ValueError, match="record 'img/00005.jpg': image does not decode"):
+        next(make_iterator(m, "train", 16, training=False, image_size=8))

@@ -1,15 +1,21 @@
-"""A structural check's JPEG with a plain header: what plain_jpeg reads of it is what Pillow and jpeg_primary_end
-read, and prepare_image keeps the same bytes and geometry as for any other JPEG; every other header is Pillow's."""
+"""A JPEG with a plain header: what plain_jpeg reads of it is what Pillow and jpeg_primary_end read, prepare_image
+keeps the same bytes and geometry as for any other JPEG, its decode check and the readers' Pillow path the same
+pixels, flags and refusals as Pillow's open, draft and load; every other header is Pillow's."""
 import io
 import random
+import re
 import warnings
 
+import numpy as np
 import pytest
 from conftest import photo
-from PIL import Image, ImageCms
+from PIL import Image, ImageCms, ImageFile
 
-from shard_utils.format.jpeg import PlainJpeg, jpeg_primary_end, plain_jpeg
-from shard_utils.media.images import ImageOptions, Rejected, prepare_image
+from shard_utils import storage
+from shard_utils.format.jpeg import PlainJpeg, jpeg_primary_end, plain_header, plain_jpeg
+from shard_utils.media.images import ImageOptions, Rejected, _check_draft, prepare_image
+from shard_utils.quality.flags import inspect, view_of
+from shard_utils.read.random_access import _jpeg, _plain_picture
 
 STRUCTURE = ImageOptions(validate="structure")
 ICC = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
@@ -118,3 +124,182 @@ def test_over_max_pixels_is_refused_as_before(plain):
     with pytest.raises(Rejected) as refused:
         prepare_image(plain["baseline"], ImageOptions(validate="structure", max_pixels=100))
     assert refused.value.reason == "too_large"
+
+
+def pillow_checked(data: bytes, inspecting: bool):
+    """What the decode check of any JPEG makes of the bytes: the quality checks' Inspection (None without them)
+    from Image.open, draft and load of the primary image, or the message of the decoder's refusal."""
+    encoded = data[:jpeg_primary_end(data)]
+    image = Image.open(io.BytesIO(encoded))
+    image.draft(image.mode, _check_draft(image.width, image.height, inspecting))
+    try:
+        image.load()
+    except OSError as exc:
+        return f"cannot decode JPEG data: {exc}"
+    return inspect(view_of(image), *reversed(Image.open(io.BytesIO(encoded)).size)) if inspecting else None
+
+
+def checked(data: bytes, inspecting: bool):
+    try:
+        return prepare_image(data, ImageOptions(inspect=inspecting)).inspection
+    except Rejected as refused:
+        return refused.message
+
+
+@pytest.mark.parametrize("inspecting", [True, False], ids=["checks", "no checks"])
+def test_a_plain_jpeg_is_decoded_as_pillow_decodes_it(plain, inspecting):
+    """The same flags and signature at every draft scale (1/1 to 1/8, grey and colour, progressive, with a
+    trailer), and the same refusal of damaged scan data, as Pillow's own open, draft and load give."""
+    rng = random.Random(11)
+    sizes = [(40, 24), (130, 70), (300, 260), (1030, 90), (9, 700)]
+    cases = dict(plain) | {f"{w}x{h} {kind}": jpeg(photo(w, h, w).convert(kind), progressive=w > 200)
+                           for w, h in sizes for kind in ("RGB", "L")}
+    damaged = {}
+    for name, data in cases.items():
+        scan = data.index(b"\xff\xda") + 12
+        for n in range(4):
+            at = rng.randrange(scan, jpeg_primary_end(data) - 2)
+            damaged[f"{name} damaged {n}"] = data[:at] + bytes((rng.randrange(256),)) + data[at + 1:]
+    refused = 0
+    for name, data in (cases | damaged).items():
+        if plain_jpeg(data) is None:
+            continue
+        expected = pillow_checked(data, inspecting)
+        refused += isinstance(expected, str)
+        assert checked(data, inspecting) == expected, name
+    assert refused  # some damage the decoder refuses
+
+
+def test_the_decode_check_raises_pillows_pixel_limit_as_opening_does(plain, monkeypatch):
+    """Pillow refuses over twice its MAX_IMAGE_PIXELS; --max-pixels above it raises it, as the path through
+    Image.open always did, so a later open of the record in the same worker (--embed-model's) is not refused."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    prepare_image(plain["baseline"], ImageOptions(max_pixels=5000))
+    assert Image.MAX_IMAGE_PIXELS == 5000
+    assert Image.open(io.BytesIO(plain["baseline"])).size == (40, 24)
+
+
+# ----------------------------------------------------------------------------- the readers' Pillow path
+
+
+def opened(data: bytes, size=None) -> np.ndarray | str:
+    """The readers' pixels of any image as they were before the plain path (Image.open, draft, load, convert,
+    resize), or the message of their refusal."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if size is not None and image.size != (size[1], size[0]):
+                image.draft("RGB", (size[1], size[0]))
+                rgb = image if image.mode == "RGB" else image.convert("RGB")
+                return np.asarray(rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR))
+            image.load()
+            return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+    except Exception as exc:  # noqa: BLE001 - any refusal: the reader must refuse alike
+        return f"record 'r': image does not decode: {storage.problem(exc)}"
+
+
+def read(data: bytes, size=None) -> np.ndarray | str:
+    try:
+        return _jpeg(data, "r", size)
+    except ValueError as exc:
+        return str(exc)
+
+
+def same(got, expected) -> bool:
+    """The same pixels, or the same refusal (but for the address of the BytesIO a message may name)."""
+    if isinstance(expected, str):
+        return isinstance(got, str) and re.sub(" at 0x[0-9a-f]+", "", got) == re.sub(" at 0x[0-9a-f]+", "", expected)
+    return isinstance(got, np.ndarray) and got.dtype == expected.dtype and np.array_equal(got, expected)
+
+
+def targets(w: int, h: int) -> list:
+    """Reader sizes (height, width): none, the picture's own, each draft scale, larger, and other shapes."""
+    return [None, (h, w), (max(1, h // 2), max(1, w // 2)), (max(1, h // 3), max(1, w // 5)),
+            (max(1, h // 8), max(1, w // 8)), (max(1, h // 9), max(1, w // 11)), (h * 2 + 1, w + 3), (7, 224)]
+
+
+@pytest.fixture(scope="module")
+def generated(plain) -> dict[str, bytes]:
+    """Plain JPEGs of many shapes: 4:4:4, 4:2:2 and 4:2:0 colour and grey, baseline and progressive, with restart
+    markers, odd and tiny sizes, and the plain fixture's headers (ICC, Adobe, 16-bit tables, a trailer)."""
+    out = dict(plain)
+    out["adobe untransformed"] = with_segment(jpeg(photo(40, 24, 5)), 0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x00")
+    out["over 64 KiB"] = jpeg(photo(520, 390, 6), quality=95)  # Image.open's load feeds it to the decoder in pieces
+    for w, h in [(40, 24), (130, 70), (301, 257), (9, 700), (1, 1), (17, 33)]:
+        for kind, options in (("4:4:4", {"subsampling": 0}), ("4:2:2", {"subsampling": 1}),
+                              ("4:2:0", {"subsampling": 2}), ("grey", {})):
+            image = photo(w, h, w + h)
+            image = image.convert("L") if kind == "grey" else image
+            out[f"{w}x{h} {kind}"] = jpeg(image, quality=85, **options)
+            out[f"{w}x{h} {kind} progressive"] = jpeg(image, progressive=True, **options)
+            out[f"{w}x{h} {kind} restarts"] = jpeg(image, restart_marker_rows=1, **options)
+    return out
+
+
+def test_a_reader_decodes_a_plain_jpeg_as_image_open_does(generated):
+    """The plain path (no Image.open) gives the pixels Pillow's open, draft and load gave, bit for bit, at every
+    draft scale, with and without a target size, grey and colour."""
+    assert len(generated["over 64 KiB"]) > 65536
+    for name, data in generated.items():
+        w, h = Image.open(io.BytesIO(data)).size
+        for size in targets(w, h):
+            assert _plain_picture(data, size) is not None, (name, size)  # the plain path decoded it
+            assert same(read(data, size), opened(data, size)), (name, size)
+
+
+def test_damaged_bytes_give_the_reader_the_same_error_or_the_same_pixels(generated):
+    """A changed byte anywhere (header or scan data), a cut anywhere, junk after the end: the same refusal, worded
+    the same, or the same pixels (libjpeg finishes some damaged scans) as through Image.open."""
+    rng = random.Random(5)
+    outcomes = {"refused": 0, "decoded damaged": 0}
+    for name in ("40x24 4:2:0", "130x70 4:4:4 progressive", "130x70 grey restarts", "17x33 4:2:2", "icc profile",
+                 "trailer"):
+        data = generated[name]
+        variants = [data[:cut] for cut in sorted(rng.sample(range(2, len(data)), 12))] + [data + b"\x00\xff\xd8junk"]
+        for _ in range(30):
+            at = rng.randrange(2, len(data))
+            variants.append(data[:at] + bytes((rng.choice((0x00, 0xFF, 0xD9, rng.randrange(256))),)) + data[at + 1:])
+        for variant in variants:
+            w, h = Image.open(io.BytesIO(data)).size
+            for size in (None, (max(1, h // 4), max(1, w // 4))):
+                expected = opened(variant, size)
+                assert same(read(variant, size), expected), (name, variant.hex(), size)
+                plain_read = plain_header(variant) is not None and _plain_picture(variant, size) is not None
+                outcomes["refused"] += isinstance(expected, str)
+                outcomes["decoded damaged"] += plain_read and variant[:len(data)] != data
+    assert outcomes["refused"] > 20 and outcomes["decoded damaged"] > 20, outcomes  # both kinds were met
+
+
+def test_other_images_take_image_opens_path(plain):
+    """EXIF, CMYK, PNG: no plain header, so Image.open reads them, as before."""
+    exif = Image.Exif()
+    exif[0x0112] = 6  # the readers give the stored picture, unturned
+    others = {"exif": jpeg(photo(40, 24, 1), exif=exif.tobytes()),
+              "cmyk": jpeg(photo(16, 16, 3).convert("CMYK"))}
+    png = io.BytesIO()
+    photo(16, 12, 4).save(png, "PNG")
+    others["png"] = png.getvalue()
+    for name, data in others.items():
+        for size in (None, (8, 8)):
+            assert _plain_picture(data, size) is None, name
+            expected = opened(data, size)
+            assert isinstance(expected, np.ndarray) and same(read(data, size), expected), name
+
+
+def test_truncated_images_loaded_by_pillow_are_pillows(plain, monkeypatch):
+    """With ImageFile.LOAD_TRUNCATED_IMAGES, Pillow finishes a cut image itself: its path decodes it."""
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    data = plain["progressive"][:len(plain["progressive"]) * 2 // 3]
+    assert _plain_picture(data, None) is None
+    expected = opened(data)
+    assert isinstance(expected, np.ndarray) and same(read(data), expected)
+
+
+def test_the_readers_keep_pillows_pixel_limit(plain, monkeypatch):
+    """Over Pillow's MAX_IMAGE_PIXELS Image.open warns, over twice it refuses: the reader still does both."""
+    data = plain["baseline"]
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40 * 24 - 1)
+    with pytest.warns(Image.DecompressionBombWarning):
+        assert same(read(data), opened(data))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40 * 24 // 2 - 1)
+    got = read(data)
+    assert isinstance(got, str) and "decompression bomb" in got and got == opened(data)

@@ -171,3 +171,40 @@ def _jpeg(image: Image.Image, quality: int) -> bytes:
     out = io.BytesIO()
     image.save(out, "JPEG", quality=quality)
     return out.getvalue()
+
+
+def plain_sharpness(grey: np.ndarray) -> float:
+    """The Laplacian's variance as first written: 2-D slices of the float32 levels."""
+    if grey.shape[0] < 3 or grey.shape[1] < 3:
+        return 0.0
+    lap = grey[:-2, 1:-1] + grey[2:, 1:-1]
+    lap += grey[1:-1, :-2]
+    lap += grey[1:-1, 2:]
+    lap -= 4 * grey[1:-1, 1:-1]
+    lap = lap.ravel()
+    mean = float(lap.sum()) / lap.size
+    return float(np.dot(lap, lap)) / lap.size - mean * mean
+
+
+def test_the_measures_read_from_raw_bytes_are_the_plain_ones():
+    """sharpness on whole rows, pixels_of and the signature's thumbnail read through it give exactly what the
+    plain forms give (2-D slices, np.asarray), on random levels of every view size and on decoded photos."""
+    from shard_utils.quality.flags import sharpness, view_of
+    from shard_utils.quality.signature import SIDE, _low_dct, pixels_of, signature_of_grey
+
+    rng = np.random.default_rng(5)
+    pictures = [Image.fromarray(rng.integers(0, 256, (int(rng.integers(1, 129)), int(rng.integers(1, 129)), 3),
+                                             dtype=np.uint8), "RGB") for _ in range(150)]
+    pictures += [view_of(Image.open(io.BytesIO(_jpeg(scene(seed, (400, 300)), 90)))) for seed in range(30)]
+    pictures += [Image.fromarray(rng.integers(0, 256, (7, 5, 4), dtype=np.uint8), "RGBA")]
+    m = _low_dct()
+    for picture in pictures:
+        luma = picture.convert("L")
+        for image in (picture, luma):
+            assert np.array_equal(pixels_of(image), np.asarray(image)) and pixels_of(image).dtype == np.uint8
+        levels = np.asarray(luma, dtype=np.float32)
+        assert sharpness(levels) == plain_sharpness(levels)
+        thumb = np.asarray(luma.resize((SIDE, SIDE), Image.Resampling.BOX), dtype=np.float32)
+        low = (m @ thumb @ m.T).ravel()
+        bits = int.from_bytes(np.packbits(low > np.median(low)).tobytes(), "big")
+        assert signature_of_grey(luma) == bits

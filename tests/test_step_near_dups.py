@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import replace
 
 import apache_beam as beam
 import numpy as np
@@ -42,6 +43,7 @@ from shard_utils.quality.clusters import Member, find_clusters
 from shard_utils.quality.member_batches import batch_of, signatures_of
 from shard_utils.quality.signature import NEAR_DISTANCE, signature
 from shard_utils.sharding.naming import ShardNaming
+from shard_utils.storage import StorageError
 
 PAIRS = {"dog/copy.jpg": "cat/img0000.jpg", "fish/small.jpg": "cat/img0001.jpg", "dog/img0002.jpg": "cat/big.jpg"}
 SIZE = (96, 72)  # large enough for a 75 % copy at JPEG quality 60 to stay within NEAR_DISTANCE bits
@@ -84,6 +86,19 @@ def test_a_runs_records_are_one_batch_signed_first_each_at_its_place(encoded):
         assert [f[0] for f in fields] == [entries[f[3][1]].meta.source_id for f in fields]
         assert signatures_of((raw, fields)).tolist() == [signature_of(entries[f[3][1]].meta.phash) for f in fields[:n]]
         assert all(signature_of(entries[f[3][1]].meta.phash) is None for f in fields[n:])
+
+
+def test_a_run_without_signatures_is_read_only_for_exact_copies(encoded):
+    """Without --dedup a record without a signature is in no cluster: a run of only such records (a structural
+    check's) gives no batch, and its records' metadata is not read; with --dedup every record is a member."""
+    _, _, runs, _, _ = encoded
+    for r in runs:
+        assert r.tally.signed == sum(bool(e.meta.phash) for e in r.file.entries()) > 0
+        assert list(run_members(r, exact=False)) == list(run_members(r, exact=True))
+        unsigned = replace(r, tally=replace(r.tally, signed=0), file=replace(r.file, meta_path=r.file.meta_path + "x"))
+        assert list(run_members(unsigned, exact=False)) == []
+        with pytest.raises(StorageError):  # with --dedup its records are read
+            list(run_members(unsigned, exact=True))
 
 
 def split_of(signed, source_id: str) -> str:

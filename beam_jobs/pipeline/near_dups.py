@@ -77,7 +77,7 @@ class FindNearDuplicates(beam.PTransform):
         self.threshold, self.existing, self.exact, self.cap = threshold, existing, exact, cap
 
     def expand(self, runs):
-        members = runs | "Members" >> beam.FlatMap(run_members)
+        members = runs | "Members" >> beam.FlatMap(run_members, self.exact)
         if self.existing is not None:
             dataset = self.existing | "DatasetBatches" >> beam.ParDo(BatchMembers())
             members = (members, dataset) | "WithDataset" >> beam.Flatten()
@@ -118,11 +118,12 @@ class ClusterSignatures(beam.PTransform):
                 | "Clusters" >> beam.FlatMapTuple(cluster_of))
 
 
-def run_members(encoded: EncodedRun) -> Iterable[MemberBatch]:
+def run_members(encoded: EncodedRun, exact: bool = True) -> Iterable[MemberBatch]:
     """A run's records as one batch (none when the run has no file): its signatures and its records' fields, the
     record at `position` of the run being at (run, position); only the few in some cluster become Members
-    (`in_component`)."""
-    if encoded.file is None:
+    (`in_component`). Without `exact` (--dedup) a record without a signature is in no cluster: a run of only such
+    records (a structural check's) is not read."""
+    if encoded.file is None or not (exact or encoded.tally.signed):
         return
     split, run = encoded.split, encoded.run
     signed, unsigned = [], []

@@ -18,6 +18,7 @@ from .runner import Runs
 JOB_PATHS = {  # name: (image kind, job flags, what it is)
     "reencode": ("png", ("--jpeg-quality", "75"), "re-encode: PNG in, JPEG q75 out"),
     "decode": ("jpg", (), "pass-through: JPEG in, --validate decode (default)"),
+    "decode-off": ("jpg", ("--quality-checks", "off"), "pass-through: JPEG in, --validate decode, no quality checks"),
     "structure": ("jpg", ("--validate", "structure"), "pass-through: JPEG in, --validate structure"),
     "small": ("small", (), "pass-through: 64x64 JPEGs, --validate decode"),
 }

@@ -5,15 +5,19 @@ photo).
 
 Only what is certain to match is written here: byte and int64 lists under distinct keys none of which is the
 start of another (upb orders such keys its own way). Anything else (float lists, whose float32 rounding is the
-runtime's) is None, for the runtime to serialize; so is a record without a value of LARGE bytes or more, which the
-runtime serializes faster (about 12 us against 20 for an image record's nine features).
+runtime's) is None, for the runtime to serialize; so is, in example_pieces, a record without a value of LARGE bytes
+or more, which the runtime serializes faster (about 12 us against 20 for an image record's nine features). Keys
+known in advance that hold one value each (`single_values`: an image record of one label) are written in about 8 us
+whatever their sizes: their order and heads are worked out once, and no list is built per feature.
 """
 from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["BYTES", "INT64", "FLOAT", "Feature", "SMALL", "LARGE", "example_pieces"]
+__all__ = ["BYTES", "INT64", "FLOAT", "Feature", "SMALL", "LARGE", "example_pieces", "SingleValues", "single_values",
+           "single_value_pieces"]
 
 BYTES = "bytes"
 INT64 = "int64"
@@ -79,8 +83,8 @@ def _ordered(keys: list[bytes]) -> bool:
 def example_pieces(features: Sequence[Feature], large: int = LARGE) -> list[bytes] | None:
     """The deterministic serialization of an Example holding `features`, as pieces to join (or to frame); None
     when it is the protobuf runtime's to write (see the module's docstring), as when no value has `large` bytes."""
-    if large and not any(kind == BYTES and any(len(v) >= large for v in values) for _, kind, values in features):
-        return None
+    if large and max((len(v) for _, kind, values in features if kind == BYTES for v in values), default=0) < large:
+        return None  # one pass over the values: a nested any() cost about as much as the runtime's serialization
     entries: list[tuple[bytes, list[bytes]]] = []
     for key, kind, values in features:
         if kind == BYTES:
@@ -104,4 +108,54 @@ def example_pieces(features: Sequence[Feature], large: int = LARGE) -> list[byte
             body += wrapped[1:]
         else:
             body += wrapped
+    return _wrapped(b"\x0a", body)
+
+
+@dataclass(frozen=True)
+class SingleValues:
+    """Keys known in advance whose lists each hold one value (an image record's usual nine): the order in which the
+    runtime writes them and each map entry's head (its key and its Feature's tag), worked out once."""
+
+    order: tuple[tuple[int, bytes, bool], ...]  # (the value's place among the values, entry head, int64?)
+
+
+def single_values(keys: Sequence[tuple[str, str]]) -> SingleValues | None:
+    """The layout of features under these (key, BYTES / INT64), each of one value; None when they are the runtime's
+    to write (a float list, a key repeated or the start of another)."""
+    names = [key.encode("utf-8") for key, _ in keys]
+    if any(kind not in (BYTES, INT64) for _, kind in keys) or not _ordered(names):
+        return None
+    return SingleValues(tuple((i, b"\x0a" + _varint(len(names[i])) + names[i] + b"\x12", keys[i][1] == INT64)
+                              for i in sorted(range(len(names)), key=names.__getitem__)))
+
+
+def single_value_pieces(layout: SingleValues, values: Sequence) -> list[bytes] | None:
+    """example_pieces of the layout's features holding these values (one each, in the layout's key order), written
+    with no list built per feature: about half the time of the runtime's serialization of an image record's. None
+    when a value is not a plain int in int64's range or bytes (then the features are example_pieces' to write)."""
+    body: list[bytes] = []
+    small = b""  # the entries since the last large value
+    for place, head, int64 in layout.order:
+        value = values[place]
+        if int64:
+            if value.__class__ is not int or not _INT64_MIN <= value < -_INT64_MIN:
+                return None
+            packed = _varint(value & _UINT64)  # at most 10 bytes
+            feature = b"\x1a" + _ONE_BYTE[len(packed) + 2] + b"\x0a" + _ONE_BYTE[len(packed)] + packed
+        elif value.__class__ is not bytes:
+            return None
+        elif len(value) >= SMALL:  # its own piece, after the heads of its list, feature and entry
+            listed = b"\x0a" + _varint(len(value))
+            feature = b"\x0a" + _varint(len(listed) + len(value)) + listed
+            entry = head + _varint(len(feature) + len(value)) + feature
+            body += (small + b"\x0a" + _varint(len(entry) + len(value)) + entry, value)
+            small = b""
+            continue
+        else:
+            listed = b"\x0a" + _varint(len(value)) + value
+            feature = b"\x0a" + _varint(len(listed)) + listed
+        entry = head + _varint(len(feature)) + feature
+        small += b"\x0a" + _varint(len(entry)) + entry
+    if small or not body:
+        body.append(small)
     return _wrapped(b"\x0a", body)

@@ -3,11 +3,13 @@ decoding it. What the build checks before storing a JPEG as it is, and what `ver
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 
 from shard_utils.errors import TpuShardsError
 
-__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end", "PlainJpeg", "plain_jpeg"]
+__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end", "PlainHeader", "PlainJpeg", "plain_header",
+           "plain_jpeg"]
 
 MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass over the whole picture when decoding
 
@@ -20,6 +22,7 @@ _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
 _APP0, _APP2, _APP14, _DQT = 0xE0, 0xE2, 0xEE, 0xDB
 _SOF = (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
 _PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM
+_SEGMENT = struct.Struct(">BBH")  # a marker segment's start: 0xFF, its marker, its length
 
 
 class TooManyScans(ValueError, TpuShardsError):
@@ -81,68 +84,91 @@ def _segment_end(data: bytes, pos: int, marker: int) -> int:
 
 
 @dataclass(frozen=True)
-class PlainJpeg:
-    """A JPEG whose header is plain (see plain_jpeg): its size, its colour components (1 grey, 3 colour) and the
-    length of its primary image (what jpeg_primary_end gives)."""
+class PlainHeader:
+    """A JPEG whose header is plain (see plain_header): its size and its colour components (1 grey, 3 colour)."""
 
     width: int
     height: int
     components: int
+
+
+@dataclass(frozen=True)
+class PlainJpeg(PlainHeader):
+    """A plain JPEG (see plain_jpeg): its header's facts and the length of its primary image (what
+    jpeg_primary_end gives)."""
+
     end: int
 
 
+def plain_header(data: bytes) -> PlainHeader | None:
+    """What a JPEG header holding nothing but JFIF, an ICC profile, Adobe's segment, tables, a comment and one 8-bit
+    baseline, extended or progressive frame of 1 or 3 components says of itself, each segment where the one before
+    it ends and as Pillow's Image.open reads it without an error; None for any other header. The scan data is not
+    looked at (a reader's decoder judges it): one walk of the header's few segments."""
+    found = _header(data)
+    return None if found is None else found[0]
+
+
 def plain_jpeg(data: bytes, max_scans: int = MAX_SCANS) -> PlainJpeg | None:
-    """What a JPEG whose header holds nothing but JFIF, an ICC profile, Adobe's segment, tables, a comment and one
-    8-bit baseline, extended or progressive frame of 1 or 3 components says of itself, each segment where the one
-    before it ends and as Pillow reads it without an error; None for any other bytes, whole or not (for Pillow and
-    jpeg_primary_end to judge).
+    """plain_header's facts and the primary image's end, for bytes whose header is plain and whose scans end in an
+    end-of-image marker; None for any other bytes, whole or not (for Pillow and jpeg_primary_end to judge).
 
     Such a header is all a structural check needs to know, without Pillow's own parse of it: no EXIF or XMP (no
     orientation), no MPF (not an MPO), and the size and mode (1 component L, 3 RGB) Pillow gives it."""
+    found = _header(data)
+    if found is None:
+        return None
+    header, scan = found
+    try:
+        end = _end_from(data, scan, max_scans)
+    except ValueError:
+        return None
+    return PlainJpeg(header.width, header.height, header.components, end)
+
+
+def _header(data: bytes) -> tuple[PlainHeader, int] | None:
+    """A plain header's facts and where its first start-of-scan marker is; None for any other header."""
     if data[:3] != b"\xff\xd8\xff":
         return None
     pos, size, frame = 2, len(data), None
-    while pos + 4 <= size and data[pos] == 0xFF:
-        marker, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+    while pos + 4 <= size:
+        tag, marker, length = _SEGMENT.unpack_from(data, pos)
+        if tag != 0xFF:
+            return None
         if marker == _SOS:
             break
-        body = data[pos + 4:pos + 2 + length]
-        if marker not in _PLAIN or length < 2 or len(body) != length - 2 or not _readable(marker, body):
+        end = pos + 2 + length
+        if marker not in _PLAIN or length < 2 or end > size or not _readable(marker, data, pos + 4, end):
             return None
         if marker in _SOF:
             if frame is not None:
                 return None
-            frame = body
-        pos += 2 + length
+            frame = data[pos + 4:end]
+        pos = end
     else:
         return None
     if frame is None:
         return None
-    try:
-        end = _end_from(data, pos, max_scans)
-    except ValueError:
-        return None
     height, width = int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big")
-    return PlainJpeg(width, height, frame[5], end) if width and height else None
+    return (PlainHeader(width, height, frame[5]), pos) if width and height else None
 
 
-def _readable(marker: int, body: bytes) -> bool:
-    """Whether a segment of a plain header is one Pillow reads without an error (its JFIF version, an ICC profile
-    piece's sequence numbers, Adobe's version, every quantisation table whole, a frame of whole component entries)
-    and keeps the header plain (an APP2 segment is an ICC profile's piece, never MPF or FlashPix)."""
+def _readable(marker: int, data: bytes, start: int, end: int) -> bool:
+    """Whether a segment of a plain header (its body data[start:end]) is one Pillow reads without an error (its JFIF
+    version, an ICC profile piece's sequence numbers, Adobe's version, every quantisation table whole, a frame of
+    whole component entries) and keeps the header plain (an APP2 segment is an ICC profile's piece, never MPF or
+    FlashPix)."""
+    length = end - start
     if marker == _APP0:
-        return not body.startswith(b"JFIF") or len(body) >= 7
+        return not data.startswith(b"JFIF", start, end) or length >= 7
     if marker == _APP2:
-        return body.startswith(b"ICC_PROFILE\x00") and len(body) >= 14
+        return data.startswith(b"ICC_PROFILE\x00", start, end) and length >= 14
     if marker == _APP14:
-        return not body.startswith(b"Adobe") or len(body) >= 7
+        return not data.startswith(b"Adobe", start, end) or length >= 7
     if marker == _DQT:
-        while body:
-            table = 1 + (64 if body[0] < 16 else 128)  # Pillow: 8-bit values when the precision nibble is 0
-            if len(body) < table:
-                return False
-            body = body[table:]
-        return True
+        while start < end:
+            start += 1 + (64 if data[start] < 16 else 128)  # Pillow: 8-bit values when the precision nibble is 0
+        return start == end
     if marker in _SOF:
-        return len(body) >= 6 and (len(body) - 6) % 3 == 0 and body[0] == 8 and body[5] in (1, 3)
+        return length >= 6 and (length - 6) % 3 == 0 and data[start] == 8 and data[start + 5] in (1, 3)
     return True

@@ -26,8 +26,16 @@ def sort_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, option
                video: bool = False) -> SortedChunk:
     """Each walked entry classified as a media item, a reject or a skipped file."""
     found = SortedChunk([], [], [], len(entries))
+    folders: dict[str, _Folder] = {}
+    extensions = inputs.VIDEO_EXTENSIONS if video else inputs.MEDIA_EXTENSIONS
     for entry in entries:
+        plain = _plain_name(entry, split_dirs, options, extensions)
+        if plain is not None and plain[0] in folders:
+            found.media.append(folders[plain[0]].item(entry, plain[1]))
+            continue
         out = listings.classify_entry(entry, split_dirs, root, options, video)
+        if plain and isinstance(out, MediaItem) and _Folder.fits(out, entry, plain[1]):
+            folders[plain[0]] = _Folder.of(out, plain[1])
         if isinstance(out, listings.Rejection):
             found.rejected.append(out.as_dict())
         elif isinstance(out, inputs.Skip):
@@ -37,6 +45,46 @@ def sort_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, option
         else:
             found.media.append(out)
     return found
+
+
+def _plain_name(entry: storage.Entry, split_dirs: bool, options: ListingOptions,
+                extensions: frozenset[str]) -> tuple[str, str] | None:
+    """(folder, name) of a readable entry whose name alone makes it media, whatever its folder (ASCII, not hidden,
+    not a system file, a media extension; no label from the name, no split from it: not at the top of split
+    folders); None for any other, classified in full."""
+    rel = entry.rel_path
+    if entry.reason is not None or options.label_from_name is not None or not rel.isascii():
+        return None
+    folder, _, name = rel.rpartition("/")
+    if (split_dirs and not folder) or name[:1] == "." or name.lower() in inputs.SYSTEM_NAMES \
+            or inputs.extension_of(name) not in extensions:
+        return None
+    return folder, name
+
+
+@dataclass(frozen=True)
+class _Folder:
+    """What every media file with a plain name (`_plain_name`) in one folder shares as an item: all but its name,
+    size and place, taken from the first one classified in full."""
+
+    uri_prefix: str
+    labels: tuple[str, ...]
+    split: str | None
+    no_label: tuple[str, str]
+
+    @staticmethod
+    def fits(item: MediaItem, entry: storage.Entry, name: str) -> bool:
+        """Whether `_Folder.item` would make the same item of the entry (its id its path, read where it lies)."""
+        return (item.source_id == entry.rel_path and item.uri.endswith(name) and item.size == entry.size
+                and not item.extras and not item.origin)
+
+    @staticmethod
+    def of(item: MediaItem, name: str) -> _Folder:
+        return _Folder(item.uri[:len(item.uri) - len(name)], item.labels, item.split, item.no_label)
+
+    def item(self, entry: storage.Entry, name: str) -> MediaItem:
+        return MediaItem(entry.rel_path, self.uri_prefix + name, entry.size, self.labels, self.split,
+                         no_label=self.no_label)
 
 
 def name_taken(item: MediaItem) -> listings.Rejection:

@@ -18,7 +18,13 @@ from PIL import Image, UnidentifiedImageError
 
 from shard_utils.errors import TpuShardsError
 from shard_utils.format.image_size import ImageSize
-from shard_utils.format.jpeg import MAX_SCANS, TooManyScans, jpeg_primary_end, plain_jpeg  # noqa: F401 - also named here
+from shard_utils.format.jpeg import (  # noqa: F401 - also named here
+    MAX_SCANS,
+    TooManyScans,
+    jpeg_primary_end,
+    plain_jpeg,
+)
+from shard_utils.format.jpeg_pixels import decoded_plain
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, OutOfMemory, decode_bytes, mib
 from shard_utils.quality.flags import VIEW_SIDE, Inspection, inspect, view_of
 
@@ -99,7 +105,7 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
     """Turn source bytes into a JPEG record image, keeping the original bytes when nothing would change."""
     if not data:
         raise Rejected("empty", "file is empty (0 bytes)")
-    if options.validate == "structure" and options.size is None:
+    if options.size is None:
         plain = _plain_pass_through(data, options)
         if plain is not None:
             return plain
@@ -163,13 +169,21 @@ def _pass_through(data: bytes, image: Image.Image, validate: str, inspecting: bo
 
 
 def _plain_pass_through(data: bytes, options: ImageOptions) -> PreparedImage | None:
-    """What _pass_through makes of a JPEG with a plain header (shard_utils.format.jpeg.plain_jpeg) under a
-    structural check, known from one walk of its markers without Pillow's parse of its header (about a third of a
-    structural check); None for any other bytes, which take the path every image takes."""
+    """What _pass_through makes of a JPEG with a plain header (shard_utils.format.jpeg.plain_jpeg), known from one
+    walk of its markers without Pillow's parse of its header (about a third of a structural check); under `decode`
+    its pixels come from Pillow's JPEG decoder called as Image.open's load would call it. None for any other
+    bytes, and for pixels that decoder does not finish: those take the path every image takes, which words why."""
     found = plain_jpeg(data)
     if found is None or found.width * found.height > options.max_pixels:
         return None
-    inspection = inspect(None, found.height, found.width) if options.inspect else None
+    view = None
+    if options.validate == "decode":
+        _allow_pixels(options.max_pixels)  # as _open does: a later Image.open of the record here sees the same limit
+        checked = decoded_plain(data[:found.end], found, _check_draft(found.width, found.height, options.inspect))
+        if checked is None:
+            return None
+        view = view_of(checked) if options.inspect else None
+    inspection = inspect(view, found.height, found.width) if options.inspect else None
     return PreparedImage(data[:found.end], found.height, found.width, found.components, True, len(data) - found.end,
                          inspection)
 

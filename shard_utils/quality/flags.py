@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from shard_utils.quality import findings
-from shard_utils.quality.signature import grey, signature_of_grey
+from shard_utils.quality.signature import grey, pixels_of, signature_of_grey
 
 __all__ = [
     "VIEW_SIDE", "SAMPLED_ROWS", "Flag", "Thresholds", "THRESHOLDS", "view_of", "sharpness", "colourfulness",
@@ -52,14 +52,17 @@ def view_of(image: Image.Image) -> Image.Image:
 
 def sharpness(grey: np.ndarray) -> float:
     """Variance of the 4-neighbour Laplacian of float32 grey levels (0 for a picture under 3x3): low is blurred.
-    Summed in place, in the order of the plain expression, so the value is the same."""
-    if grey.shape[0] < 3 or grey.shape[1] < 3:
+    Summed in place, in the order of the plain expression, so the value is the same; on whole rows of the flat
+    levels (numpy adds contiguous runs faster than 2-D slices), each row's two edge values then dropped."""
+    height, width = grey.shape
+    if height < 3 or width < 3:
         return 0.0
-    lap = grey[:-2, 1:-1] + grey[2:, 1:-1]
-    lap += grey[1:-1, :-2]
-    lap += grey[1:-1, 2:]
-    lap -= 4 * grey[1:-1, 1:-1]
-    lap = lap.ravel()
+    flat, inner = grey.ravel(), (height - 2) * width
+    lap = flat[:inner] + flat[2 * width:]  # above + below
+    lap += flat[width - 1:width - 1 + inner]  # left (a row's first value wraps: dropped below)
+    lap += flat[width + 1:width + 1 + inner]  # right
+    lap -= 4 * flat[width:width + inner]
+    lap = lap.reshape(height - 2, width)[:, 1:-1].ravel()
     mean = float(lap.sum()) / lap.size
     return float(np.dot(lap, lap)) / lap.size - mean * mean
 
@@ -108,20 +111,15 @@ def size_flags(height: int, width: int, t: Thresholds = THRESHOLDS) -> list[Flag
     return out
 
 
-def pixel_flags(grey: np.ndarray, colour: float | None, t: Thresholds = THRESHOLDS,
-                histogram: list[int] | None = None) -> list[Flag]:
-    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels (float32), its colour
-    spread (colourfulness; None: known to be at least t.max_colour) and, when at hand, the histogram of its grey
-    levels (Pillow's: 256 counts), which gives the clipped shares without a pass over the pixels."""
+def pixel_flags(grey: np.ndarray, colour: float | None, t: Thresholds = THRESHOLDS) -> list[Flag]:
+    """`blur`, `overexposed`, `underexposed` and `grayscale`, from the view's grey levels (float32) and its colour
+    spread (colourfulness; None: known to be at least t.max_colour)."""
     out: list[Flag] = []
     sharp = sharpness(grey)
     if sharp < t.min_sharpness:
         out.append((findings.BLUR, round(sharp, 3), t.min_sharpness))
-    if histogram is None:
-        clipped = int(np.count_nonzero(grey >= t.bright)), int(np.count_nonzero(grey <= t.dark))
-    else:
-        clipped = sum(histogram[t.bright:]), sum(histogram[:t.dark + 1])
-    bright, dark = clipped[0] / grey.size, clipped[1] / grey.size
+    bright = int(np.count_nonzero(grey >= t.bright)) / grey.size
+    dark = int(np.count_nonzero(grey <= t.dark)) / grey.size
     if bright > t.clipped_share:
         out.append((findings.OVEREXPOSED, round(bright, 3), t.clipped_share))
     if dark > t.clipped_share:
@@ -147,8 +145,8 @@ def inspect(view: Image.Image | np.ndarray | None, height: int, width: int,
     if view is None:
         return Inspection(None, tuple(size_flags(height, width, t)))
     luma = view.convert("L") if isinstance(view, Image.Image) else grey(view)
-    flags = pixel_flags(np.asarray(luma, dtype=np.float32), colour_below(np.asarray(view), t.max_colour), t,
-                        luma.histogram())
+    pixels = pixels_of(view) if isinstance(view, Image.Image) else view
+    flags = pixel_flags(pixels_of(luma).astype(np.float32), colour_below(pixels, t.max_colour), t)
     return Inspection(signature_of_grey(luma), tuple(size_flags(height, width, t) + flags))
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -168,6 +169,13 @@ class _Plan:
             return position if position < self.num_records else None
         return int(_step_rows(self.seed, self.num_records, self.global_batch_size, self.rows, step)[j])
 
+    def records(self, step: int) -> list[int | None]:
+        """record() of each of this process's elements of global step `step`, in order, all at once."""
+        if not self.training:
+            first = step * self.global_batch_size
+            return [first + r if first + r < self.num_records else None for r in self.rows]
+        return _step_rows(self.seed, self.num_records, self.global_batch_size, self.rows, step).tolist()
+
 
 @functools.lru_cache(maxsize=256)
 def _step_rows(seed: int, num_records: int, global_batch_size: int, rows: tuple[int, ...], step: int) -> np.ndarray:
@@ -187,29 +195,54 @@ def _source(m: Manifest, selection: Selection):
     return array_record_source(m, selection.expression)
 
 
+class _Batch:
+    """One batch of this process's elements as numpy arrays the decode threads fill in place, a row each: "image"
+    uint8 [rows, H, W, 4] (RGB, then a byte the devices drop: Pillow's own pixel layout, so that a picture is
+    pasted in without the GIL and without repacking), "label" int32 [rows] (multi-label: float32 [rows, classes])
+    and, evaluating, "mask" float32 [rows]. Padding rows are all zeros. A new batch each time: the devices may
+    keep the host's buffers. Threads take its rows in turn (`take`): a batch is a few tasks, not one a row."""
+
+    def __init__(self, records: list[int | None], decode: Decoder, training: bool):
+        from PIL import Image
+
+        h, w = decode.image_size or (0, 0)
+        rows = len(records)
+        self.arrays = {"image": np.empty((rows, h, w, 4), np.uint8),  # each row pasted whole, or zeroed (padding)
+                       "label": (np.zeros((rows, decode.num_classes), np.float32) if decode.multi_label else
+                                 np.zeros(rows, np.int32))}
+        if not training:
+            self.arrays["mask"] = np.zeros(rows, np.float32)
+        # Pillow's view of every row's pixels, one picture under the other (it shares their memory)
+        self.pixels = Image.frombuffer("RGBX", (w, h * rows), self.arrays["image"], "raw", "RGBX", 0, 1)
+        self._rows = enumerate(records)
+        self._lock = threading.Lock()
+        self.dropped = False  # set when the stream closes: rows not yet taken are left
+
+    def take(self) -> tuple[int, int | None] | None:
+        """The next (row, selection row or None for padding) to fill; None when all are taken or the batch dropped."""
+        with self._lock:
+            return None if self.dropped else next(self._rows, None)
+
+
 class _Element:
-    """Element index -> one decoded record of this process ({"image", "label"[, "mask"]}), its
-    image uint8: a quarter of float32's bytes to stack and to send to the devices, which scale it."""
+    """Reads and decodes records of this process into their rows of a _Batch (nothing for evaluation padding)."""
 
-    def __init__(self, source, plan: _Plan, decode: Decoder):
-        self.source, self.plan, self.decode = source, plan, decode
+    def __init__(self, source, decode: Decoder):
+        self.source, self.decode = source, decode
 
-    def __call__(self, element: int) -> dict[str, Any]:
-        row = self.plan.record(element)
-        if row is None:
-            out = self._padding()
-        else:
-            decoded = self.decode(self.source[row])
-            label = decoded["label"]
-            out = {"image": decoded["image"], "label": label if self.decode.multi_label else np.int32(label)}
-        if not self.plan.training:
-            out["mask"] = np.float32(row is not None)
-        return out
-
-    def _padding(self) -> dict[str, Any]:
-        h, w = self.decode.image_size or (0, 0)
-        label = np.zeros(self.decode.num_classes, np.float32) if self.decode.multi_label else np.int32(0)
-        return {"image": np.zeros((h, w, 3), np.uint8), "label": label}
+    def __call__(self, batch: _Batch) -> None:
+        """Fill the batch's rows that no other thread has taken, until none is left."""
+        images, labels, mask = batch.arrays["image"], batch.arrays["label"], batch.arrays.get("mask")
+        while (taken := batch.take()) is not None:
+            i, row = taken
+            if row is None:
+                images[i] = 0
+                continue
+            picture, labels[i] = self.decode.picture(self.source[row])
+            w, h = picture.size
+            batch.pixels.im.paste(picture.im, (0, i * h, w, (i + 1) * h))  # the core's: Image.paste copies a view
+            if mask is not None:
+                mask[i] = 1.0
 
 
 class _TFDecoder:
@@ -253,9 +286,10 @@ class _TFDecoder:
 
 @functools.cache
 def _unit_scale():
-    """uint8 pixels -> float32 in [0, 1], on the devices that hold them (jitted once; the sharding is kept)."""
+    """uint8 RGB-and-a-byte pixels -> float32 RGB in [0, 1], on the devices that hold them (jitted once; the
+    sharding is kept)."""
     jax = _jax()
-    return jax.jit(lambda pixels: pixels.astype("float32") * np.float32(1 / 255))
+    return jax.jit(lambda pixels: pixels[..., :3].astype("float32") * np.float32(1 / 255))
 
 
 class GlobalBatches(Iterator[dict[str, Any]]):
@@ -304,24 +338,29 @@ class GlobalBatches(Iterator[dict[str, Any]]):
 
     def _open(self, step: int) -> Generator[dict[str, np.ndarray], None, None]:
         """This process's batches from `step` on, in order: the records of the next `_DEPTH` batches read and decoded
-        in a pool of threads (Pillow lets go of the GIL while it decodes and resizes), each batch stacked here."""
+        in a pool of threads (Pillow lets go of the GIL while it decodes and resizes), each into its batch's row."""
         per, end = len(self._plan.rows), self._plan.steps()
         if isinstance(self._decode, _TFDecoder):
             yield from self._decode.batches(self._source, self._plan, step * per, end * per, per)
             return
-        element = _Element(self._source, self._plan, self._decode)
+        element = _Element(self._source, self._decode)
         pool = ThreadPoolExecutor(self._threads, thread_name_prefix="jax_loader")
-        pending: deque[list[Future]] = deque()
+        pending: deque[tuple[_Batch, list[Future]]] = deque()
         try:
             while True:
                 while len(pending) < _DEPTH and step < end:
-                    pending.append([pool.submit(element, e) for e in range(step * per, (step + 1) * per)])
+                    batch = _Batch(self._plan.records(step), self._decode, self._plan.training)
+                    pending.append((batch, [pool.submit(element, batch) for _ in range(min(self._threads, per))]))
                     step += 1
                 if not pending:
                     return
-                records = [f.result() for f in pending.popleft()]
-                yield {k: np.stack([r[k] for r in records]) for k in records[0]}
+                batch, futures = pending.popleft()
+                for future in futures:
+                    future.result()
+                yield batch.arrays
         finally:
+            for batch, _ in pending:
+                batch.dropped = True
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _close(self) -> None:

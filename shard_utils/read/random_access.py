@@ -27,6 +27,7 @@ from shard_utils.extras import require_all
 from shard_utils.format import schema
 from shard_utils.format.generations import DigestingReader
 from shard_utils.format.index import MAX_RECORD_BYTES, MIN_FRAMED, IndexFormatError, check_place, read_places, unframe
+from shard_utils.format.jpeg import plain_header
 from shard_utils.format.manifest import Manifest, load
 from shard_utils.format.tfrecord import FramingError
 from shard_utils.read.array_record_source import array_record_source  # noqa: F401 - public from here too
@@ -199,7 +200,11 @@ class RandomAccessSource:
         return i % n
 
     def __getitem__(self, i: int) -> bytes:
-        return self._getitems([i])[0]
+        row = self._position(i)  # one record: _getitems' reads without its grouping (a reader's per-record cost)
+        found: dict[int, bytes] = {}
+        shard = int(np.searchsorted(self._index.starts, row, side="right")) - 1
+        self._read_run([0], [row], [shard], [self._index.offsets[row]], [self._index.lengths[row]], found)
+        return found[row]
 
     def _getitems(self, indices: Sequence[int]) -> list[bytes]:
         """Records at these positions, in this order; reads grouped by shard, adjacent records in one read."""
@@ -305,24 +310,17 @@ class Decoder:
     def for_source(cls, src: RandomAccessSource) -> Decoder:
         return cls.for_manifest(src.manifest)
 
+    @property
+    def _keys(self) -> tuple[str, ...]:
+        return (self.media_key, schema.LABEL, schema.SOURCE_ID, *(key for key, _, _ in self.extras))
+
     def __call__(self, data: bytes) -> dict[str, Any]:
-        fields = schema.decode_lists(data)
-        source_id = b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
-        media = fields.get(self.media_key) or []
-        if not media:
-            raise ValueError(f"record {source_id!r} has no {self.media_key!r}")
-        frames = [_jpeg(b, source_id, self.image_size) for b in media]
+        fields = schema.decode_fields(data, self._keys)
+        source_id = _source_id(fields)
+        frames = [_jpeg(b, source_id, self.image_size) for b in self._media(fields, source_id)]
         out: dict[str, Any] = {"video": np.stack(frames)} if self.media_key == schema.VIDEO_ENCODED else {
             "image": frames[0]}
-        ids = np.asarray(schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset), dtype=np.int64)
-        if len(ids) and not ((ids >= 0) & (ids < self.num_classes)).all():
-            raise ValueError(f"record {source_id!r}: label ids {ids.tolist()} are outside 0..{self.num_classes - 1}")
-        if self.multi_label:
-            hot = np.zeros(self.num_classes, dtype=np.float32)
-            hot[ids] = 1.0
-            out["label"] = hot
-        else:
-            out["label"] = ids[0] if len(ids) else np.int64(-1)
+        out["label"] = self._label(fields, source_id)
         out["source_id"] = source_id
         for key, dtype, is_list in self.extras:
             values = fields.get(key, [])
@@ -331,16 +329,88 @@ class Decoder:
             out[key] = np.asarray(values if is_list or len(values) != 1 else values[0])
         return out
 
+    def picture(self, data: bytes) -> tuple[Any, Any]:
+        """An image record's (RGB Pillow image, label), both as __call__ gives them (its "image" is the picture's
+        pixels): only the image and the label are read out of the record, the source id only for an error's
+        message. The JAX iterator's per-record work, most of which holds the GIL."""
+        fields = schema.decode_fields(data, (self.media_key, schema.LABEL))
+        source_id = _LazySourceId(data)
+        pictures = [_picture(b, source_id, self.image_size) for b in self._media(fields, source_id)]
+        return pictures[0], self._label(fields, source_id)
+
+    def _media(self, fields: dict[str, list], source_id: Any) -> list[bytes]:
+        media = fields.get(self.media_key) or []
+        if not media:
+            raise ValueError(f"record {str(source_id)!r} has no {self.media_key!r}")
+        return media
+
+    def _label(self, fields: dict[str, list], source_id: Any) -> Any:
+        """The "label" output: the 0-based id (-1 for none), or a multi-hot vector; ValueError outside the classes."""
+        ids = schema.label_ids_of(fields.get(schema.LABEL, []), self.label_offset)
+        if not all(0 <= i < self.num_classes for i in ids):
+            raise ValueError(f"record {str(source_id)!r}: label ids {list(ids)} are outside "
+                             f"0..{self.num_classes - 1}")
+        if self.multi_label:
+            hot = np.zeros(self.num_classes, dtype=np.float32)
+            hot[list(ids)] = 1.0
+            return hot
+        return np.int64(ids[0] if ids else -1)
+
+
+def _source_id(fields: dict[str, list]) -> str:
+    return b"".join(fields.get(schema.SOURCE_ID, [])).decode("utf-8", "replace")
+
+
+class _LazySourceId:
+    """A record's source id, read out of it only if a message names it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __str__(self) -> str:
+        return _source_id(schema.decode_fields(self.data, (schema.SOURCE_ID,)))
+
 
 def _jpeg(data: bytes, source_id: str, size: tuple[int, int] | None = None) -> np.ndarray:
+    return np.asarray(_picture(data, source_id, size))
+
+
+def _picture(data: bytes, source_id: Any, size: tuple[int, int] | None = None):
+    """The decoded RGB Pillow image, resized to `size` (height, width) when given; ValueError if it does not decode."""
+    try:
+        picture = _plain_picture(data, size)
+        return picture if picture is not None else _opened_picture(data, size)
+    except Exception as exc:
+        raise ValueError(f"record {str(source_id)!r}: image does not decode: {storage.problem(exc)}") from None
+
+
+def _plain_picture(data: bytes, size: tuple[int, int] | None):
+    """_opened_picture's pixels for a JPEG with a plain header, decoded by Pillow's decoder without Image.open's
+    Python parse of the header (most of what a record costs outside the decoder, all of it holding the GIL); None
+    for any other bytes, an image over Pillow's pixel limit, and pixels the decoder does not finish."""
+    from PIL import Image  # Pillow and the decoder's module only where a picture is decoded (the loader needs neither)
+
+    from shard_utils.format.jpeg_pixels import decoded_plain
+
+    found = plain_header(data)
+    if found is None or (Image.MAX_IMAGE_PIXELS is not None and found.width * found.height > Image.MAX_IMAGE_PIXELS):
+        return None  # Image.open warns of, or refuses, a decompression bomb
+    target = (size[1], size[0]) if size is not None else (found.width, found.height)
+    image = decoded_plain(data, found, target)
+    if image is None:
+        return None
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return rgb if target == (found.width, found.height) else rgb.resize(target, Image.Resampling.BILINEAR)
+
+
+def _opened_picture(data: bytes, size: tuple[int, int] | None):
+    """The picture through Image.open: any image Pillow reads, drafted to `size` when it is a JPEG."""
     from PIL import Image
 
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            if size is not None and image.size != (size[1], size[0]):
-                image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
-                rgb = image if image.mode == "RGB" else image.convert("RGB")
-                return np.asarray(rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR))
-            return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
-    except Exception as exc:
-        raise ValueError(f"record {source_id!r}: image does not decode: {storage.problem(exc)}") from None
+    with Image.open(io.BytesIO(data)) as image:
+        if size is not None and image.size != (size[1], size[0]):
+            image.draft("RGB", (size[1], size[0]))  # JPEG: decode at 1/2, 1/4 or 1/8 scale when that suffices
+            rgb = image if image.mode == "RGB" else image.convert("RGB")
+            return rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        image.load()
+        return image if image.mode == "RGB" else image.convert("RGB")

@@ -42,6 +42,7 @@ class EncodeTally:
     trailer_bytes: int = 0
     throttled_s: float = 0.0  # reads held back by the throttle or backing off after 429/503
     read_retries: int = 0
+    signed: int = 0  # records with a perceptual signature (none: the run has nothing for near-duplicates)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
     writer = RunWriter(_folder(folder, task.part), task.split, task.run, chunk_bytes)
     rejected: list[dict] = []
     quality: list[dict] = []
-    records = passed = trailers = trailer_bytes = 0
+    records = passed = trailers = trailer_bytes = signed = 0
     waited = Waited()
     try:
         for outcome in _outcomes(items, settings, embed, embed_batch, waited):
@@ -87,12 +88,13 @@ def encode_run(task: RunTask, settings: EncodeSettings, folder: str, *, embed: E
             passed += outcome.passed_through
             trailers += bool(outcome.trailer_bytes)
             trailer_bytes += outcome.trailer_bytes
+            signed += bool(outcome.meta.phash)
         written = writer.close()
     except BaseException:
         writer.abort()
         raise
     return EncodedRun(task.split, task.run, written, tuple(rejected),
-                      EncodeTally(records, passed, trailers, trailer_bytes, waited.seconds, waited.retries),
+                      EncodeTally(records, passed, trailers, trailer_bytes, waited.seconds, waited.retries, signed),
                       tuple(quality))
 
 
