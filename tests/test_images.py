@@ -170,6 +170,27 @@ def test_a_png_orientation_is_applied_before_or_after_its_pixels_and_resized_as_
         assert (prepare_image(data, ImageOptions(size=(30, 10), resize="fill")).height, out.width) == (30, 20)
 
 
+@pytest.mark.parametrize("chunk", ["xmp", "raw profile"])
+def test_a_png_orientation_in_a_text_chunk_is_applied(chunk):
+    from PIL import Image, PngImagePlugin
+
+    image = Image.new("RGB", (40, 20), (0, 0, 255))
+    image.paste((255, 0, 0), (0, 0, 20, 20))  # left half red
+    info = PngImagePlugin.PngInfo()
+    if chunk == "xmp":
+        info.add_itxt("XML:com.adobe.xmp", '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:Description '
+                                           'tiff:Orientation="6"/></x:xmpmeta>')
+    else:  # ImageMagick's form: a blank line, the profile's name, its length, then its bytes in hex
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        body = exif.tobytes()
+        info.add_text("Raw profile type exif", f"\nexif\n{len(body):8d}\n{body.hex()}", zip=True)
+    out = prepare_image(encode(image, "PNG", pnginfo=info), ImageOptions())
+    assert (out.width, out.height) == (20, 40)
+    px = pixels(out.encoded)
+    assert close(px[:15], (255, 0, 0), 20) and close(px[25:], (0, 0, 255), 20)  # red ends on top
+
+
 def test_a_png_over_the_memory_budget_is_refused_before_its_pixels_are_decoded(monkeypatch):
     from PIL import Image, PngImagePlugin
 

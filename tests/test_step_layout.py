@@ -2,14 +2,18 @@
 boundaries out (or the one line that says why there are none)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from steps import counters, media_chunks, outputs, pipeline, run, step_config
 
-from beam_jobs.pipeline.plan_runs import PlanLayout
+from beam_jobs.local.pool import LocalPool
+from beam_jobs.pipeline.plan_runs import PlanLayout, sample_sizes
 from shard_utils.format.order import choose_split
+from shard_utils.media.encode import encode_item
 from shard_utils.sharding.encode_run import item_order
 
 SPLITS = ("--splits", "train=0.7,validation=0.3")
@@ -52,6 +56,36 @@ def test_each_split_is_cut_into_runs_at_keys_of_its_items(tmp_path):
         assert len(layout.boundaries) == layout.num_runs - 1 and set(layout.boundaries) <= set(orders)
         assert sorted({layout.run_of(order) for order in orders}) == list(range(layout.num_runs))  # no empty run
     assert counters(result)["sample_encoded"] == 11  # the broken file is left out of the size sample
+
+
+def test_the_size_sample_weighs_the_records_the_build_writes_with_its_quality_checks(tmp_path):
+    write_images(tmp_path / "in", {"cat": 3}, fmt="PNG", ext="png")
+    (tmp_path / "in" / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not a whole png")
+    config = step_config(tmp_path, tmp_path / "in", "--jpeg-quality", "75")
+    items = [item for chunk in media_chunks(config) for item in chunk]
+    settings = config.encode_settings({"cat": 0})
+    assert settings.image.inspect  # the build's records come with the checks; the sample is encoded without them
+    records = [encode_item(item, settings) for item in items]
+    lengths = [r.meta.length for r in records if not isinstance(r, dict)]
+    sample = sample_sizes(items, config)
+    assert (sample.records, sample.record_bytes) == (3, sum(lengths)) and len(lengths) == 3
+    assert sample.source_bytes == sum(item.size for item, r in zip(items, records, strict=True)
+                                      if not isinstance(r, dict))
+
+
+def test_the_size_sample_is_weighed_alike_in_the_local_pool(tmp_path):
+    write_images(tmp_path / "in", {"cat": 3, "dog": 2}, fmt="PNG", ext="png")
+    (tmp_path / "in" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not a whole png")
+    config = step_config(tmp_path, tmp_path / "in", "--jpeg-quality", "75")
+    items = [item for chunk in media_chunks(config) for item in chunk]
+    try:
+        pooled = sample_sizes(items, replace(config, workers=2))
+        pool = LocalPool.shared(2)
+        answered = [w.answered for w in pool._workers.values()]
+    finally:
+        LocalPool.close_all()
+    assert answered == [True, True]  # each worker weighed its part of the sample
+    assert pooled == sample_sizes(items, config) and pooled.records == 5
 
 
 @pytest.mark.slow

@@ -15,15 +15,16 @@ from typing import Any
 
 import apache_beam as beam
 
+from beam_jobs.local.pool import Done, LocalPool, Raised
 from beam_jobs.pipeline.chunks import Chunk
 from beam_jobs.pipeline.common import Joined, Keyed, WithSingleton, collected, count
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import PlanError
 from shard_utils.format.order import choose_split
 from shard_utils.inputs import MediaItem
-from shard_utils.media.encode import Encoded, encode_data
+from shard_utils.media.encode import EncodeSettings
 from shard_utils.sharding import plan, run_plan
-from shard_utils.sharding.encode_run import item_order, read_items
+from shard_utils.sharding.encode_run import item_order, weigh_sample
 from shard_utils.sharding.run_plan import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
 __all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "SplitTotalsFn", "key_chunk"]
@@ -155,20 +156,36 @@ def _embedding_bytes(config: BuildConfig) -> int:
 
 def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
     """What the sample's files and records weigh (rejected files are left out). Label ids do not change a
-    record's size enough to matter, so the sample does not wait for the label set."""
+    record's size enough to matter, so the sample does not wait for the label set; the quality checks do not
+    change it at all (a record holds none of what they find), so the sample is encoded without them. With a local
+    pool the sample is cut into one contiguous part per worker, encoded at once: the workers wait for the plan."""
     if not items:
         return SizeSample()
-    settings = replace(config.encode_settings({name: 0 for item in items for name in item.labels}), frame_now=True)
-    source = record = records = 0
-    per_record = _embedding_bytes(config)
-    for item, data in read_items(items, settings):
-        outcome = encode_data(item, settings, data)
-        if isinstance(outcome, Encoded):
-            source += len(data)
-            record += outcome.meta.length + per_record
-            records += 1
+    settings = config.encode_settings({name: 0 for item in items for name in item.labels})
+    settings = replace(settings, image=replace(settings.image, inspect=False), frame_now=True)
+    workers = min(len(items), config.workers if config.embed is None else 1)  # the pool EncodeRuns uses, if any
+    parts = [items[len(items) * i // workers:len(items) * (i + 1) // workers] for i in range(workers)]
+    weighed = _pooled(parts, settings, workers) if workers > 1 else [weigh_sample(items, settings)]
+    source, record, records = (sum(column) for column in zip(*weighed, strict=True))
     count("sample_encoded", records)
-    return SizeSample(source, record, records)
+    return SizeSample(source, record + records * _embedding_bytes(config), records)
+
+
+def _pooled(parts: list[list[MediaItem]], settings: EncodeSettings, workers: int) -> list[tuple[int, int, int]]:
+    """weigh_sample of each part in the local pool; a part whose worker crashed (a hostile file) is weighed here, as
+    every part was before the pool did it. The pool holds nothing else at this point of the graph (if it did, the
+    parts are weighed here, leaving other steps' outcomes alone)."""
+    pool = LocalPool.shared(workers)
+    if pool.in_flight:
+        return [weigh_sample(part, settings) for part in parts]
+    tickets = {pool.submit(weigh_sample, part, settings): i for i, part in enumerate(parts)}
+    weighed: list = [None] * len(parts)
+    for ticket, outcome in pool.drain():
+        i = tickets[ticket]
+        if isinstance(outcome, Raised):
+            raise outcome.error
+        weighed[i] = outcome.value if isinstance(outcome, Done) else weigh_sample(parts[i], settings)
+    return weighed
 
 
 def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):

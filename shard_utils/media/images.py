@@ -50,6 +50,9 @@ _ORIENT = {
     8: Image.Transpose.ROTATE_90,
 }
 _SWAPS_SIDES = {5, 6, 7, 8}
+# Where Image.getexif finds an orientation in a JPEG's or PNG's info: EXIF (a PNG's eXIf chunk), ImageMagick's raw
+# profile text chunk, XMP (a PNG's iTXt keyword, and the key Pillow also files it under).
+_ORIENTATION_KEYS = ("exif", "Raw profile type exif", "XML:com.adobe.xmp", "xmp")
 _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 # ISO-BMFF brands of HEVC-coded HEIF (the ones pillow-heif opens); mif1/msf1 are generic image brands
 # that AVIF files may carry too.
@@ -328,10 +331,11 @@ def _orientation(image: Image.Image) -> int | None:
     """The EXIF orientation that changes pixels (2-8), or None; unreadable or absurd EXIF counts as none.
 
     pillow-heif applies a HEIF's rotation while decoding and resets the EXIF tag to 1; Pillow's AVIF
-    reader reports the container's rotation as the EXIF tag, so it is applied here, once. A JPEG without EXIF or
-    XMP segments (where Pillow looks for it) has none, known without building an empty Exif (~15 us).
+    reader reports the container's rotation as the EXIF tag, so it is applied here, once. A JPEG or a decoded PNG
+    with none of the segments or chunks where Pillow looks for it has none, known without building an empty Exif
+    (~15 us, several times that with the caches as a decode leaves them).
     """
-    if image.format == "JPEG" and "exif" not in image.info and "xmp" not in image.info:
+    if image.format in ("JPEG", "PNG") and not any(key in image.info for key in _ORIENTATION_KEYS):
         return None
     try:
         value = image.getexif().get(0x0112)

@@ -15,7 +15,7 @@ from shard_utils.sharding.runs import CHUNK_BYTES, RunFile, RunWriter
 from shard_utils.storage.throttle import Waited
 
 __all__ = ["Embed", "EMBED_BATCH", "PARTS_FOLDER", "RunTask", "EncodeTally", "EncodedRun", "item_order", "encode_run",
-           "read_items"]
+           "read_items", "weigh_sample"]
 
 Embed = Callable[[list[Prepared]], list]  # prepared records -> framed records (Encoded) or rejections, in order
 EMBED_BATCH = 32  # prepared records handed to the model at a time, when no batch size is given
@@ -142,3 +142,16 @@ def read_items(items: Sequence[MediaItem], settings: EncodeSettings, waited: Wai
     if any(needs_prefetch(item.uri) for item in items):
         return prefetched(items, read, lambda item: item.size)
     return ((item, read(item)) for item in items)
+
+
+def weigh_sample(items: Sequence[MediaItem], settings: EncodeSettings) -> tuple[int, int, int]:
+    """(source bytes, framed record bytes, records) of the items that encode into records (rejected ones are left
+    out): what the plan's size sample weighs, in whichever process encodes it."""
+    source = record = records = 0
+    for item, data in read_items(items, settings):
+        outcome = encode_data(item, settings, data)
+        if isinstance(outcome, Encoded):
+            source += len(data)
+            record += outcome.meta.length
+            records += 1
+    return source, record, records
