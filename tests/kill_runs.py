@@ -33,10 +33,13 @@ class Piece:
         return found[-1] if found else []
 
 
-def run(script: str, *args, kill_after: int | None = None, timeout: float = 600) -> Piece:
-    """Run examples/<script> with args; with `kill_after=n`, SIGKILL it once it logs a step >= its start + n."""
+def run(script: str, *args, kill_after: int | None = None, timeout: float = 600, untuned: bool = False) -> Piece:
+    """Run examples/<script> with args; with `kill_after=n`, SIGKILL it once it logs a step >= its start + n.
+    `untuned`: a Keras script under a strategy, its per-replica datasets without autotuning (untuned_replicas.py):
+    the same steps, without waiting on TensorFlow's threads at every validation."""
+    wrapper = [str(REPO / "tests" / "untuned_replicas.py")] if untuned else []
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, str(REPO / "examples" / script), *map(str, args)], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, *wrapper, str(REPO / "examples" / script), *map(str, args)], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=err, text=True,
                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
                                 start_new_session=True)  # killed as a group: no child keeps the pipe open

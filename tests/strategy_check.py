@@ -24,18 +24,9 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 8)
 
 import keras  # noqa: E402
-from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
+from untuned_replicas import install  # noqa: E402
 
-# TensorFlow's MultiDeviceIterator gives each replica a dataset of its own (a generator and a prefetch of 1), with
-# default options: autotuning on, so each runs a model thread. Deleting such an iterator waits for that thread's
-# timed sleep to end (seconds to a minute, 0.1 CPU second: not woken by the cancellation) and Keras deletes one at
-# every validation and evaluate, whatever the pipeline (a Dataset.range one too). Nothing there is tunable, so
-# turning it off changes no element; the loader's own pipeline keeps its options. A missing name fails loudly.
-_device_dataset = multi_device_iterator_ops._create_device_dataset
-_NOT_AUTOTUNED = tf.data.Options()
-_NOT_AUTOTUNED.autotune.enabled = False
-multi_device_iterator_ops._create_device_dataset = (
-    lambda *args, **kwargs: _device_dataset(*args, **kwargs).with_options(_NOT_AUTOTUNED))
+install()  # Keras deletes a distributed iterator at every validation: not waiting seconds for TensorFlow's threads
 
 from shard_utils.read import loader  # noqa: E402 - after the CPU devices are configured
 

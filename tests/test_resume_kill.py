@@ -65,7 +65,7 @@ def test_keras_killed_at_random_steps_resumes_with_backup_and_restore_on_8_devic
     for i, kill in enumerate([*kills, None]):
         log = tmp_path / f"piece{i}.log"
         piece = run("resume_keras.py", small_dataset, "--backup", tmp_path / "backup", "--epochs", 4, "--log", log,
-                    "--global-batch", 16, "--save-freq", 2, "--seed", 3, kill_after=kill)
+                    "--global-batch", 16, "--save-freq", 2, "--seed", 3, kill_after=kill, untuned=True)
         piece.steps = keras_steps(log, 16)
         pieces.append(piece)
     steps = effective_steps(pieces, 4 * (63 // 16))  # 12 steps of 16: two epochs of 63, and 18 of the third
