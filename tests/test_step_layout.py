@@ -2,19 +2,22 @@
 boundaries out (or the one line that says why there are none)."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 
 import apache_beam as beam
+import pool_helpers
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import write_images
 from steps import counters, media_chunks, outputs, pipeline, run, step_config
 
 from beam_jobs.local.pool import LocalPool
-from beam_jobs.pipeline.plan_runs import PlanLayout, sample_sizes
+from beam_jobs.pipeline.plan_runs import PlanLayout, _pooled, sample_sizes
 from shard_utils.format.order import choose_split
 from shard_utils.media.encode import encode_item
-from shard_utils.sharding.encode_run import item_order
+from shard_utils.sharding.encode_run import item_order, weigh_sample
 
 SPLITS = ("--splits", "train=0.7,validation=0.3")
 
@@ -86,6 +89,22 @@ def test_the_size_sample_is_weighed_alike_in_the_local_pool(tmp_path):
         LocalPool.close_all()
     assert answered == [True, True]  # each worker weighed its part of the sample
     assert pooled == sample_sizes(items, config) and pooled.records == 5
+
+
+def test_a_sample_part_whose_worker_crashed_is_weighed_in_the_driver(tmp_path, monkeypatch):
+    write_images(tmp_path / "in", {"cat": 2, "dog": 2}, fmt="PNG", ext="png")
+    (tmp_path / "in" / "dog" / "crash-0.png").write_bytes((tmp_path / "in" / "dog" / "img0000.png").read_bytes())
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("DRIVER_PID", str(os.getpid()))
+    config = step_config(tmp_path, tmp_path / "in", "--jpeg-quality", "75")
+    items = [item for chunk in media_chunks(config) for item in chunk]
+    parts = [[i for i in items if "crash-" not in i.uri], [i for i in items if "crash-" in i.uri]]
+    settings = config.encode_settings({"cat": 0, "dog": 1})
+    try:
+        weighed = _pooled(parts, settings, 2, weigh=pool_helpers.weigh_or_crash)
+    finally:
+        LocalPool.close_all()
+    assert weighed == [weigh_sample(part, settings) for part in parts] and weighed[1][2] == 1
 
 
 @pytest.mark.slow

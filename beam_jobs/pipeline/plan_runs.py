@@ -171,20 +171,22 @@ def sample_sizes(items: list[MediaItem], config: BuildConfig) -> SizeSample:
     return SizeSample(source, record + records * _embedding_bytes(config), records)
 
 
-def _pooled(parts: list[list[MediaItem]], settings: EncodeSettings, workers: int) -> list[tuple[int, int, int]]:
-    """weigh_sample of each part in the local pool; a part whose worker crashed (a hostile file) is weighed here, as
-    every part was before the pool did it. The pool holds nothing else at this point of the graph (if it did, the
-    parts are weighed here, leaving other steps' outcomes alone)."""
+def _pooled(parts: list[list[MediaItem]], settings: EncodeSettings, workers: int,
+            weigh: Callable[[list[MediaItem], EncodeSettings], tuple[int, int, int]] = weigh_sample
+            ) -> list[tuple[int, int, int]]:
+    """`weigh` (weigh_sample) of each part in the local pool; a part whose worker crashed (a hostile file) is
+    weighed here, as every part was before the pool did it. The pool holds nothing else at this point of the graph
+    (if it did, the parts are weighed here, leaving other steps' outcomes alone)."""
     pool = LocalPool.shared(workers)
     if pool.in_flight:
-        return [weigh_sample(part, settings) for part in parts]
-    tickets = {pool.submit(weigh_sample, part, settings): i for i, part in enumerate(parts)}
+        return [weigh(part, settings) for part in parts]
+    tickets = {pool.submit(weigh, part, settings): i for i, part in enumerate(parts)}
     weighed: list = [None] * len(parts)
     for ticket, outcome in pool.drain():
         i = tickets[ticket]
         if isinstance(outcome, Raised):
             raise outcome.error
-        weighed[i] = outcome.value if isinstance(outcome, Done) else weigh_sample(parts[i], settings)
+        weighed[i] = outcome.value if isinstance(outcome, Done) else weigh(parts[i], settings)
     return weighed
 
 
