@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.chunks import Chained, Chunk
+from beam_jobs.pipeline.chunks import Chained, KeyedItems
 from beam_jobs.pipeline.common import Keyed, PooledDoFn, WithSingleton, count, rejected
 from beam_jobs.pipeline.start import keep_lease
 from beam_jobs.run.config import BuildConfig
@@ -28,6 +28,7 @@ from beam_jobs.run.identity import RunInfo
 from shard_utils.errors import InternalError
 from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
+from shard_utils.inputs.items import MediaItems
 from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
@@ -66,14 +67,16 @@ class EncodeRuns(beam.PTransform):
 
 
 def assign_runs(chunk: list[Keyed], layouts: list[dict], workers: int = 1) \
-        -> Iterable[tuple[tuple[str, int, int], Chunk]]:
-    """((split, run, parts it is encoded in), items) for the items of a chunk, grouped by run."""
+        -> Iterable[tuple[tuple[str, int, int], MediaItems]]:
+    """((split, run, parts it is encoded in), items) for the items of a chunk, grouped by run (cut from the
+    chunk's columns: the items are not made here)."""
+    keyed = KeyedItems.of(chunk)
     for found in layouts:  # none when planning failed
-        by_run: dict[tuple[str, int], list[MediaItem]] = {}
-        for split, order, item in chunk:
-            by_run.setdefault((split, found[split].run_of(order)), []).append(item)
-        for (split, run), items in by_run.items():
-            yield (split, run, parts_per_run(found, workers, split, run)), Chunk(items)
+        by_run: dict[tuple[str, int], list[int]] = {}
+        for i, (split, order) in enumerate(zip(keyed.splits, keyed.orders, strict=True)):
+            by_run.setdefault((split, found[split].run_of(order)), []).append(i)
+        for (split, run), positions in by_run.items():
+            yield (split, run, parts_per_run(found, workers, split, run)), keyed.items.select(positions)
 
 
 def probe_item(item: MediaItem, settings: EncodeSettings) -> bool:

@@ -25,6 +25,7 @@ from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs import walk as media_listing
+from shard_utils.inputs.items import MediaItems
 from shard_utils.storage import ranges
 
 __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
@@ -48,7 +49,7 @@ class ListTask:
 class ListMedia(beam.PTransform):
     """The input walked in parallel (see the module's docstring) and sorted into media and the rest.
 
-    Outputs: `media` (list[MediaItem] chunks), `rejected` (dict), `skipped_files` (dict naming a non-media
+    Outputs: `media` (MediaItems chunks), `rejected` (dict), `skipped_files` (dict naming a non-media
     file), `tally` (Tally per chunk), `labels` (each label name once)."""
 
     def __init__(self, config: BuildConfig):
@@ -158,7 +159,7 @@ def classify_chunk(entries: list[storage.Entry], config: BuildConfig):
     yield beam.pvalue.TaggedOutput("tally", tally)
     if found.media:
         progress.expect("encode", len(found.media))
-        yield Chunk(found.media)
+        yield found.media
 
 
 class ListListedMedia(beam.PTransform):
@@ -185,10 +186,10 @@ class ListListedMedia(beam.PTransform):
         return {"media": media, "rejected": rejects, "skipped_files": nothing, "tally": seen, "labels": labels}
 
 
-def _listed_chunk(chunk: list[MediaItem]) -> Chunk:
+def _listed_chunk(chunk: list[MediaItem]) -> MediaItems:
     count("files_matched", len(chunk))
     progress.expect("encode", len(chunk))
-    return Chunk(chunk)
+    return MediaItems(chunk)
 
 
 class DistinctLabels(beam.PTransform):
@@ -196,5 +197,10 @@ class DistinctLabels(beam.PTransform):
 
     def expand(self, media):
         return (media
-                | "LabelsOf" >> beam.FlatMap(lambda chunk: {name for item in chunk for name in item.labels})
+                | "LabelsOf" >> beam.FlatMap(label_names)
                 | "Distinct" >> beam.Distinct())
+
+
+def label_names(chunk: Iterable[MediaItem]) -> set[str]:
+    """The label names of a chunk's items, read from its labels column (the items are not made)."""
+    return {name for labels in set(MediaItems.of(chunk).labels) for name in labels}

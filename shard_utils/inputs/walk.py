@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from shard_utils import inputs, storage
 from shard_utils.format import names
 from shard_utils.inputs import MediaItem, listings
+from shard_utils.inputs.items import MediaItems, row_of
 from shard_utils.inputs.listings import ListingOptions
 
 __all__ = ["SortedChunk", "sort_chunk", "name_taken"]
@@ -16,7 +17,7 @@ class SortedChunk:
     """One chunk of walked files: the media, the rejects (rejected.jsonl lines), the skipped files as
     (path, reason, extension), and how many files it held."""
 
-    media: list[MediaItem]
+    media: MediaItems
     rejected: list[dict]
     skipped: list[tuple[str, str, str]]
     seen: int
@@ -25,13 +26,14 @@ class SortedChunk:
 def sort_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions,
                video: bool = False) -> SortedChunk:
     """Each walked entry classified as a media item, a reject or a skipped file."""
-    found = SortedChunk([], [], [], len(entries))
+    media: list[tuple] = []  # each item's fields (`items.row_of`): the chunk's items are made only where read
+    found = SortedChunk(MediaItems(), [], [], len(entries))
     folders: dict[str, _Folder] = {}
     extensions = inputs.VIDEO_EXTENSIONS if video else inputs.MEDIA_EXTENSIONS
     for entry in entries:
         plain = _plain_name(entry, split_dirs, options, extensions)
         if plain is not None and plain[0] in folders:
-            found.media.append(folders[plain[0]].item(entry, plain[1]))
+            media.append(folders[plain[0]].row(entry, plain[1]))
             continue
         out = listings.classify_entry(entry, split_dirs, root, options, video)
         if plain and isinstance(out, MediaItem) and _Folder.fits(out, entry, plain[1]):
@@ -43,7 +45,8 @@ def sort_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, option
         elif out.source_id != entry.rel_path and storage.exists(storage.join(root, out.source_id)):
             found.rejected.append(name_taken(out).as_dict())
         else:
-            found.media.append(out)
+            media.append(row_of(out))
+    found.media = MediaItems.from_rows(media)
     return found
 
 
@@ -82,9 +85,9 @@ class _Folder:
     def of(item: MediaItem, name: str) -> _Folder:
         return _Folder(item.uri[:len(item.uri) - len(name)], item.labels, item.split, item.no_label)
 
-    def item(self, entry: storage.Entry, name: str) -> MediaItem:
-        return MediaItem(entry.rel_path, self.uri_prefix + name, entry.size, self.labels, self.split,
-                         no_label=self.no_label)
+    def row(self, entry: storage.Entry, name: str) -> tuple:
+        """The fields (`items.row_of`) of the entry's item."""
+        return entry.rel_path, self.uri_prefix + name, entry.size, self.labels, self.split, (), "", self.no_label
 
 
 def name_taken(item: MediaItem) -> listings.Rejection:
