@@ -1,4 +1,4 @@
-"""Listed items held as columns (shard_utils.inputs.items.MediaItems) and keyed for their runs
+"""Listed files and items held as columns (shard_utils.inputs.items: Entries, MediaItems) and keyed for their runs
 (beam_jobs.pipeline.chunks.KeyedItems): they read, compare, pickle and cut as the items they were made from, and
 the steps that read only their columns (key, count, sample, boundaries, assign) give what they give item by item."""
 from __future__ import annotations
@@ -15,9 +15,10 @@ from beam_jobs.pipeline.listing import label_names
 from beam_jobs.pipeline.plan_runs import SmallestFn, boundary_keys, key_chunk
 from shard_utils.format.order import choose_split
 from shard_utils.inputs import MediaItem
-from shard_utils.inputs.items import MediaItems, row_of
+from shard_utils.inputs.items import Entries, MediaItems, row_of
 from shard_utils.sharding.encode_run import item_order
 from shard_utils.sharding.run_plan import SplitLayout
+from shard_utils.storage import Entry
 
 SPLITS = (("train", 0.6), ("validation", 0.3), ("test", 0.1))
 
@@ -64,6 +65,14 @@ def test_items_pickle_once_in_fewer_bytes_than_the_objects_and_cut_by_position()
     for positions in ([5, 0, 255, 17], [9], []):
         assert back.select(positions) == [items[k] for k in positions]
         assert pickle.loads(pickle.dumps(back.select(positions))) == [items[k] for k in positions]
+
+
+def test_listed_files_read_and_pickle_as_the_entries_they_were_made_from():
+    entries = [Entry(f"cat/{i}.jpg", i) for i in range(5)] + [Entry("dog/", 0, "unreadable", "cannot list")]
+    back = pickle.loads(pickle.dumps(Entries(entries)))
+    assert back == entries and back[5] == entries[5] and list(back.select([5, 1])) == [entries[5], entries[1]]
+    assert back.paths == tuple(e.rel_path for e in entries) and back.sizes == tuple(range(5)) + (0,)
+    assert back.reasons == (None,) * 5 + ("unreadable",) and Entries.of(back) is back and Entries() == []
 
 
 def test_label_names_are_every_label_of_a_chunk_once():

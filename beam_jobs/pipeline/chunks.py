@@ -1,6 +1,6 @@
-"""Many small elements travelling as one: between steps (a Chunk; listed items keyed for their runs, KeyedItems),
-and to a local build's worker processes (a run's items, Chained from its chunks). No Beam: a worker process
-unpickles them."""
+"""Many small elements travelling as one: between steps (a Chunk; listed items keyed for their runs, KeyedItems;
+listed files and items themselves travel as `shard_utils.inputs.items` columns), and to a local build's worker
+processes (a run's items, Chained from its chunks). No Beam: a worker process unpickles them."""
 from __future__ import annotations
 
 import pickle
@@ -13,7 +13,7 @@ __all__ = ["Chunk", "KeyedItems", "Chained"]
 
 
 class Chunk(Elements):
-    """Many small elements (listed files, keyed items) travelling between steps as one, read-only.
+    """Many small elements (the columns of KeyedItems) travelling between steps as one, read-only.
 
     Beam's default coder pickles each object it does not know on its own, and again whenever it measures a
     step's output (every output, when a collection has few elements). A Chunk pickles its elements once, in

@@ -13,7 +13,7 @@ with no other task in flight, and if that fails too the build stops naming the f
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -73,10 +73,22 @@ def assign_runs(chunk: list[Keyed], layouts: list[dict], workers: int = 1) \
     keyed = KeyedItems.of(chunk)
     for found in layouts:  # none when planning failed
         by_run: dict[tuple[str, int], list[int]] = {}
-        for i, (split, order) in enumerate(zip(keyed.splits, keyed.orders, strict=True)):
-            by_run.setdefault((split, found[split].run_of(order)), []).append(i)
+        for split, of_split in by_split(keyed.splits).items():
+            orders = keyed.orders
+            for i, run in zip(of_split, found[split].runs_of(orders[i] for i in of_split), strict=True):
+                by_run.setdefault((split, run), []).append(i)
         for (split, run), positions in by_run.items():
             yield (split, run, parts_per_run(found, workers, split, run)), keyed.items.select(positions)
+
+
+def by_split(splits: Sequence[str]) -> dict[str, range | list[int]]:
+    """{split: the positions of its items}, in order: a chunk's items are usually all of one split."""
+    if len(set(splits)) == 1:
+        return {splits[0]: range(len(splits))}
+    out: dict[str, range | list[int]] = {}
+    for i, split in enumerate(splits):
+        out.setdefault(split, []).append(i)
+    return out
 
 
 def probe_item(item: MediaItem, settings: EncodeSettings) -> bool:

@@ -1,24 +1,24 @@
-"""Many MediaItems held as columns, one tuple a field: how listed items travel between a build's steps.
+"""Many listed files (storage.Entry) or media items (MediaItem) held as columns, one tuple a field: how they travel
+between a build's steps.
 
-A chunk of items pickles as eight tuples, in which a value shared by many items (a folder's labels, no split) is
-written once, instead of as an object and a dict an item; it is cut by index without making its items, and an
-item is made only when read. Pickled once, it hands out the same bytes after that, and it is unpickled only when
-read (the build's driver hands most chunks on without reading them)."""
+A chunk pickles as a few tuples, in which a value shared by many (a folder's labels, no split) is written once,
+instead of as an object and a dict each; it is cut by position without making its elements, and an element is made
+only when read. Pickled once, it hands out the same bytes after that, and it is unpickled only when read (the build's
+driver hands most chunks on without reading them)."""
 from __future__ import annotations
 
 import dataclasses
 import operator
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, ClassVar
 
 from shard_utils.inputs import MediaItem
+from shard_utils.storage import Entry
 
-__all__ = ["FIELDS", "Elements", "MediaItems", "row_of"]
+__all__ = ["Elements", "Columns", "MediaItems", "Entries", "row_of"]
 
-FIELDS = tuple(f.name for f in dataclasses.fields(MediaItem))
-_SOURCE_ID, _URI, _SIZE, _LABELS, _SPLIT = range(5)  # columns read without making the items
-row_of = operator.attrgetter(*FIELDS)  # an item's fields as a tuple, in FIELDS order
-_EMPTY = tuple(() for _ in FIELDS)
+row_of = operator.attrgetter(*(f.name for f in dataclasses.fields(MediaItem)))  # a MediaItem's fields, in order
 
 
 class Elements(Sequence):
@@ -48,31 +48,44 @@ class Elements(Sequence):
         return f"{type(self).__name__}({list(self._elements())!r})"
 
 
-class MediaItems(Elements):
-    """A read-only sequence of MediaItems held as columns (see the module's docstring)."""
+class Columns(Elements):
+    """A read-only sequence of one frozen dataclass's instances (`KIND`) held as columns, one tuple a field in the
+    dataclass's order (see the module's docstring). An element is made as unpickling makes it: its fields set in its
+    __dict__, not through the dataclass's __init__ (a frozen one sets each through object.__setattr__, several times
+    slower); so KIND has no __post_init__."""
 
     __slots__ = ("_columns", "_made", "_packed")
+    KIND: ClassVar[type]
+    FIELDS: ClassVar[tuple[str, ...]]
 
-    def __init__(self, items: Iterable[MediaItem] = ()):
-        self._made: tuple[MediaItem, ...] | None = tuple(items)
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        cls.FIELDS = tuple(f.name for f in dataclasses.fields(cls.KIND))
+
+    def __init__(self, elements: Iterable = ()):
+        self._made: tuple | None = tuple(elements)
         self._columns: tuple[tuple, ...] | None = None
         self._packed: bytes | None = None
 
     @classmethod
-    def of(cls, items: Iterable[MediaItem]) -> MediaItems:
-        """The items as MediaItems: themselves when they already are."""
-        return items if isinstance(items, MediaItems) else cls(items)
+    def of(cls, elements: Iterable):
+        """The elements as this sequence: themselves when they already are."""
+        return elements if isinstance(elements, cls) else cls(elements)
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple]) -> MediaItems:
-        """Items from their fields, one tuple an item in FIELDS order (as `row_of` gives them)."""
-        return cls._of_columns(tuple(zip(*rows, strict=True)) if rows else _EMPTY)
+    def from_rows(cls, rows: Sequence[tuple]):
+        """Elements from their fields, one tuple an element, in FIELDS order."""
+        return cls._of_columns(tuple(zip(*rows, strict=True)) if rows else cls._empty())
 
     @classmethod
-    def _of_columns(cls, columns: tuple[tuple, ...]) -> MediaItems:
-        items = cls.__new__(cls)
-        items._made, items._columns, items._packed = None, columns, None
-        return items
+    def _empty(cls) -> tuple[tuple, ...]:
+        return tuple(() for _ in cls.FIELDS)
+
+    @classmethod
+    def _of_columns(cls, columns: tuple[tuple, ...]):
+        out = cls.__new__(cls)
+        out._made, out._columns, out._packed = None, columns, None
+        return out
 
     def columns(self) -> tuple[tuple, ...]:
         """One tuple a field, in FIELDS order."""
@@ -80,63 +93,87 @@ class MediaItems(Elements):
             if self._packed is not None:
                 self._columns = pickle.loads(self._packed)
             else:
-                assert self._made is not None  # MediaItems hold their items, their columns, or their bytes
-                self._columns = tuple(zip(*map(row_of, self._made), strict=True)) if self._made else _EMPTY
+                assert self._made is not None  # it holds its elements, their columns, or their bytes
+                fields = operator.attrgetter(*self.FIELDS)
+                self._columns = tuple(zip(*map(fields, self._made), strict=True)) if self._made else self._empty()
         return self._columns
 
-    @property
-    def source_ids(self) -> tuple[str, ...]:
-        return self.columns()[_SOURCE_ID]
+    def select(self, positions: Sequence[int]):
+        """The elements at these positions, in this order, none of them made."""
+        if not positions:
+            return self._of_columns(self._empty())
+        if len(positions) == 1:
+            return self._of_columns(tuple((column[positions[0]],) for column in self.columns()))
+        pick = operator.itemgetter(*positions)
+        return self._of_columns(tuple(map(pick, self.columns())))
 
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return self.columns()[_SIZE]
+    def _make(self, row: Iterable) -> Any:
+        made = object.__new__(self.KIND)
+        made.__dict__.update(zip(self.FIELDS, row, strict=True))
+        return made
 
-    @property
-    def labels(self) -> tuple[tuple[str, ...], ...]:
-        return self.columns()[_LABELS]
-
-    @property
-    def splits(self) -> tuple[str | None, ...]:
-        return self.columns()[_SPLIT]
-
-    def select(self, indices: Sequence[int]) -> MediaItems:
-        """The items at these positions, in this order, none of them made."""
-        if not indices:
-            return MediaItems._of_columns(_EMPTY)
-        if len(indices) == 1:
-            return MediaItems._of_columns(tuple((column[indices[0]],) for column in self.columns()))
-        pick = operator.itemgetter(*indices)
-        return MediaItems._of_columns(tuple(map(pick, self.columns())))
-
-    def _elements(self) -> tuple[MediaItem, ...]:
+    def _elements(self) -> tuple:
         if self._made is None:
-            self._made = tuple(map(_made, zip(*self.columns(), strict=True)))
+            self._made = tuple(map(self._make, zip(*self.columns(), strict=True)))
         return self._made
 
     def __len__(self) -> int:
         return len(self._made) if self._made is not None else len(self.columns()[0])
 
     def __getitem__(self, index):
-        if self._made is None and isinstance(index, int):  # one item made alone (a sample's), not the chunk's
-            return _made([column[index] for column in self.columns()])
+        if self._made is None and isinstance(index, int):  # one element made alone (a sample's), not the chunk's
+            return self._make([column[index] for column in self.columns()])
         return self._elements()[index]
 
     def __reduce__(self):
         if self._packed is None:
             self._packed = pickle.dumps(self.columns(), protocol=pickle.HIGHEST_PROTOCOL)
-        return _unpacked, (self._packed,)
+        return _unpacked, (type(self), self._packed)
 
 
-def _unpacked(packed: bytes) -> MediaItems:
-    items = MediaItems.__new__(MediaItems)
-    items._made, items._columns, items._packed = None, None, packed
-    return items
+def _unpacked(kind: type[Columns], packed: bytes) -> Columns:
+    out = kind.__new__(kind)
+    out._made, out._columns, out._packed = None, None, packed
+    return out
 
 
-def _made(row: Sequence) -> MediaItem:
-    """The MediaItem of one row: its fields set as unpickling sets them (a frozen dataclass's __init__ sets each
-    through object.__setattr__, several times slower)."""
-    item = object.__new__(MediaItem)
-    item.__dict__.update(zip(FIELDS, row, strict=True))
-    return item
+class MediaItems(Columns):
+    """MediaItems held as columns: what the listing step gives, and a run's items on their way to its worker."""
+
+    __slots__ = ()
+    KIND = MediaItem
+
+    @property
+    def source_ids(self) -> tuple[str, ...]:
+        return self.columns()[0]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.columns()[2]
+
+    @property
+    def labels(self) -> tuple[tuple[str, ...], ...]:
+        return self.columns()[3]
+
+    @property
+    def splits(self) -> tuple[str | None, ...]:
+        return self.columns()[4]
+
+
+class Entries(Columns):
+    """Listed files (storage.Entry) held as columns: what the listing step hands to the one that sorts them."""
+
+    __slots__ = ()
+    KIND = Entry
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return self.columns()[0]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.columns()[1]
+
+    @property
+    def reasons(self) -> tuple[str | None, ...]:
+        return self.columns()[2]
