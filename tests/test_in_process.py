@@ -180,3 +180,39 @@ def test_a_template_made_in_another_thread_during_an_in_process_run_has_beams_ow
     (["--template_location=/tmp/t.json"], False), (["--runner=DataflowRunner"], False)])
 def test_only_a_graph_run_in_this_process_is_run_so(beam_args, here):
     assert runs_here(pipeline_options(beam_args)) is here
+
+
+def test_a_block_left_by_an_exception_or_an_interrupt_leaves_its_thread_outside():
+    value = {"fn": _scale}
+    for raised in (ValueError("in the block"), KeyboardInterrupt()):
+        with pytest.raises(type(raised)):
+            with in_process_run(), in_process_run():
+                assert zlib.decompress(base64.b64decode(pickler.dumps(value)))
+                raise raised
+        assert bz2.decompress(base64.b64decode(pickler.dumps(value)))
+
+
+def test_two_builds_in_two_threads_at_once_each_run_within_its_own_block():
+    """While a build in another thread is held open within its block, this thread's block starts, runs a graph and
+    ends: both run unsampled with their own counters, and this block's end leaves the other's as it was."""
+    def held_build() -> None:
+        with in_process_run():
+            p = beam.Pipeline(runner=FnApiRunner())
+            out = p | beam.Create([1, 2]) | beam.Map(_held_open) | beam.ParDo(_Seen())
+            assert_that(out, equal_to([(1, False), (2, False)]))  # processed after this thread's block has ended
+            p.run().wait_until_finish()
+
+    HOLDING.clear()
+    RELEASED.clear()
+    outcome: list = []
+    held = threading.Thread(target=lambda: outcome.append(_outcome(held_build)))
+    held.start()
+    try:
+        assert HOLDING.wait(30), "the other build did not start in 30 s"
+        with in_process_run():
+            assert _run(sampled=False) == (30, {threading.current_thread().name})
+        assert bz2.decompress(base64.b64decode(pickler.dumps({"fn": _scale})))
+    finally:
+        RELEASED.set()
+        held.join(30)
+    assert outcome == [None]
