@@ -405,3 +405,48 @@ def test_hostile_headers_give_what_pillows_path_gives(monkeypatch):
         for size in (None, (7, 224), (11, 16)):
             assert same(read(data, size), opened(data, size)), (name, size)
     assert plain_read == 18  # all but the last seven are read without Image.open
+
+
+HEADER_PIECES = [b"\xff\xfe\x00\x05abc", b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00",
+                 b"\xff\xe1\x00\x08Exif", b"\xff\xdd\x00\x04\x00\x01", b"\xff\xee\x00\x0eAdobe\x00\x64" + bytes(5),
+                 b"\xff\xe2\x00\x10ICC_PROFILE\x00\x01\x01", b"\xff\xe2\x00\x08MPF\x00\x00\x00", b"\xff\xed\x00\x04ab",
+                 b"\xff\x01", b"\xff\xd0", b"\xff\xff", b"\x00", b"\xff\xdc\x00\x04\x00\x10", b"\xff\xc4\x00\x02"]
+
+
+def header_segments(data: bytes) -> tuple[list[bytes], int]:
+    """The marker segments before the first start-of-scan, and where it is."""
+    pos, found = 2, []
+    while data[pos + 1] != 0xDA:
+        end = pos + 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+        found.append(data[pos:end])
+        pos = end
+    return found, pos
+
+
+def test_headers_with_segments_moved_repeated_dropped_or_added_give_what_pillows_path_gives(plain, monkeypatch):
+    """Whole segments shuffled: a table or frame twice or missing, a comment, EXIF, MPF, a restart marker, fill or a
+    stray byte among them. Wherever the header is still read as plain, the same facts, outcome and pixels."""
+    rng = random.Random(3)
+    bases = [plain[name] for name in ("baseline", "grey", "progressive", "restart markers and a comment", "adobe")]
+    kept = 0
+    for _ in range(150):
+        data = rng.choice(bases)
+        pieces, scan = header_segments(data)
+        for _ in range(rng.randint(1, 3)):
+            at, choice = rng.randrange(len(pieces) + 1), rng.random()
+            if choice < 0.3 and pieces:
+                del pieces[at - 1]
+            elif choice < 0.6 and pieces:
+                pieces.insert(at, rng.choice(pieces))
+            else:
+                pieces.insert(at, rng.choice(HEADER_PIECES))
+        variant = data[:2] + b"".join(pieces) + data[scan:]
+        found = plain_jpeg(variant)
+        if found is None:
+            continue
+        kept += 1
+        assert found == pillow_reads(variant), variant.hex()
+        for options in (ImageOptions(), ImageOptions(validate="structure")):
+            assert prepared(variant, options) == through_pillow(variant, options, monkeypatch), variant.hex()
+        assert same(read(variant, (9, 8)), opened(variant, (9, 8))), variant.hex()
+    assert 40 < kept < 150  # both kinds met
