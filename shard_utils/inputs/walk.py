@@ -57,9 +57,10 @@ def sort_chunk(entries: Sequence[storage.Entry], split_dirs: bool, root: str, op
 
 def _plain_name(rel: str, split_dirs: bool, extensions: frozenset[str]) -> tuple[str, str] | None:
     """(folder, name) of a readable entry's path whose name alone makes it media, whatever its folder (ASCII, not
-    hidden, not a system file, a media extension; no split from it: not at the top of split folders); None for
-    any other, classified in full. (Asked only where no label comes from the name.)"""
-    if not rel.isascii():
+    hidden, not a system file, a media extension; no split from it: not at the top of split folders; not under a
+    leading "/", which an object's name may have: "/a.jpg" is no file of folder "" as "b.jpg" is); None for any
+    other, classified in full. (Asked only where no label comes from the name.)"""
+    if not rel.isascii() or rel[:1] == "/":
         return None
     folder, _, name = rel.rpartition("/")
     lower = name.lower()
