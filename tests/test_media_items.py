@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from beam_jobs.pipeline.chunks import KeyedItems
-from beam_jobs.pipeline.encode import assign_runs
+from beam_jobs.pipeline.encode import _AssignRunsFn, assign_runs
 from beam_jobs.pipeline.listing import label_names
 from beam_jobs.pipeline.plan_runs import SmallestFn, boundary_keys, key_chunk
 from shard_utils.format.order import choose_split
@@ -120,3 +120,24 @@ def test_the_column_steps_give_what_the_items_one_by_one_give():
     for chunk in chunks:
         acc = smallest.add_input(acc, chunk)
     assert smallest.extract_output(acc) == [i for _, i in heapq.nsmallest(8, [(o, i) for _, o, i in triples])]
+
+
+@pytest.mark.parametrize("held", [_AssignRunsFn.HELD_ITEMS, 100])
+def test_a_bundles_chunks_reach_each_run_joined_into_one_element_or_a_few_past_the_held_items(held):
+    chunks = [key_chunk(walked(60, folder), [("train", 1.0)], 3) for folder in ("a", "b", "c")]
+    found = {"train": layout([o for chunk in chunks for _, o, _ in chunk], 4)}
+    fn = _AssignRunsFn(workers=1)
+    fn.HELD_ITEMS = held
+    fn.start_bundle()
+    out = [x for chunk in chunks for x in fn.process((chunk, found))]
+    out += [w.value for w in fn.finish_bundle()]
+    by_run: dict = {}
+    for (split, run, _), items in out:
+        by_run.setdefault((split, run), []).extend(items)
+    expected: dict = {}
+    for key, items in (x for chunk in chunks for x in assign_runs(chunk, [found])):
+        expected.setdefault(key[:2], []).extend(items)
+    assert by_run == expected and sum(map(len, by_run.values())) == 180
+    assert len(out) == (4 if held > 180 else 8)  # a run an element; past 100 items held: after chunk 2, and at the end
+    assert MediaItems.joined([MediaItems(walked(2)), MediaItems(), MediaItems(walked(3, "b"))]) == \
+        walked(2) + walked(3, "b")

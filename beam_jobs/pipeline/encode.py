@@ -21,7 +21,7 @@ import apache_beam as beam
 
 from beam_jobs import progress
 from beam_jobs.pipeline.chunks import Chained, KeyedItems
-from beam_jobs.pipeline.common import Keyed, PooledDoFn, WithSingleton, count, rejected
+from beam_jobs.pipeline.common import Keyed, PooledDoFn, WithSingleton, count, rejected, windowed
 from beam_jobs.pipeline.start import keep_lease
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import RunInfo
@@ -58,7 +58,7 @@ class EncodeRuns(beam.PTransform):
         workers = self.config.workers if self.config.embed is None else 1  # a model's batches stay whole runs'
         return (keyed
                 | "WithLayouts" >> WithSingleton(self.layouts)
-                | "Assign" >> beam.FlatMapTuple(lambda chunk, layouts: assign_runs(chunk, [layouts], workers))
+                | "Assign" >> beam.ParDo(_AssignRunsFn(workers))
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),
@@ -79,6 +79,37 @@ def assign_runs(chunk: list[Keyed], layouts: list[dict], workers: int = 1) \
                 by_run.setdefault((split, run), []).append(i)
         for (split, run), positions in by_run.items():
             yield (split, run, parts_per_run(found, workers, split, run)), keyed.items.select(positions)
+
+
+class _AssignRunsFn(beam.DoFn):
+    """(keyed chunk, layouts) pairs in, ((split, run, parts), items) out: `assign_runs` of each chunk, a run's
+    items from a bundle's chunks joined into one element (up to HELD_ITEMS items held at once). A chunk's items
+    spread over many runs (every run, with few of them), and each element costs Beam the same whatever its size."""
+
+    HELD_ITEMS = 65536
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def start_bundle(self):
+        self._runs: dict[tuple[str, int, int], list[MediaItems]] = {}
+        self._held = 0
+
+    def process(self, pair):
+        chunk, layouts = pair
+        for key, items in assign_runs(chunk, [layouts], self.workers):
+            self._runs.setdefault(key, []).append(items)
+            self._held += len(items)
+        if self._held >= self.HELD_ITEMS:
+            yield from self._joined()
+
+    def finish_bundle(self):
+        yield from windowed(self._joined())
+
+    def _joined(self) -> Iterable[tuple[tuple[str, int, int], MediaItems]]:
+        runs, self._runs, self._held = self._runs, {}, 0
+        for key, parts in runs.items():
+            yield key, MediaItems.joined(parts)
 
 
 def by_split(splits: Sequence[str]) -> dict[str, range | list[int]]:

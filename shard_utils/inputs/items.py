@@ -8,6 +8,7 @@ driver hands most chunks on without reading them)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
@@ -76,6 +77,15 @@ class Columns(Elements):
     def from_rows(cls, rows: Sequence[tuple]):
         """Elements from their fields, one tuple an element, in FIELDS order."""
         return cls._of_columns(tuple(zip(*rows, strict=True)) if rows else cls._empty())
+
+    @classmethod
+    def joined(cls, parts: Sequence[Columns]):
+        """The elements of several, in order, as one (none of them made)."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls._of_columns(tuple(tuple(itertools.chain.from_iterable(column))
+                                     for column in zip(*(part.columns() for part in parts), strict=True))
+                               if parts else cls._empty())
 
     @classmethod
     def _empty(cls) -> tuple[tuple, ...]:
