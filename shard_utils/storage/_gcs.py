@@ -171,7 +171,7 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
     return found, sorted(set(folders)), None
 
 
-EMPTY_PART = "bad_name"  # the reason of an entry whose name below the root has an empty part (see _empty_part)
+BAD_NAME = "bad_name"  # the reason of an entry whose name below the root has an empty part (see _empty_part)
 
 
 def _empty_part(rel: str) -> storage.Entry | None:
@@ -183,7 +183,7 @@ def _empty_part(rel: str) -> storage.Entry | None:
         return None
     what = "folder's name" if rel.endswith("/") else "object's name"
     left = "no object under it is read; rename them" if rel.endswith("/") else "not read; rename it"
-    return storage.Entry(rel, 0, EMPTY_PART, f"the {what} has an empty part ('//'), which tpu-shards cannot tell "
+    return storage.Entry(rel, 0, BAD_NAME, f"the {what} has an empty part ('//'), which tpu-shards cannot tell "
                                              f"from the name without it: {left}")
 
 
