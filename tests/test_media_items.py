@@ -13,7 +13,7 @@ from beam_jobs.pipeline.chunks import KeyedItems
 from beam_jobs.pipeline.encode import _AssignRunsFn, assign_runs
 from beam_jobs.pipeline.listing import label_names
 from beam_jobs.pipeline.plan_runs import SmallestFn, boundary_keys, key_chunk
-from shard_utils.format.order import choose_split
+from shard_utils.format.order import choose_split, sort_key, sort_keys
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs.items import Entries, MediaItems, row_of
 from shard_utils.sharding.encode_run import item_order
@@ -91,6 +91,12 @@ def test_keyed_items_read_as_their_triples_and_refuse_columns_of_other_lengths()
     assert key_chunk(MediaItems(items), [("all", 1.0)], 7).splits == tuple(i.split or "all" for i in items)
     with pytest.raises(ValueError, match="2 splits and 1 keys for 1 items"):
         KeyedItems(["a", "b"], [(1, "x")], MediaItems(items[:1]))
+
+
+@pytest.mark.parametrize("seed", [0, 7, -3, 2**40])
+def test_sort_keys_of_many_are_each_ones_sort_key(seed):
+    keys = ["", "a.jpg", "caf\u00e9/\u00e9t\u00e9.jpg", "gs://b/x y.png", "d\\x%ff.jpg", "k" * 300, "a.jpg"]
+    assert sort_keys(seed, keys) == [sort_key(seed, key) for key in keys]
 
 
 def layout(orders: list[tuple[int, str]], runs: int) -> SplitLayout:

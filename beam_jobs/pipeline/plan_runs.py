@@ -20,7 +20,7 @@ from beam_jobs.pipeline.chunks import KeyedItems
 from beam_jobs.pipeline.common import Joined, Keyed, WithSingleton, collected, count
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import PlanError
-from shard_utils.format.order import choose_split, sort_key
+from shard_utils.format.order import choose_split, sort_keys
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs.items import MediaItems
 from shard_utils.media.encode import EncodeSettings
@@ -88,7 +88,7 @@ def key_chunk(chunk: Sequence[MediaItem], splits, seed: int) -> KeyedItems:
         split_of = [own or fractions[0][0] for own in items.splits]
     else:
         split_of = [own or choose_split(fractions, seed, i) for own, i in zip(items.splits, ids, strict=True)]
-    return KeyedItems(split_of, [(sort_key(seed, i), i) for i in ids], items)
+    return KeyedItems(split_of, list(zip(sort_keys(seed, ids), ids, strict=True)), items)
 
 
 class SplitTotalsFn(beam.CombineFn):
