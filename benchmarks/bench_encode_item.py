@@ -18,17 +18,20 @@ Printed: the median over the rounds of CPU ms per image for each, and tpu-shards
 pickling of a chunk between the driver and the pool is not in it. `--profile FILE` writes a cProfile of one more
 pass of each mode with the checks on (`python -m pstats FILE`) and prints its top functions. `--pieces` times, in
 one more pass of each mode with the checks on and off, the CPU per image of the decode (`_load`, or `decoded_plain`
-for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread) where the build
-calls them, caches as cold as there. `--against TREE` times another checkout's `encode_run` (checks on and off) in
-the same rounds, for a side-by-side before/after: each tree's in a child process of its own that imports that tree's
-code (the same process layout for both: a process holding more, as the one running the peers' floor does, was
-measured up to a fifth slower at the same code).
+for a plain JPEG), of `inspect` and of its parts (the signature, the sharpness, the colour spread), and of what the
+build does that the peers' floor does not besides the checks (the JPEG's marker walk, the source's SHA-256, the
+record's framing with its CRC32Cs, the run writer's running CRC32C and SHA-256) where the build calls them, caches as
+cold as there; then the build's CPU per image less those beside the floor's. `--against TREE` times another
+checkout's `encode_run` (checks on and off) in the same rounds, for a side-by-side before/after: each tree's in a
+child process of its own that imports that tree's code (the same process layout for both: a process holding more,
+as the one running the peers' floor does, was measured up to a fifth slower at the same code).
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import cProfile
+import functools
 import io
 import os
 import pstats
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,10 +54,11 @@ from PIL import Image  # noqa: E402
 
 from shard_utils.format.image_size import ImageSize  # noqa: E402
 from shard_utils.inputs import MediaItem  # noqa: E402
-from shard_utils.media import images  # noqa: E402
+from shard_utils.media import encode, images  # noqa: E402
 from shard_utils.media.encode import EncodeSettings  # noqa: E402
 from shard_utils.media.images import ImageOptions  # noqa: E402
 from shard_utils.quality import flags  # noqa: E402
+from shard_utils.sharding import runs  # noqa: E402
 from shard_utils.sharding.encode_run import RunTask, encode_run  # noqa: E402
 
 MODES = ("decode", "reencode", "structure")
@@ -229,31 +234,62 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str,
 
 PIECES = ((images, "_load", "decode"), (images, "decoded_plain", "decode"), (images, "inspect", "inspect"),
           (flags, "signature_of_grey", "  signature"), (flags, "sharpness", "  sharpness"),
-          (flags, "colour_below", "  colour spread"))
+          (flags, "colour_below", "  colour spread"), (runs.RunWriter, "_write_block", "  its writes"))
+# What the build does per image that the peers' floor does not, apart from the quality checks: the integrity of
+# what it writes (the source's SHA-256; the record's framing CRC32Cs; the run file's running CRC32C and SHA-256,
+# with the buffering of its writer) and the structural check of a JPEG kept as it is (the marker walk).
+EXTRA = ((images, "plain_jpeg", "marker walk"), (images, "jpeg_primary_end", "marker walk"),
+         (encode, "hashlib.sha256", "source sha256"), (encode, "frame_pieces", "framing"),
+         (runs.RunWriter, "add", "run writer"))
+WRITES = "  its writes"  # inside the run writer's time, and work the peers do too
 
 
 def print_pieces(cases: dict) -> None:
-    """CPU us per image of each of PIECES in one pass of each mode, checks on and off: the functions are wrapped where
-    the build looks them up, so they run with the caches as the build leaves them."""
+    """CPU us per image of each of PIECES and EXTRA in one pass of each mode, checks on and off: the functions are
+    wrapped where the build looks them up, so they run with the caches as the build leaves them. Then the CPU per
+    image of the build less EXTRA's pieces (the run writer's writes kept) beside the peers' floor."""
     spent: dict[str, float] = collections.defaultdict(float)
-    originals = [(module, name, getattr(module, name)) for module, name, _ in PIECES]
-    for (module, name, label), (_, _, fn) in zip(PIECES, originals, strict=True):
-        setattr(module, name, _timed(fn, label, spent))
+    restore = [_wrap(owner, name, label, spent) for owner, name, label in PIECES + EXTRA]
+    extra = list(dict.fromkeys(label for *_, label in EXTRA))
     try:
         print("CPU us per image of the pieces, one pass (inspect includes the indented ones)")
         for (kind, mode), (count, tools) in cases.items():
+            floor = cpu_ms(tools["peers' floor"], count)
             for tool in ("tpu-shards", "tpu-shards, checks off"):
                 spent.clear()
-                tools[tool]()
-                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}"
-                                 for label in dict.fromkeys(label for *_, label in PIECES) if label in spent)
+                total = cpu_ms(tools[tool], count)
+                labels = dict.fromkeys(label for *_, label in PIECES + EXTRA)
+                line = ", ".join(f"{label.strip()} {spent[label] * 1e6 / count:.0f}" for label in labels
+                                 if label in spent)
                 print(f"  {kind:5} {mode:8} {tool:22}: {line}")
+                less = total - (sum(spent[label] for label in extra) - spent[WRITES]) * 1000 / count
+                print(f"  {'':5} {'':8} {'':22}  less {', '.join(extra)} (not its writes): {less:.3f} ms, the floor "
+                      f"{floor:.3f} ({less / floor:.2f}x)")
     finally:
-        for module, name, fn in originals:
-            setattr(module, name, fn)
+        for undo in restore:
+            undo()
+
+
+def _wrap(owner: object, name: str, label: str, spent: dict[str, float]) -> Callable[[], None]:
+    """Replace owner.name (a dotted name: a module's attribute of an attribute) with a timed call; returns the undo.
+    A name the tree no longer has is left alone."""
+    head, _, tail = name.partition(".")
+    if not hasattr(owner, head):
+        return lambda: None
+    original = getattr(owner, head)
+    if tail:  # e.g. encode.hashlib.sha256: encode's `hashlib` becomes a namespace whose sha256 is timed
+        if not hasattr(original, tail):
+            return lambda: None
+        shim = types.SimpleNamespace(**{k: getattr(original, k) for k in dir(original) if not k.startswith("__")})
+        setattr(shim, tail, _timed(getattr(original, tail), label, spent))
+        setattr(owner, head, shim)
+    else:
+        setattr(owner, head, _timed(original, label, spent))
+    return lambda: setattr(owner, head, original)
 
 
 def _timed(fn: Callable, label: str, spent: dict[str, float]) -> Callable:
+    @functools.wraps(fn)
     def timed(*args, **kwargs):
         start = time.thread_time()
         try:

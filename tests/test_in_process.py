@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import bz2
+import contextlib
 import json
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -72,6 +73,30 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return fn()
     except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
         return exc
+
+
+@contextlib.contextmanager
+def _held_build(graph: Callable[[beam.Pipeline], None]) -> Iterator[None]:
+    """Within the `with`, a graph (`graph` adds its steps, holding with _held_open) runs within a block in another
+    thread, held open; it is let go and must have ended cleanly (its values checked) when the `with` ends."""
+    def run_held_open() -> None:
+        with in_process_run():
+            p = beam.Pipeline(runner=FnApiRunner())
+            graph(p)
+            p.run().wait_until_finish()
+
+    HOLDING.clear()
+    RELEASED.clear()
+    outcome: list = []
+    held = threading.Thread(target=lambda: outcome.append(_outcome(run_held_open)))
+    held.start()
+    try:
+        assert HOLDING.wait(30), "the in-process run did not start in 30 s"
+        yield
+    finally:
+        RELEASED.set()
+        held.join(30)
+    assert outcome == [None]
 
 
 def test_pickles_are_zlib_within_the_block_bz2_outside_and_read_either_way():
@@ -138,19 +163,10 @@ def test_the_runners_own_threads_run_a_graph_of_the_block_as_its_thread_does(bea
 def test_a_template_made_in_another_thread_during_an_in_process_run_has_beams_own_pickles(gcs, tmp_path):
     """While a graph runs within a block in one thread, a Dataflow template made in another is what stock Beam
     writes: its functions' pickles bz2, read by Beam's own unpickler as Dataflow's workers read them."""
-    def run_held_open() -> None:
-        with in_process_run():
-            p = beam.Pipeline(runner=FnApiRunner())
-            assert_that(p | beam.Create([1, 2]) | beam.Map(_held_open), equal_to([1, 2]))
-            p.run().wait_until_finish()
+    def graph(p: beam.Pipeline) -> None:
+        assert_that(p | beam.Create([1, 2]) | beam.Map(_held_open), equal_to([1, 2]))
 
-    HOLDING.clear()
-    RELEASED.clear()
-    outcome: list = []
-    held = threading.Thread(target=lambda: outcome.append(_outcome(run_held_open)))
-    held.start()
-    try:
-        assert HOLDING.wait(30), "the in-process run did not start in 30 s"
+    with _held_build(graph):
         tmp, template = gcs.new_bucket("tpl"), tmp_path / "template.json"
         p = beam.Pipeline(options=PipelineOptions([
             "--runner=DataflowRunner", "--project=local-emulator", "--region=us-central1",
@@ -158,10 +174,6 @@ def test_a_template_made_in_another_thread_during_an_in_process_run_has_beams_ow
             "--experiments=disable_logging_submission_environment"]))
         _ = p | beam.Create([1, 2]) | beam.Map(_scale, by=7) | beam.ParDo(_Seen())
         p.run()
-    finally:
-        RELEASED.set()
-        held.join(30)
-    assert outcome == [None]  # the held run ended, its values checked
     url = json.loads(template.read_text())["environment"]["sdkPipelineOptions"]["options"]["pipelineUrl"]
     bucket, name = storage.split_gcs(url)
     graph = beam_runner_api_pb2.Pipeline.FromString(gcs.client.bucket(bucket).blob(name).download_as_bytes())
@@ -180,3 +192,26 @@ def test_a_template_made_in_another_thread_during_an_in_process_run_has_beams_ow
     (["--template_location=/tmp/t.json"], False), (["--runner=DataflowRunner"], False)])
 def test_only_a_graph_run_in_this_process_is_run_so(beam_args, here):
     assert runs_here(pipeline_options(beam_args)) is here
+
+
+def test_a_block_left_by_an_exception_or_an_interrupt_leaves_its_thread_outside():
+    value = {"fn": _scale}
+    for raised in (ValueError("in the block"), KeyboardInterrupt()):
+        with pytest.raises(type(raised)):
+            with in_process_run(), in_process_run():
+                assert zlib.decompress(base64.b64decode(pickler.dumps(value)))
+                raise raised
+        assert bz2.decompress(base64.b64decode(pickler.dumps(value)))
+
+
+def test_two_builds_in_two_threads_at_once_each_run_within_its_own_block():
+    """While a build in another thread is held open within its block, this thread's block starts, runs a graph and
+    ends: both run unsampled with their own counters, and this block's end leaves the other's as it was."""
+    def graph(p: beam.Pipeline) -> None:
+        out = p | beam.Create([1, 2]) | beam.Map(_held_open) | beam.ParDo(_Seen())
+        assert_that(out, equal_to([(1, False), (2, False)]))  # processed after this thread's block has ended
+
+    with _held_build(graph):
+        with in_process_run():
+            assert _run(sampled=False) == (30, {threading.current_thread().name})
+        assert bz2.decompress(base64.b64decode(pickler.dumps({"fn": _scale})))

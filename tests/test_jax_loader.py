@@ -101,11 +101,17 @@ def test_start_step_and_a_restored_state_continue_exactly(small_dataset):
 
 
 def test_any_thread_count_gives_the_same_batches(small_dataset):
+    """Also a state saved with one count and resumed with another (more threads than a batch has rows)."""
     one, three = (make_iterator(small_dataset, "train", 8, seed=SEED, threads=n) for n in (1, 3))
     for _ in range(3):
         a, b = next(one), next(three)
         np.testing.assert_array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
         np.testing.assert_array_equal(np.asarray(a["label"]), np.asarray(b["label"]))
+    resumed = make_iterator(small_dataset, "train", 8, seed=SEED, threads=np.int64(20))
+    resumed.set_state(three.get_state())
+    a, b = next(one), next(resumed)
+    np.testing.assert_array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
+    np.testing.assert_array_equal(np.asarray(a["label"]), np.asarray(b["label"]))
 
 
 def test_evaluation_reads_every_record_once_and_masks_the_last_batchs_padding(dataset):
@@ -167,6 +173,9 @@ def test_a_mesh_with_a_model_axis_shards_the_batch_on_data_and_replicates_it_on_
     ({"decoder": "cv2"}, "decoder must be one of 'pillow', 'tensorflow'"),
     ({"threads": 0}, "threads must be a positive int, got 0"),
     ({"threads": 2.0}, "threads must be a positive int, got 2.0"),
+    ({"threads": -3}, "threads must be a positive int, got -3"),
+    ({"threads": True}, "threads must be a positive int, got True"),
+    ({"threads": "8"}, "threads must be a positive int, got '8'"),
 ])
 def test_bad_arguments_are_one_clear_line(small_dataset, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -266,3 +275,38 @@ def test_multi_label_hot_vectors_and_a_record_that_does_not_decode(tmp_path):
                       multi_label=True, label_offset=1)
     with pytest.raises(ValueError, match="record 'img/00005.jpg': image does not decode"):
         next(make_iterator(m, "train", 16, training=False, image_size=8))
+
+
+def _loader_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("jax_loader")]
+
+
+def test_a_record_that_does_not_decode_is_raised_again_at_the_same_step_and_closing_stops_the_threads(tmp_path):
+    """A broken record mid-batch: its error each time its step is asked for (not the end of an endless input), the
+    step unchanged; the steps before it read as ever; an iterator closed early leaves no decode thread running."""
+    import dataclasses
+    import gc
+
+    from index_helpers import image_record, write_dataset
+
+    labels = ["a", "b"]
+    records = [image_record(i, [i % 2], labels) for i in range(16)]
+    records[11] = dataclasses.replace(records[11], encoded=b"not a jpeg")
+    m = write_dataset(tmp_path / "bad", {"train": [records[:8], records[8:]]}, labels)
+    before = set(_loader_threads())
+    it = make_iterator(m, "train", 8, training=False, image_size=8, threads=3)
+    first = next(it)
+    assert it.step == 1 and np.asarray(first["mask"]).all()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="record 'img/00011.jpg': image does not decode"):
+            next(it)
+        assert it.step == 1
+    it.set_state({**it.get_state(), "step": 0})
+    np.testing.assert_array_equal(np.asarray(next(it)["image"]), np.asarray(first["image"]))
+    del it
+    gc.collect()
+    for thread in set(_loader_threads()) - before:
+        thread.join(10)
+        assert not thread.is_alive(), thread.name

@@ -170,11 +170,13 @@ def test_a_plain_jpeg_is_decoded_as_pillow_decodes_it(plain, inspecting):
     assert refused  # some damage the decoder refuses
 
 
-def test_the_decode_check_raises_pillows_pixel_limit_as_opening_does(plain, monkeypatch):
+@pytest.mark.parametrize("validate", ["decode", "structure"])
+def test_the_check_raises_pillows_pixel_limit_as_opening_does(plain, monkeypatch, validate):
     """Pillow refuses over twice its MAX_IMAGE_PIXELS; --max-pixels above it raises it, as the path through
-    Image.open always did, so a later open of the record in the same worker (--embed-model's) is not refused."""
+    Image.open always did (a structural check too, which decodes nothing), so a later open of the record in the same
+    worker (--embed-model's) is not refused."""
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
-    prepare_image(plain["baseline"], ImageOptions(max_pixels=5000))
+    prepare_image(plain["baseline"], ImageOptions(validate=validate, max_pixels=5000))
     assert Image.MAX_IMAGE_PIXELS == 5000
     assert Image.open(io.BytesIO(plain["baseline"])).size == (40, 24)
 
@@ -303,3 +305,148 @@ def test_the_readers_keep_pillows_pixel_limit(plain, monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40 * 24 // 2 - 1)
     got = read(data)
     assert isinstance(got, str) and "decompression bomb" in got and got == opened(data)
+
+
+# ----------------------------------------------------------------------------- hostile headers, both paths
+
+
+def frame_changed(data: bytes, marker: int | None = None, bits: int | None = None, height: int | None = None,
+                  sampling: tuple[int, ...] = ()) -> bytes:
+    """`data` with its frame header's marker, precision, height or components' sampling bytes changed."""
+    at = re.search(rb"\xff[\xc0\xc2]", data).start()
+    out = bytearray(data)
+    if marker is not None:
+        out[at + 1] = marker
+    if bits is not None:
+        out[at + 4] = bits
+    if height is not None:
+        out[at + 5:at + 7] = height.to_bytes(2, "big")
+    for k, value in enumerate(sampling):
+        out[at + 11 + 3 * k] = value
+    return bytes(out)
+
+
+def without_jfif(data: bytes) -> bytes:
+    return data[:2] + data[4 + int.from_bytes(data[4:6], "big"):]
+
+
+def dqt_after_frame(data: bytes) -> bytes:
+    """`data` with its first quantisation table segment moved to just after its frame header."""
+    at = data.index(b"\xff\xdb")
+    dqt = data[at:at + 2 + int.from_bytes(data[at + 2:at + 4], "big")]
+    rest = data[:at] + data[at + len(dqt):]
+    frame = rest.index(b"\xff\xc0")
+    end = frame + 2 + int.from_bytes(rest[frame + 2:frame + 4], "big")
+    return rest[:end] + dqt + rest[end:]
+
+
+def hostile_headers() -> dict[str, bytes]:
+    colour, grey = photo(67, 45, 3), photo(67, 45, 4).convert("L")
+    base = jpeg(colour, quality=90, subsampling=0)
+    adobe = b"Adobe\x00\x64\x00\x00\x00\x00"
+    icc = jpeg(colour, icc_profile=bytes(70000))  # in two APP2 pieces
+    piece = icc.index(b"ICC_PROFILE\x00")
+    cases = {
+        "extended frame": frame_changed(base, marker=0xC1),
+        "restart interval": jpeg(colour, restart_marker_blocks=3),
+        "comment before the frame": with_segment(base, 0xFE, b"made here"),
+        "empty comment": with_segment(base, 0xFE, b""),
+        "icc profile in two pieces": icc,
+        "icc pieces miscounted": icc[:piece + 13] + b"\x03" + icc[piece + 14:],
+        "jfif thumbnail": with_segment(without_jfif(base), 0xE0,
+                                       b"JFIF\x00\x01\x02\x00\x00\x01\x00\x01\x02\x01" + bytes(6)),
+        "jfxx thumbnail": with_segment(base, 0xE0, b"JFXX\x00\x10" + jpeg(photo(8, 8, 1))),
+        "app0 not jfif": with_segment(without_jfif(base), 0xE0, b"AVI1\x00\x00\x00\x00"),
+        "app0 of two bytes": with_segment(without_jfif(base), 0xE0, b"AV"),
+        "4:1:1 sampling": frame_changed(base, sampling=(0x41, 0x11, 0x11)),
+        "4:4:0 sampling": frame_changed(base, sampling=(0x12, 0x11, 0x11)),
+        "chroma sampled more than luma": frame_changed(base, sampling=(0x11, 0x21, 0x11)),
+        "zero sampling": frame_changed(base, sampling=(0x00, 0x11, 0x11)),
+        "grey, adobe transform 1": with_segment(jpeg(grey), 0xEE, adobe + b"\x01"),
+        "colour, adobe transform 2": with_segment(base, 0xEE, adobe + b"\x02"),
+        "two adobe segments": with_segment(with_segment(base, 0xEE, adobe + b"\x00"), 0xEE, adobe + b"\x01"),
+        "tables after the frame": dqt_after_frame(base),
+        "cmyk": jpeg(photo(32, 24, 3).convert("CMYK")),
+        "12-bit": frame_changed(base, bits=12),
+        "lossless": frame_changed(base, marker=0xC3),
+        "arithmetic": frame_changed(base, marker=0xC9),
+        "arithmetic progressive": frame_changed(jpeg(colour, progressive=True), marker=0xCA),
+        "no height (DNL)": frame_changed(base, height=0),
+        "stray byte between segments": base[:20] + b"\x00" + base[20:],
+    }
+    return cases
+
+
+def through_pillow(data: bytes, options: ImageOptions, monkeypatch):
+    """prepare_image's outcome (its image, or its refusal's reason and message) along the path every image takes."""
+    with monkeypatch.context() as m:
+        m.setattr("shard_utils.media.images.plain_jpeg", lambda *args, **kwargs: None)
+        return prepared(data, options)
+
+
+def prepared(data: bytes, options: ImageOptions):
+    try:
+        return prepare_image(data, options)
+    except Rejected as refused:
+        return refused.reason, refused.message
+
+
+def test_hostile_headers_give_what_pillows_path_gives(monkeypatch):
+    """CMYK, 12-bit, lossless, arithmetic-coded, DNL frames, odd sampling, Adobe transforms on grey, ICC pieces,
+    thumbnails, comments and tables in odd places: the build's check (both modes) and the readers give the outcome of
+    Pillow's own open, draft and load, the plain path reading only the headers Pillow reads as plain."""
+    plain_read = 0
+    for name, data in hostile_headers().items():
+        found = plain_jpeg(data)
+        assert found is None or found == pillow_reads(data), name
+        plain_read += plain_header(data) is not None
+        for options in (ImageOptions(), ImageOptions(validate="structure"), ImageOptions(inspect=False)):
+            assert prepared(data, options) == through_pillow(data, options, monkeypatch), (name, options)
+        for size in (None, (7, 224), (11, 16)):
+            assert same(read(data, size), opened(data, size)), (name, size)
+    assert plain_read == 18  # all but the last seven are read without Image.open
+
+
+HEADER_PIECES = [b"\xff\xfe\x00\x05abc", b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00",
+                 b"\xff\xe1\x00\x08Exif", b"\xff\xdd\x00\x04\x00\x01", b"\xff\xee\x00\x0eAdobe\x00\x64" + bytes(5),
+                 b"\xff\xe2\x00\x10ICC_PROFILE\x00\x01\x01", b"\xff\xe2\x00\x08MPF\x00\x00\x00", b"\xff\xed\x00\x04ab",
+                 b"\xff\x01", b"\xff\xd0", b"\xff\xff", b"\x00", b"\xff\xdc\x00\x04\x00\x10", b"\xff\xc4\x00\x02"]
+
+
+def header_segments(data: bytes) -> tuple[list[bytes], int]:
+    """The marker segments before the first start-of-scan, and where it is."""
+    pos, found = 2, []
+    while data[pos + 1] != 0xDA:
+        end = pos + 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+        found.append(data[pos:end])
+        pos = end
+    return found, pos
+
+
+def test_headers_with_segments_moved_repeated_dropped_or_added_give_what_pillows_path_gives(plain, monkeypatch):
+    """Whole segments shuffled: a table or frame twice or missing, a comment, EXIF, MPF, a restart marker, fill or a
+    stray byte among them. Wherever the header is still read as plain, the same facts, outcome and pixels."""
+    rng = random.Random(3)
+    bases = [plain[name] for name in ("baseline", "grey", "progressive", "restart markers and a comment", "adobe")]
+    kept = 0
+    for _ in range(150):
+        data = rng.choice(bases)
+        pieces, scan = header_segments(data)
+        for _ in range(rng.randint(1, 3)):
+            at, choice = rng.randrange(len(pieces) + 1), rng.random()
+            if choice < 0.3 and pieces:
+                del pieces[at - 1]
+            elif choice < 0.6 and pieces:
+                pieces.insert(at, rng.choice(pieces))
+            else:
+                pieces.insert(at, rng.choice(HEADER_PIECES))
+        variant = data[:2] + b"".join(pieces) + data[scan:]
+        found = plain_jpeg(variant)
+        if found is None:
+            continue
+        kept += 1
+        assert found == pillow_reads(variant), variant.hex()
+        for options in (ImageOptions(), ImageOptions(validate="structure")):
+            assert prepared(variant, options) == through_pillow(variant, options, monkeypatch), variant.hex()
+        assert same(read(variant, (9, 8)), opened(variant, (9, 8))), variant.hex()
+    assert 40 < kept < 150  # both kinds met

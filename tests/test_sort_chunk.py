@@ -11,9 +11,10 @@ from shard_utils.inputs import walk
 from shard_utils.inputs.listings import ListingOptions
 
 FOLDERS = ["", "cat", "dog", "train", "train/cat", "test/a b/c", ".hid", "cat/.git", "__MACOSX/cat", "d\udcff",
-           "caf\u00e9", "x/y/z"]
+           "caf\u00e9", "cafe\u0301", "x/y/z", "a.b", "val/cat"]
+# "/g.jpg": an object store's name may start with "/" (at the top, "/g.jpg"; in a folder, "cat//g.jpg")
 NAMES = ["a.jpg", "b.JPEG", "c.png", ".h.jpg", "notes.txt", "Thumbs.db", "v.mp4", "noext", "e\udcfe.jpg",
-         "\u00e9.jpg", "d.webp", "f.jpg"]
+         "\u00e9.jpg", "d.webp", "f.jpg", "/g.jpg", "H.JPG", ".DS_Store", "cat.jpg"]
 
 
 def entries():

@@ -51,9 +51,10 @@ def _plain_name(entry: storage.Entry, split_dirs: bool, options: ListingOptions,
                 extensions: frozenset[str]) -> tuple[str, str] | None:
     """(folder, name) of a readable entry whose name alone makes it media, whatever its folder (ASCII, not hidden,
     not a system file, a media extension; no label from the name, no split from it: not at the top of split
-    folders); None for any other, classified in full."""
+    folders; not under a leading "/", which an object's name may have: "/a.jpg" is no file of folder "" as "b.jpg"
+    is); None for any other, classified in full."""
     rel = entry.rel_path
-    if entry.reason is not None or options.label_from_name is not None or not rel.isascii():
+    if entry.reason is not None or options.label_from_name is not None or not rel.isascii() or rel[:1] == "/":
         return None
     folder, _, name = rel.rpartition("/")
     if (split_dirs and not folder) or name[:1] == "." or name.lower() in inputs.SYSTEM_NAMES \

@@ -176,9 +176,9 @@ def _plain_pass_through(data: bytes, options: ImageOptions) -> PreparedImage | N
     found = plain_jpeg(data)
     if found is None or found.width * found.height > options.max_pixels:
         return None
+    _allow_pixels(options.max_pixels)  # as _open does: a later Image.open of the record here sees the same limit
     view = None
     if options.validate == "decode":
-        _allow_pixels(options.max_pixels)  # as _open does: a later Image.open of the record here sees the same limit
         checked = decoded_plain(data[:found.end], found, _check_draft(found.width, found.height, options.inspect))
         if checked is None:
             return None

@@ -326,7 +326,11 @@ class GlobalBatches(Iterator[dict[str, Any]]):
             raise StopIteration
         if self._batches is None:
             self._batches = self._open(self._step)
-        local = next(self._batches)
+        try:
+            local = next(self._batches)
+        except BaseException:  # the stream ended with its error: the next call opens another at this step
+            self._close()
+            raise
         jax = _jax()
         g = self._plan.global_batch_size
         shapes = {k: (g, *v.shape[1:]) for k, v in local.items()}
@@ -354,9 +358,10 @@ class GlobalBatches(Iterator[dict[str, Any]]):
                     step += 1
                 if not pending:
                     return
-                batch, futures = pending.popleft()
+                batch, futures = pending[0]
                 for future in futures:
                     future.result()
+                pending.popleft()  # kept until whole, so that a record's error drops the rest of its batch too
                 yield batch.arrays
         finally:
             for batch, _ in pending:
