@@ -241,7 +241,7 @@ _EDITS = st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(
     st.integers(0, 6)), max_size=4)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 4), _EDITS, st.integers(1, 300), st.lists(st.floats(0, 1), min_size=1, max_size=12))
 def test_the_vector_search_of_scan_data_finds_what_re_finds(kinds, kind, edits, block, places):
     """ScanEnds from increasing places, as the walk asks it (every search vectorised, in blocks as small as a byte,
