@@ -143,18 +143,17 @@ def test_a_run_whose_file_became_a_shard_is_read_from_its_saved_tail(tmp_path):
 
 
 def test_a_local_run_written_in_blocks_holds_every_record_in_order(tmp_path):
-    """Records are written in blocks of about LOCAL_BLOCK_BYTES, large ones as they are: a run spanning several
-    blocks (records written as they are between them, one larger than a block) holds exactly its records' bytes,
-    and each entry's checksums are those of the run up to its record's end."""
+    """Records are written in blocks of about LOCAL_BLOCK_BYTES: a run spanning several blocks (one record
+    larger than a block among them) holds exactly its records' bytes, and each entry's checksums are those
+    of the run up to its record's end."""
     import hashlib
 
     import google_crc32c
 
     from shard_utils.media.encode import RecordMeta
-    from shard_utils.sharding.runs import LOCAL_BLOCK_BYTES, LOCAL_DIRECT_BYTES, RunWriter
+    from shard_utils.sharding.runs import LOCAL_BLOCK_BYTES, RunWriter
 
-    small, large = LOCAL_DIRECT_BYTES - 1, LOCAL_DIRECT_BYTES  # copied into the block; written as it is
-    sizes = [small] * 12 + [17, large, 5, large, large, LOCAL_BLOCK_BYTES + 5, 3] + [small] * 9 + [large // 2]
+    sizes = [LOCAL_BLOCK_BYTES // 3] * 5 + [LOCAL_BLOCK_BYTES + 5, 17, LOCAL_BLOCK_BYTES // 2]
     data = [bytes([i]) * size for i, size in enumerate(sizes)]
     writer = RunWriter(str(tmp_path / "tmp"), "train", 3)
     for i, framed in enumerate(data):

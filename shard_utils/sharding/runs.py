@@ -37,7 +37,6 @@ TAIL_SUFFIX = ".tail"  # beside a local run whose file became a shard: the bytes
 _TAIL_START = struct.Struct(">Q")  # a tail file starts with the run offset of its first byte
 UPLOAD_THREADS = 4  # parts uploaded at once per process (one per run being written)
 LOCAL_BLOCK_BYTES = 2**20  # a local run's records are written in blocks of about this size, not one write each
-LOCAL_DIRECT_BYTES = 128 * 1024  # ... and a record this large with a write of its own
 META_VERSION = 1
 
 
@@ -105,9 +104,9 @@ class RunWriter:
 
     Locally the records are copied into a block of up to LOCAL_BLOCK_BYTES, written when the next record does not
     fit (one write of a block costs less than a write of each record, and one block kept for the whole run needs no
-    fresh memory per block: each new 4 KiB page is a page fault); a record of LOCAL_DIRECT_BYTES or more is written
-    as it is after the block (its copy would cost more than its write). On gs:// a full part is uploaded in the
-    background while the next one fills (at most one upload in flight, so at most two parts are held)."""
+    fresh memory per block: each new 4 KiB page is a page fault); a larger record is written as it is. On gs:// a
+    full part is uploaded in the background while the next one fills (at most one upload in flight, so at most two
+    parts are held)."""
 
     def __init__(self, folder: str, split: str, run: int, chunk_bytes: int = CHUNK_BYTES):
         self.split, self.run = split, run
@@ -141,15 +140,15 @@ class RunWriter:
             self._flush_part()
 
     def _to_block(self, framed: bytes) -> None:
-        """A local record copied into the block (written first when the record does not fit), or a large one
-        written as it is after it."""
+        """A local record copied into the block (written first when the record does not fit), or written as it is
+        when it is larger than a block."""
         end = self._filled + len(framed)
-        if len(framed) >= LOCAL_DIRECT_BYTES or end > LOCAL_BLOCK_BYTES:
+        if end > LOCAL_BLOCK_BYTES and self._filled:
             self._write_block()
-            if len(framed) >= LOCAL_DIRECT_BYTES:
-                self._write(framed)
-                return
             end = len(framed)
+        if end > LOCAL_BLOCK_BYTES:
+            self._write(framed)
+            return
         self._block[self._filled:end] = framed  # grows the block while the first one fills, copies after
         self._filled = end
 
