@@ -22,9 +22,9 @@ VECTOR_BLOCK = 2**20  # ... a block of it at a time
 RESTARTS_SKIPPED = 32  # restart markers skipped in a vector search before re searches the rest
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
 _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
-_APP0, _APP2, _APP14, _DQT = 0xE0, 0xE2, 0xEE, 0xDB
+_APP0, _APP2, _APP14, _DQT, _DRI = 0xE0, 0xE2, 0xEE, 0xDB, 0xDD
 _SOF = (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
-_PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM
+_PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, _DRI, 0xFE, *_SOF}  # and DHT, DRI, COM
 _SEGMENT = struct.Struct(">BBH")  # a marker segment's start: 0xFF, its marker, its length
 
 
@@ -65,7 +65,9 @@ def _end_from(data: bytes, pos: int, max_scans: int) -> int:
             raise ValueError(f"has a second start-of-image marker at offset {pos - 2} inside the image")
         if 0xD0 <= marker <= 0xD7 or marker == _TEM:  # standalone markers, no length
             continue
-        pos = _segment_end(data, pos, marker)
+        start, pos = pos, _segment_end(data, pos, marker)
+        if marker == _DRI and data[start + 2:pos].strip(b"\x00"):  # a restart interval: restart markers ahead
+            ends.expect_restarts()
         if marker == _SOS:
             scans += 1
             if scans > max_scans:
@@ -79,7 +81,8 @@ class ScanEnds:
     """Where entropy-coded data ends, from a place on: the first 0xFF followed by neither 0x00 nor a restart marker
     (what _SCAN_END finds). Long data is searched with numpy's vector compare, a block at a time: a vector of the
     places where 0xFF is followed by a byte other than 0x00, kept for the next scan's search, and searched at
-    memchr's speed; re's search goes byte by byte and stops at each of the many stuffed 0xFF 0x00."""
+    memchr's speed; re's search goes byte by byte and stops at each of the many stuffed 0xFF 0x00. Data with restart
+    markers (many: one per restart interval) is re's to search, at no cost per marker."""
 
     def __init__(self, data: bytes, vector_from: int = VECTOR_FROM, block: int = VECTOR_BLOCK):
         self._data, self._vector_from, self._block = data, vector_from, block
@@ -102,12 +105,18 @@ class ScanEnds:
                 if not 0xD0 <= data[start + at + 1] <= 0xD7:
                     return start + at
                 restarts += 1
-                if restarts > RESTARTS_SKIPPED:  # restart intervals: re's search has no cost per restart marker
+                if restarts > RESTARTS_SKIPPED:  # restart markers with no interval said: re's from here on
+                    self.expect_restarts()
                     found = _SCAN_END.search(data, start + at + 2)
                     return -1 if found is None else found.start()
                 at = self._marks.find(1, at + 2)
             pos = self._stop
         return -1
+
+    def expect_restarts(self) -> None:
+        """Search the rest with re: restart markers are ahead."""
+        self._vector_from = len(self._data)
+        self._marks, self._start, self._stop = bytearray(), 0, 0
 
     def _mark(self, start: int, stop: int) -> None:
         """The vector of data[start:stop]: 1 where 0xFF is followed by a byte other than 0x00, else 0."""
