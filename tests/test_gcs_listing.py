@@ -8,14 +8,17 @@ import contextlib
 import io
 import re
 import urllib.parse
+from types import SimpleNamespace
 
 import pytest
+import readers
 from conftest import photo, run_job
 from gcs_fixtures import FaultProxy, storage_host
 
 from beam_jobs.pipeline.listing import PAGES_PER_TASK
 from benchmarks.scale_sim import stand_in
 from shard_utils import storage
+from shard_utils.format import schema
 from shard_utils.storage import base as storage_base
 
 NAMES = sorted([f"in/{c}.jpg" for c in "aceg"] + [f"in/{c}/{i}.jpg" for c in "bdf" for i in range(3)]
@@ -90,3 +93,56 @@ def test_levels_of_only_sub_folders_and_of_numbered_names_are_built_whole(gcs, t
     listed = [urllib.parse.unquote(p) for method, p in proxy.requests if method == "GET" and re.search(r"/o\?", p)]
     for level in ("in/cat/", "in/dog/"):  # each level was listed in ranges, from more than one task
         assert sum(f"prefix={level}" in p and "startOffset" in p for p in listed) >= 2, level
+
+
+def _jpeg(seed: int) -> bytes:
+    buffer = io.BytesIO()
+    photo(32, 24, seed=seed).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+# Objects whose names differ only by an empty part ('//'): Cloud Storage keeps both names and both contents. The
+# emulator keeps both names, sizes and checksums but stores one content for both, the last uploaded: each plain name
+# is uploaded last, so its bytes are its own (a read of its '//' twin would fail the twin's checksum).
+TWINS = [("in//cat/0.jpg", "in/cat/0.jpg"), ("in/dog//1.jpg", "in/dog/1.jpg")]
+
+
+@pytest.fixture(scope="module")
+def twins(gcs):
+    bucket = gcs.new_bucket("twins")
+    uploads = [name for pair in TWINS for name in pair] + ["in/cat/1.jpg", "in/dog/0.jpg"]
+    contents = {name: _jpeg(k) for k, name in enumerate(uploads)}
+    for name in uploads:
+        gcs.client.bucket(bucket).blob(name).upload_from_string(contents[name])
+    return SimpleNamespace(root=f"gs://{bucket}/in", contents=contents)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_name_with_an_empty_part_is_refused_by_the_walk_and_each_level(gcs, twins, paged, monkeypatch):
+    """The flat walk refuses each such object, a level listing the sub-folder holding them ('' under 'in/' is '/',
+    under 'in/dog/' 'dog//'): neither is listed as the object or folder its name gives without the '//'. Paged as
+    Cloud Storage pages (two entries a page, items and prefixes together) or all at once, as the emulator answers."""
+    monkeypatch.setattr(storage_base, "LIST_PAGE_SIZE", 2)
+    with FaultProxy(gcs.url, paginate=paged) as proxy, storage_host(proxy.url):
+        walked = {e.rel_path: e.reason for e in storage.walk(twins.root)}
+        top = storage.list_level(twins.root, "")
+        dog = storage.list_level(twins.root, "dog/")
+    assert walked == {"/cat/0.jpg": "bad_name", "cat/0.jpg": None, "cat/1.jpg": None, "dog/0.jpg": None,
+                      "dog//1.jpg": "bad_name", "dog/1.jpg": None}
+    assert ([(e.rel_path, e.reason) for e in top[0]], top[1]) == ([("/", "bad_name")], ["cat/", "dog/"])
+    assert (sorted((e.rel_path, e.reason) for e in dog[0]), dog[1]) == (
+        [("dog//", "bad_name"), ("dog/0.jpg", None), ("dog/1.jpg", None)], [])
+    refused = next(e for e in dog[0] if e.reason)
+    assert "has an empty part ('//')" in refused.message and "no object under it is read" in refused.message
+
+
+def test_a_build_reads_each_object_its_own_bytes_and_rejects_a_name_with_an_empty_part(gcs, twins, tmp_path):
+    """Each record holds its own object's bytes (passed through unchanged); the '//' twins are rejected, never read
+    in a twin's place (before, in//cat/0.jpg was read as in/cat/0.jpg, under the empty label of its first part)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        m = run_job(twins.root, tmp_path / "ds", "--num-cores", "1", "--workers", "1")
+    records = readers.by_source(tmp_path / "ds")
+    assert {source: r[schema.IMAGE_ENCODED] for source, r in records.items()} == {
+        rel: twins.contents[f"in/{rel}"] for rel in ("cat/0.jpg", "cat/1.jpg", "dog/0.jpg", "dog/1.jpg")}
+    assert readers.rejected(tmp_path / "ds") == {"/": "bad_name", "dog//": "bad_name"}
+    assert sorted(m.labels) == ["cat", "dog"]  # no empty label from the name under '//'

@@ -310,3 +310,45 @@ def test_a_record_that_does_not_decode_is_raised_again_at_the_same_step_and_clos
     for thread in set(_loader_threads()) - before:
         thread.join(10)
         assert not thread.is_alive(), thread.name
+
+
+def test_close_stops_the_decode_threads_and_a_state_saved_before_it_resumes(small_dataset):
+    """close() returns with every decode thread of the iterator ended (three batches were in flight), is idempotent,
+    and leaves next() a clear error; `with` closes; an iterator dropped unclosed is freed and stopped at once,
+    without the cyclic garbage collector; the state saved before close resumes the next step exactly."""
+    import gc
+    import threading
+
+    before = set(threading.enumerate())
+    it = make_iterator(small_dataset, "train", 8, seed=SEED, threads=3)
+    next(it)
+    state = it.get_state()
+    mine = [t for t in set(_loader_threads()) - before]
+    assert mine  # reading ahead
+    it.close()
+    assert [t.name for t in mine if t.is_alive()] == []  # joined by close(), not left to end on their own
+    it.close()
+    with pytest.raises(ValueError, match="the iterator is closed"):
+        next(it)
+    assert it.get_state() == state
+    resumed = make_iterator(small_dataset, "train", 8, seed=SEED, start_step=state["step"])
+    expected = np.asarray(next(resumed)["image"])
+    resumed.close()
+    with make_iterator(small_dataset, "train", 8, seed=SEED) as again:
+        again.set_state(state)
+        np.testing.assert_array_equal(np.asarray(next(again)["image"]), expected)
+        inside = set(_loader_threads()) - before
+    with pytest.raises(ValueError, match="closed"):
+        next(again)
+    assert not [t for t in inside if t.is_alive()]
+    gc.disable()  # dropped: reference counting alone must free the iterator and stop its threads
+    try:
+        dropped = make_iterator(small_dataset, "train", 8, seed=SEED, threads=3)
+        next(dropped)
+        left = set(_loader_threads()) - before
+        del dropped
+        for thread in left:
+            thread.join(10)
+        assert not [t.name for t in left if t.is_alive()]
+    finally:
+        gc.enable()

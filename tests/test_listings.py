@@ -114,6 +114,7 @@ def test_named_columns_must_be_in_the_header():
     ("./cat//1.jpg", "/in", ("cat/1.jpg", "/in/cat/1.jpg")),
     ("  cat/1.jpg ", "/in", ("cat/1.jpg", "/in/cat/1.jpg")),
     ("cat/1.jpg", "gs://bkt/pre/", ("cat/1.jpg", "gs://bkt/pre/cat/1.jpg")),
+    ("./cat/1.jpg", "gs://bkt/pre", ("cat/1.jpg", "gs://bkt/pre/cat/1.jpg")),
     ("gs://other-bucket/x/1.jpg", "/in", ("gs://other-bucket/x/1.jpg", "gs://other-bucket/x/1.jpg")),
     ("/elsewhere/./a/../b.png", "/in", ("/elsewhere/b.png", "/elsewhere/b.png")),  # the user's own path
     ("/abs.jpg", None, ("/abs.jpg", "/abs.jpg")),
@@ -144,6 +145,14 @@ def test_bad_paths_say_why(value, message):
         resolve_path(value, "/in")
     with pytest.raises(ValueError, match="no --input"):
         resolve_path("cat/1.jpg", None)
+
+
+@pytest.mark.parametrize("value", ["cat//1.jpg", ".//cat/1.jpg", "cat/x//1.jpg"])
+def test_a_doubled_slash_under_a_bucket_is_refused_not_dropped(value):
+    """gs://bkt/pre/cat//1.jpg is another object than gs://bkt/pre/cat/1.jpg: reading the second for the first would
+    be another image under its id. Locally the two are one file (test_paths_resolve)."""
+    with pytest.raises(ValueError, match=r"has an empty part \('//'\): on gs:// it names another object than"):
+        resolve_path(value, "gs://bkt/pre")
 
 
 def test_kaggle_row_with_template_split_and_typed_extras():

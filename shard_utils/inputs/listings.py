@@ -408,8 +408,8 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
     """(source_id, uri) of a path as a listing gives it; raises ValueError saying what is wrong with it.
 
     gs://bucket/name (any bucket) and absolute local paths are used as given; relative paths are
-    under `root`, with `./` and doubled slashes dropped; `..`, backslashes, Windows drives and other
-    URL schemes are refused.
+    under `root`, with `./` and doubled slashes dropped (under a gs:// root a doubled slash is refused: it
+    names another object); `..`, backslashes, Windows drives and other URL schemes are refused.
     """
     path = value.strip()
     if not path:
@@ -447,6 +447,9 @@ def resolve_path(value: str, root: str | None) -> tuple[str, str]:
         raise ValueError(f"path {_short(path)} is relative and there is no --input to read it from")
     rel = "/".join(parts)
     if storage.is_gcs(root):
+        if "//" in path:  # an object's name keeps '//': a//b.jpg is not a/b.jpg there, nor readable by this job
+            raise ValueError(f"path {_short(path)} has an empty part ('//'): on gs:// it names another object than "
+                             f"{_short(rel)}, which tpu-shards does not read; write {_short(rel)} if that one is meant")
         _check_utf8(rel, f"path {_short(path)}", "; a gs:// object name always is")
         return rel, root.rstrip("/") + "/" + rel
     return _named(rel, path), storage.join(root, rel)

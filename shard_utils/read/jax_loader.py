@@ -297,6 +297,7 @@ class GlobalBatches(Iterator[dict[str, Any]]):
 
     The state is a small JSON dict (`ocp.args.JsonSave(it.get_state())` beside the model); it means the same
     global step on any number of processes, so a run saved on P processes resumes exactly on P'.
+    `close()` (or leaving a `with` block) stops the decode threads reading ahead; dropping the iterator does too.
     """
 
     def __init__(self, source, plan: _Plan, decode: Decoder | _TFDecoder, sharding, step: int, split: str,
@@ -306,6 +307,8 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         self.sharding = sharding
         self._step = step
         self._batches: Generator[dict[str, np.ndarray], None, None] | None = None
+        self._pool: ThreadPoolExecutor | None = None  # the open stream's decode threads (the Pillow path's)
+        self._closed = False
 
     @property
     def step(self) -> int:
@@ -321,7 +324,21 @@ class GlobalBatches(Iterator[dict[str, Any]]):
     def __iter__(self) -> GlobalBatches:
         return self
 
+    def __enter__(self) -> GlobalBatches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop reading ahead and wait for the decode threads to finish the record each is on (a few ms); idempotent.
+        The state (`get_state()`) stays readable for a checkpoint; `next()` then raises ValueError."""
+        self._closed = True
+        self._close(wait=True)
+
     def __next__(self) -> dict[str, Any]:
+        if self._closed:
+            raise ValueError("the iterator is closed; make another (start_step= or set_state() resumes its step)")
         if self._step >= self._plan.steps():
             raise StopIteration
         if self._batches is None:
@@ -341,38 +358,23 @@ class GlobalBatches(Iterator[dict[str, Any]]):
         return batch
 
     def _open(self, step: int) -> Generator[dict[str, np.ndarray], None, None]:
-        """This process's batches from `step` on, in order: the records of the next `_DEPTH` batches read and decoded
-        in a pool of threads (Pillow lets go of the GIL while it decodes and resizes), each into its batch's row."""
+        """This process's batches from `step` on, in order (see `_stream`). The stream holds no reference to the
+        iterator, so an iterator dropped unclosed is freed at once, and its stream closed with it."""
         per, end = len(self._plan.rows), self._plan.steps()
         if isinstance(self._decode, _TFDecoder):
-            yield from self._decode.batches(self._source, self._plan, step * per, end * per, per)
-            return
-        element = _Element(self._source, self._decode)
-        pool = ThreadPoolExecutor(self._threads, thread_name_prefix="jax_loader")
-        pending: deque[tuple[_Batch, list[Future]]] = deque()
-        try:
-            while True:
-                while len(pending) < _DEPTH and step < end:
-                    batch = _Batch(self._plan.records(step), self._decode, self._plan.training)
-                    pending.append((batch, [pool.submit(element, batch) for _ in range(min(self._threads, per))]))
-                    step += 1
-                if not pending:
-                    return
-                batch, futures = pending[0]
-                for future in futures:
-                    future.result()
-                pending.popleft()  # kept until whole, so that a record's error drops the rest of its batch too
-                yield batch.arrays
-        finally:
-            for batch, _ in pending:
-                batch.dropped = True
-            pool.shutdown(wait=False, cancel_futures=True)
+            return _tf_stream(self._decode, self._source, self._plan, step * per, end * per, per)
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="jax_loader")
+        return _stream(self._pool, _Element(self._source, self._decode), self._plan, step, self._threads)
 
-    def _close(self) -> None:
-        """Stop reading ahead (the pool's pending records are dropped); the next batch opens a new stream."""
+    def _close(self, wait: bool = False) -> None:
+        """Stop reading ahead (the pool's pending records are dropped); the next batch opens a new stream. With
+        wait, the decode threads are joined once they finish the record each is on."""
         if self._batches is not None:
             self._batches.close()
         self._batches = None
+        if self._pool is not None and wait:
+            self._pool.shutdown(wait=True)
+        self._pool = None
 
     def get_state(self) -> dict[str, Any]:
         """The input's position as JSON-able values: the next global step, and what it means a step of."""
@@ -392,3 +394,35 @@ class GlobalBatches(Iterator[dict[str, Any]]):
             raise ValueError(f"the saved input state's step must be an int >= 0, got {step!r}")
         self._close()
         self._step = step
+
+
+def _stream(pool: ThreadPoolExecutor, element: _Element, plan: _Plan, step: int,
+            threads: int) -> Generator[dict[str, np.ndarray], None, None]:
+    """The Pillow path's batches from `step` on, in order: the records of the next `_DEPTH` batches read and decoded
+    in the pool's threads (Pillow lets go of the GIL while it decodes and resizes), each into its batch's row.
+    Closing it drops the rows not yet taken and shuts the pool down."""
+    per, end = len(plan.rows), plan.steps()
+    pending: deque[tuple[_Batch, list[Future]]] = deque()
+    try:
+        while True:
+            while len(pending) < _DEPTH and step < end:
+                batch = _Batch(plan.records(step), element.decode, plan.training)
+                pending.append((batch, [pool.submit(element, batch) for _ in range(min(threads, per))]))
+                step += 1
+            if not pending:
+                return
+            batch, futures = pending[0]
+            for future in futures:
+                future.result()
+            pending.popleft()  # kept until whole, so that a record's error drops the rest of its batch too
+            yield batch.arrays
+    finally:
+        for batch, _ in pending:
+            batch.dropped = True
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _tf_stream(decode: _TFDecoder, source, plan: _Plan, first: int, end: int,
+               per: int) -> Generator[dict[str, np.ndarray], None, None]:
+    """The tensorflow decoder's batches of elements first..end, as a generator that closes."""
+    yield from decode.batches(source, plan, first, end, per)

@@ -147,7 +147,7 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
         for blob in page:
             rel = blob.name[len(prefix):]
             if rel and not rel.endswith("/") and inside(rel):  # folder placeholder objects hold no data
-                yield storage.Entry(rel, int(blob.size or 0))
+                yield _empty_part(rel) or storage.Entry(rel, int(blob.size or 0))
 
     if max_pages is None and not delimiter:
         return (e for page in blobs.pages for e in entries_of(page)), [], None
@@ -157,13 +157,34 @@ def list_range(root: str, rel_dir: str, after: tuple[str, bool] | None, end: str
     for page in blobs.pages:
         found += entries_of(page)
         here = [p[len(prefix):] for p in page.prefixes if inside(p[len(prefix):])]
-        folders += here
         pages += 1
         # The last entry in name order, object or sub-folder: a page of sub-folders alone goes on from its last.
         last = max([e.rel_path for e in found[-1:]] + here + [last])
+        for rel in here:  # a sub-folder whose name has an empty part is refused whole, not listed
+            refused = _empty_part(rel)
+            if refused:
+                found.append(refused)
+            else:
+                folders.append(rel)
         if max_pages is not None and pages >= max_pages and blobs.next_page_token and last:
             return found, sorted(set(folders)), last
     return found, sorted(set(folders)), None
+
+
+BAD_NAME = "bad_name"  # the reason of an entry whose name below the root has an empty part (see _empty_part)
+
+
+def _empty_part(rel: str) -> storage.Entry | None:
+    """The refused entry of an object or sub-folder whose name below the root has an empty part ('/x.jpg' or
+    'a//x.jpg' under 'in/': the object in//x.jpg), else None. Cloud Storage keeps such a name as it is, another
+    object than the one the name without '//' gives (in/x.jpg), but `join` and a listing's relative paths give the
+    name without it: the object cannot be named apart, so it is never read."""
+    if not (rel.startswith("/") or "//" in rel):
+        return None
+    what = "folder's name" if rel.endswith("/") else "object's name"
+    left = "no object under it is read; rename them" if rel.endswith("/") else "not read; rename it"
+    return storage.Entry(rel, 0, BAD_NAME, f"the {what} has an empty part ('//'), which tpu-shards cannot tell "
+                                             f"from the name without it: {left}")
 
 
 # ---------------------------------------------------------------------------------------------- reading
