@@ -204,6 +204,15 @@ def _outcome(data: bytes) -> int | str:
         return str(exc)
 
 
+def _edited(data: bytes, edits: list[tuple[float, bytes, int]]) -> bytes:
+    """`data` with `cut` bytes at each relative position replaced by `insert`."""
+    out = bytearray(data)
+    for where, insert, cut in edits:
+        at = int(where * len(out))
+        out[at:at + cut] = insert
+    return bytes(out)
+
+
 @pytest.fixture(scope="module")
 def kinds() -> list[bytes]:
     """Baseline, progressive, with restart markers, with an EXIF thumbnail, with fill bytes."""
@@ -217,22 +226,9 @@ def kinds() -> list[bytes]:
     [b"", b"\xff", b"\x00", b"\xff\xd9", b"\xff\xd8", b"\xff\xda", b"\xff\xd0", b"\xff\xff", b"\x12"]),
     st.integers(0, 6)), max_size=4), st.binary(max_size=12))
 def test_the_marker_walk_finds_what_a_searching_walk_finds(kinds, kind, edits, tail):
-    data = bytearray(kinds[kind])
-    for where, insert, cut in edits:  # replace `cut` bytes at a relative position with `insert`
-        at = int(where * len(data))
-        data[at:at + cut] = insert
-    data = bytes(data) + tail
+    data = _edited(kinds[kind], edits) + tail
     expected, got = _searching_walk(data), _outcome(data)
     assert got == expected if isinstance(expected, int) else expected in got
-
-
-def _edited(data: bytes, edits: list[tuple[float, bytes, int]]) -> bytes:
-    """`data` with `cut` bytes at each relative position replaced by `insert`."""
-    out = bytearray(data)
-    for where, insert, cut in edits:
-        at = int(where * len(out))
-        out[at:at + cut] = insert
-    return bytes(out)
 
 
 _EDITS = st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(
@@ -255,6 +251,7 @@ def test_the_vector_search_of_scan_data_finds_what_re_finds(kinds, kind, edits, 
 
 @pytest.mark.parametrize("block", [1, 2, 5, 1000])
 def test_a_marker_right_after_restart_markers_is_found_however_many_the_vector_search_skips(block):
+    """Restart markers are skipped one by one, then left to re: a marker right after the last is found either way."""
     for count in range(RESTARTS_SKIPPED - 1, RESTARTS_SKIPPED + 3):
         data = b"\x12\xff\x00" * 5 + b"\xff\xd1" * count + b"\xff\xc4\x00"
         assert ScanEnds(data, vector_from=0, block=block).first(0) == 15 + 2 * count
@@ -263,8 +260,8 @@ def test_a_marker_right_after_restart_markers_is_found_however_many_the_vector_s
 @pytest.mark.parametrize("options", [dict(), dict(progressive=True), dict(restart_marker_rows=2),
                                      dict(restart_marker_blocks=4)])
 def test_a_long_jpeg_is_walked_as_a_searching_walk_walks_it(options):
-    """Scan data longer than VECTOR_FROM, searched with numpy: the same end as the searching walk finds, also with
-    restart markers (fewer and more than RESTARTS_SKIPPED), and with a marker put in its middle."""
+    """Scan data longer than VECTOR_FROM (searched with numpy, or with re after a restart interval): the same end as
+    the searching walk finds, with a trailer, with a marker put in its middle, and cut there."""
     data = jpeg(photo(480, 360, 11), quality=90, **options)
     scan = data.find(b"\xff\xda")
     restarts = sum(data.count(bytes([0xFF, m])) for m in range(0xD0, 0xD8))
