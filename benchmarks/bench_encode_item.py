@@ -234,7 +234,7 @@ def run(folders: dict[str, Path], args: argparse.Namespace, temp: str,
 
 PIECES = ((images, "_load", "decode"), (images, "decoded_plain", "decode"), (images, "inspect", "inspect"),
           (flags, "signature_of_grey", "  signature"), (flags, "sharpness", "  sharpness"),
-          (flags, "colour_below", "  colour spread"), (runs.RunWriter, "_write_block", "  its writes"))
+          (flags, "colour_below", "  colour spread"), (runs.RunWriter, "_write", "  its writes"))
 # What the build does per image that the peers' floor does not, apart from the quality checks: the integrity of
 # what it writes (the source's SHA-256; the record's framing CRC32Cs; the run file's running CRC32C and SHA-256,
 # with the buffering of its writer) and the structural check of a JPEG kept as it is (the marker walk).
