@@ -216,7 +216,7 @@ class _TempFile:
         fd, self.temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
         self.file = os.fdopen(fd, "wb")
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         return self.file.write(data)
 
     def tell(self) -> int:
