@@ -55,15 +55,25 @@ class EncodeRuns(beam.PTransform):
         self.known_labels = tuple(known_labels)
 
     def expand(self, keyed):
-        workers = self.config.workers if self.config.embed is None else 1  # a model's batches stay whole runs'
         return (keyed
                 | "WithLayouts" >> WithSingleton(self.layouts)
-                | "Assign" >> beam.ParDo(_AssignRunsFn(workers))
+                | "Assign" >> beam.ParDo(_AssignRunsFn(part_workers(self.config)))
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),
                                          beam.pvalue.AsSingleton(self.run))
                 .with_outputs("rejected", "quality", main="runs"))
+
+
+def part_workers(config: BuildConfig) -> int:
+    """The workers a run's parts are cut for (run_parts.parts_per_run; 1: every run encoded whole). A model's
+    batches stay whole runs'; and a build that keeps its JPEGs as they are, checked by their markers alone, spends
+    less on an image than joining parts costs (their bytes read, written and hashed again), so its runs stay whole."""
+    if config.embed is not None:
+        return 1
+    if config.video is None and config.image.size is None and config.image.validate == "structure":
+        return 1
+    return config.workers
 
 
 def assign_runs(chunk: list[Keyed], layouts: list[dict], workers: int = 1) \
