@@ -13,7 +13,7 @@ with no other task in flight, and if that fails too the build stops naming the f
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -122,11 +122,11 @@ class _AssignRunsFn(beam.DoFn):
             yield key, MediaItems.joined(parts)
 
 
-def by_split(splits: Sequence[str]) -> dict[str, range | list[int]]:
+def by_split(splits: Sequence[str]) -> Mapping[str, Sequence[int]]:
     """{split: the positions of its items}, in order: a chunk's items are usually all of one split."""
     if len(set(splits)) == 1:
         return {splits[0]: range(len(splits))}
-    out: dict[str, range | list[int]] = {}
+    out: dict[str, list[int]] = {}
     for i, split in enumerate(splits):
         out.setdefault(split, []).append(i)
     return out

@@ -100,7 +100,7 @@ class SplitTotalsFn(beam.CombineFn):
     def create_accumulator(self):
         return {}
 
-    def add(self, acc: dict, split: str, sort_keys: list[int], sizes: list[int]) -> None:
+    def add(self, acc: dict, split: str, sort_keys: Sequence[int], sizes: Sequence[int]) -> None:
         acc.setdefault(split, ListingTotals(keys=run_plan.BucketCounts(self.bits))).add(sort_keys, sizes)
 
     def merge_accumulators(self, accs):

@@ -118,7 +118,7 @@ class Columns(Elements):
         return self._of_columns(tuple(map(pick, self.columns())))
 
     def _make(self, row: Iterable) -> Any:
-        made = object.__new__(self.KIND)
+        made: Any = object.__new__(self.KIND)
         made.__dict__.update(zip(self.FIELDS, row, strict=True))
         return made
 
