@@ -33,7 +33,8 @@ __all__ = [
     "LOCAL_RUNNERS", "DEFAULT_MAX_REJECTED", "parser", "described_options", "MAX_DESCRIBED", "described", "normalise",
     "given", "beam_option_strings", "beam_option_values", "check_beam_args", "parse", "check_job_path", "reject_limit",
     "available_cores", "available_memory", "worker_memory", "build_workers", "local_workers", "listing_options",
-    "video_options", "embed_spec", "check_seed", "check_format", "tpu_layout", "check_stratify", "make_config"
+    "video_options", "embed_key", "embed_spec", "check_seed", "check_format", "tpu_layout", "check_stratify",
+    "make_config"
 ]
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
@@ -128,9 +129,9 @@ def parser() -> OneLineParser:
                        help="how pixels 0..255 are scaled for the model: scale01, minus1to1, imagenet (torchvision "
                             "mean/std) or none; required with --embed-model")
     model.add_argument("--embed-input-size", help="H,W the model takes (default: from its input signature)")
-    model.add_argument("--embed-batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+    model.add_argument("--embed-batch-size", type=int,
                        help=f"images per model call (default {DEFAULT_BATCH_SIZE})")
-    model.add_argument("--embed-key", default=schema.EMBEDDING,
+    model.add_argument("--embed-key",
                        help=f"the feature holding the embedding (default {schema.EMBEDDING})")
     model.add_argument("--embed-output", help="the model output to use, for a model with several")
     ap.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / 2**20,
@@ -375,11 +376,17 @@ def video_options(args: argparse.Namespace, image: ImageOptions):
         raise UsageError(str(exc)) from None
 
 
+def embed_key(args: argparse.Namespace) -> str:
+    """--embed-key as given, else the default feature (left unset so that one given without --embed-model shows)."""
+    return schema.EMBEDDING if args.embed_key is None else args.embed_key
+
+
 def embed_spec(args: argparse.Namespace):
     """--embed-* as an EmbedSpec (None without --embed-model); UsageError naming the option."""
     from shard_utils.media.embed import EmbedError, EmbedSpec, parse_input_size
 
-    named = [o for o in ("embed_preprocess", "embed_input_size", "embed_output") if getattr(args, o) is not None]
+    named = [o for o in ("embed_preprocess", "embed_input_size", "embed_batch_size", "embed_key", "embed_output")
+             if getattr(args, o) is not None]
     if args.embed_model is None:
         if named:
             raise UsageError(f"--{named[0].replace('_', '-')} needs --embed-model")
@@ -387,11 +394,13 @@ def embed_spec(args: argparse.Namespace):
     if args.embed_preprocess is None:
         raise UsageError("--embed-model needs --embed-preprocess (scale01, minus1to1, imagenet or none): how the "
                          "model expects its pixels")
-    if not args.embed_key or args.embed_key in schema.FEATURES or args.embed_key.startswith(schema.EXTRA_PREFIX):
-        raise UsageError(f"--embed-key {args.embed_key!r} must be a new feature name, not one the records already use")
+    key = embed_key(args)
+    if not key or key in schema.FEATURES or key.startswith(schema.EXTRA_PREFIX):
+        raise UsageError(f"--embed-key {key!r} must be a new feature name, not one the records already use")
     try:
         size = parse_input_size(args.embed_input_size) if args.embed_input_size else None
-        return EmbedSpec(args.embed_model, args.embed_preprocess, size, args.embed_batch_size, args.embed_output)
+        batch = DEFAULT_BATCH_SIZE if args.embed_batch_size is None else args.embed_batch_size
+        return EmbedSpec(args.embed_model, args.embed_preprocess, size, batch, args.embed_output)
     except (EmbedError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -503,7 +512,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     return BuildConfig(
         input=args.input, output=args.output, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple(splits), split_dirs=split_dirs, stratify=args.stratify,
-        image=image, video=video, embed=embed, embed_key=args.embed_key,
+        image=image, video=video, embed=embed, embed_key=embed_key(args),
         num_cores=cores, num_hosts=hosts, tpu=tpu, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension, format=shard_format,
