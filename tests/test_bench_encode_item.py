@@ -23,10 +23,17 @@ def test_each_mode_is_timed_against_the_peers_floor(tmp_path, capsys):
     pieces = {f"{mode}{off or ''}": times for mode, off, times
               in re.findall(r"^ +jpg +(\w+) +tpu-shards(, checks off)? *: (.*)$", out, re.M)}
     assert set(pieces) == {mode + off for mode in ("decode", "reencode", "structure") for off in ("", ", checks off")}
-    on = dict((name.strip(), float(us)) for name, us in re.findall(r"([a-z ]+) (\d+)(?:,|$)", pieces["decode"]))
-    assert set(on) == {"decode", "inspect", "signature", "sharpness", "colour spread"} and all(on.values())
-    assert on["inspect"] > on["signature"] and pieces["decode, checks off"].startswith("decode ")
+    on = dict((name.strip(), float(us)) for name, us in re.findall(r"([a-z0-9 ]+) (\d+)(?:,|$)", pieces["decode"]))
+    extra = {"marker walk", "source sha256", "framing", "run writer", "its writes"}
+    assert set(on) == {"decode", "inspect", "signature", "sharpness", "colour spread"} | extra
+    assert all(on[name] for name in ("decode", "inspect", "signature", "marker walk", "source sha256"))
+    assert on["inspect"] > on["signature"] and on["run writer"] >= on["its writes"]
+    assert pieces["decode, checks off"].startswith("decode ")
     assert "inspect" not in pieces["decode, checks off"]  # with the checks off nothing is inspected
+    less = re.findall(r"less marker walk, source sha256, framing, run writer \(not its writes\): ([\d.]+) ms, "
+                      r"the floor ([\d.]+) \(([\d.]+)x\)", out)
+    assert len(less) == 2 * 3 + 2  # each jpg mode and the png one, checks on and off
+    assert all(float(ms) > 0 and float(floor) > 0 for ms, floor, _ in less)
 
 
 def test_another_checkout_is_timed_in_the_same_rounds(tmp_path, capsys):

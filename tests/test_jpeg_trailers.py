@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import ExifTags, Image
 
+from shard_utils.format.jpeg import RESTARTS_SKIPPED, VECTOR_FROM, ScanEnds
 from shard_utils.media.images import ImageOptions, Rejected, jpeg_primary_end, prepare_image
 
 
@@ -203,6 +204,15 @@ def _outcome(data: bytes) -> int | str:
         return str(exc)
 
 
+def _edited(data: bytes, edits: list[tuple[float, bytes, int]]) -> bytes:
+    """`data` with `cut` bytes at each relative position replaced by `insert`."""
+    out = bytearray(data)
+    for where, insert, cut in edits:
+        at = int(where * len(out))
+        out[at:at + cut] = insert
+    return bytes(out)
+
+
 @pytest.fixture(scope="module")
 def kinds() -> list[bytes]:
     """Baseline, progressive, with restart markers, with an EXIF thumbnail, with fill bytes."""
@@ -216,13 +226,52 @@ def kinds() -> list[bytes]:
     [b"", b"\xff", b"\x00", b"\xff\xd9", b"\xff\xd8", b"\xff\xda", b"\xff\xd0", b"\xff\xff", b"\x12"]),
     st.integers(0, 6)), max_size=4), st.binary(max_size=12))
 def test_the_marker_walk_finds_what_a_searching_walk_finds(kinds, kind, edits, tail):
-    data = bytearray(kinds[kind])
-    for where, insert, cut in edits:  # replace `cut` bytes at a relative position with `insert`
-        at = int(where * len(data))
-        data[at:at + cut] = insert
-    data = bytes(data) + tail
+    data = _edited(kinds[kind], edits) + tail
     expected, got = _searching_walk(data), _outcome(data)
     assert got == expected if isinstance(expected, int) else expected in got
+
+
+_EDITS = st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(
+    [b"", b"\xff", b"\x00", b"\xff\xd9", b"\xff\xda", b"\xff\xd0\xff\xd9", b"\xff\xd3" * 40 + b"\xff\xc4", b"\xff\xff",
+     b"\x12"]),
+    st.integers(0, 6)), max_size=4)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 4), _EDITS, st.integers(1, 300), st.lists(st.floats(0, 1), min_size=1, max_size=12))
+def test_the_vector_search_of_scan_data_finds_what_re_finds(kinds, kind, edits, block, places):
+    """ScanEnds from increasing places, as the walk asks it (every search vectorised, in blocks as small as a byte,
+    restart markers past RESTARTS_SKIPPED left to re), finds what the scan data's pattern searched from each finds."""
+    data = _edited(kinds[kind], edits)
+    ends = ScanEnds(data, vector_from=0, block=block)
+    for pos in sorted(int(p * len(data)) for p in places):
+        found = re.compile(rb"\xff[^\x00\xd0-\xd7]").search(data, pos)
+        assert ends.first(pos) == (-1 if found is None else found.start())
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 1000])
+def test_a_marker_right_after_restart_markers_is_found_however_many_the_vector_search_skips(block):
+    """Restart markers are skipped one by one, then left to re: a marker right after the last is found either way."""
+    for count in range(RESTARTS_SKIPPED - 1, RESTARTS_SKIPPED + 3):
+        data = b"\x12\xff\x00" * 5 + b"\xff\xd1" * count + b"\xff\xc4\x00"
+        assert ScanEnds(data, vector_from=0, block=block).first(0) == 15 + 2 * count
+
+
+@pytest.mark.parametrize("options", [dict(), dict(progressive=True), dict(restart_marker_rows=2),
+                                     dict(restart_marker_blocks=4)])
+def test_a_long_jpeg_is_walked_as_a_searching_walk_walks_it(options):
+    """Scan data longer than VECTOR_FROM (searched with numpy, or with re after a restart interval): the same end as
+    the searching walk finds, with a trailer, with a marker put in its middle, and cut there."""
+    data = jpeg(photo(480, 360, 11), quality=90, **options)
+    scan = data.find(b"\xff\xda")
+    restarts = sum(data.count(bytes([0xFF, m])) for m in range(0xD0, 0xD8))
+    assert len(data) - scan > 2 * VECTOR_FROM and (restarts > RESTARTS_SKIPPED) == ("restart_marker_blocks" in options)
+    middle = scan + (len(data) - scan) // 2
+    ends = [len(data), len(data), middle + 2, "no end-of-image marker after the scan data"]
+    for case, end in zip((data, data + b"trailer", data[:middle] + b"\xff\xd9" + data[middle:], data[:middle]), ends,
+                         strict=True):
+        assert _searching_walk(case) == end
+        assert _outcome(case) == end if isinstance(end, int) else end in _outcome(case)
 
 
 def test_preparing_an_image_warns_of_nothing(monkeypatch, baseline):

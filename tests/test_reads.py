@@ -31,6 +31,23 @@ def test_bytes_are_read_to_the_end_whatever_size_was_expected(tmp_path, expected
         os.close(fd)
 
 
+@pytest.mark.parametrize("size", [1, 33_000, 3 * 2**20 + 7])
+def test_a_file_of_the_size_fstat_gave_is_read_in_one_read(tmp_path, monkeypatch, size):
+    """The first read asks for one byte more than the size: getting the size back is the end, with no probe after."""
+    data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    asked = []
+
+    def read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    real_read = os.read
+    monkeypatch.setattr(os, "read", read)
+    assert read_source(str(path), max_bytes=2**24) == data and asked == [size + 1]
+
+
 def test_the_limit_holds_however_much_there_is(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"x" * 100_000)

@@ -120,6 +120,18 @@ def parts_encoded(printed: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def test_a_build_checking_its_jpegs_by_their_markers_alone_keeps_its_runs_whole(source, tmp_path):
+    """Joining parts reads, writes and hashes their bytes again: more than such a build spends on an image."""
+    whole, printed = build(source.images, tmp_path / "w2" / "out", "--num-cores", "1", "--workers", "2",
+                           "--validate", "structure")
+    one, _ = build(source.images, tmp_path / "w1" / "out", "--num-cores", "1", "--workers", "1",
+                   "--validate", "structure")
+    assert parts_encoded(printed) == 0 and "runs_encoded 1" in printed and whole == one
+    _, resized = build(source.images, tmp_path / "r2" / "out", "--num-cores", "1", "--workers", "2",
+                       "--validate", "structure", "--image-size", "64")
+    assert parts_encoded(resized) == 2  # re-encoded: its parts pay for their join
+
+
 @pytest.mark.slow
 def test_every_file_is_the_same_with_runs_in_parts_on_any_worker_count(source, tmp_path, monkeypatch):
     import beam_jobs.jobs.options

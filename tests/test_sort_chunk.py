@@ -3,11 +3,13 @@ already seen (shard_utils.inputs.walk) are the full classification's, field for 
 from __future__ import annotations
 
 import itertools
+import pickle
 
 import pytest
 
 from shard_utils import storage
 from shard_utils.inputs import walk
+from shard_utils.inputs.items import Entries
 from shard_utils.inputs.listings import ListingOptions
 
 FOLDERS = ["", "cat", "dog", "train", "train/cat", "test/a b/c", ".hid", "cat/.git", "__MACOSX/cat", "d\udcff",
@@ -42,6 +44,8 @@ def test_a_chunk_is_classified_as_its_files_alone(tmp_path, split_dirs, video, o
     args = (split_dirs, str(tmp_path), options, video)
     found = walk.sort_chunk(chunk, *args)
     assert (found.media, found.rejected, found.skipped) == one_by_one(chunk, *args)
+    arrived = walk.sort_chunk(pickle.loads(pickle.dumps(Entries(chunk))), *args)  # as the listing step hands it on
+    assert (arrived.media, arrived.rejected, arrived.skipped) == (found.media, found.rejected, found.skipped)
     assert found.seen == len(chunk)
     assert len(found.media) + len(found.rejected) + len(found.skipped) == len(chunk)
 

@@ -14,6 +14,7 @@ from steps import pipeline, run
 from beam_jobs.pipeline.chunks import Chained, Chunk
 from beam_jobs.pipeline.common import Joined, WithSingleton, collected, singleton_pairs
 from shard_utils.inputs import MediaItem
+from shard_utils.inputs.items import MediaItems
 from shard_utils.sharding.encode_run import RunTask
 
 
@@ -67,7 +68,7 @@ def test_a_run_chained_from_its_chunks_reaches_a_worker_as_their_bytes_and_impor
     """A run's items go to a worker process as the bytes its chunks came with (not pickled again item by item);
     the worker, which imports no Beam, reads them in order."""
     items = [MediaItem(f"a/{i}.jpg", f"/in/a/{i}.jpg", i, ("a",)) for i in range(30)]
-    chunks = [pickle.loads(pickle.dumps(Chunk(items[k:k + 8]))) for k in range(0, 30, 8)]  # as a grouping gives them
+    chunks = [pickle.loads(pickle.dumps(MediaItems(items[k:k + 8]))) for k in range(0, 30, 8)]  # as GroupRuns does
     task = RunTask("train", 3, Chained(chunks))
     sent = pickle.dumps(task)
     assert all(chunk._packed in sent for chunk in chunks) and pickle.dumps(task) == sent

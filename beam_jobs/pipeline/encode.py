@@ -13,21 +13,22 @@ with no other task in flight, and if that fails too the build stops naming the f
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.chunks import Chained, Chunk
-from beam_jobs.pipeline.common import Keyed, PooledDoFn, WithSingleton, count, rejected
+from beam_jobs.pipeline.chunks import Chained, KeyedItems
+from beam_jobs.pipeline.common import Keyed, PooledDoFn, WithSingleton, count, rejected, windowed
 from beam_jobs.pipeline.start import keep_lease
 from beam_jobs.run.config import BuildConfig
 from beam_jobs.run.identity import RunInfo
 from shard_utils.errors import InternalError
 from shard_utils.format.labels import label_order
 from shard_utils.inputs import MediaItem
+from shard_utils.inputs.items import MediaItems
 from shard_utils.media.budget import OutOfMemory
 from shard_utils.media.encode import EncodeSettings, encode_item, killed_message, reject
 from shard_utils.sharding.encode_run import EncodedRun, EncodeTally, RunTask, encode_run
@@ -54,10 +55,9 @@ class EncodeRuns(beam.PTransform):
         self.known_labels = tuple(known_labels)
 
     def expand(self, keyed):
-        workers = self.config.workers if self.config.embed is None else 1  # a model's batches stay whole runs'
         return (keyed
                 | "WithLayouts" >> WithSingleton(self.layouts)
-                | "Assign" >> beam.FlatMapTuple(lambda chunk, layouts: assign_runs(chunk, [layouts], workers))
+                | "Assign" >> beam.ParDo(_AssignRunsFn(part_workers(self.config)))
                 | "GroupRuns" >> beam.GroupByKey()
                 | "Encode" >> beam.ParDo(_EncodeRunFn(self.config, self.known_labels),
                                          beam.pvalue.AsList(self.labels),
@@ -65,15 +65,71 @@ class EncodeRuns(beam.PTransform):
                 .with_outputs("rejected", "quality", main="runs"))
 
 
+def part_workers(config: BuildConfig) -> int:
+    """The workers a run's parts are cut for (run_parts.parts_per_run; 1: every run encoded whole). A model's
+    batches stay whole runs'; and a build that keeps its JPEGs as they are, checked by their markers alone, spends
+    less on an image than joining parts costs (their bytes read, written and hashed again), so its runs stay whole."""
+    if config.embed is not None:
+        return 1
+    if config.video is None and config.image.size is None and config.image.validate == "structure":
+        return 1
+    return config.workers
+
+
 def assign_runs(chunk: list[Keyed], layouts: list[dict], workers: int = 1) \
-        -> Iterable[tuple[tuple[str, int, int], Chunk]]:
-    """((split, run, parts it is encoded in), items) for the items of a chunk, grouped by run."""
+        -> Iterable[tuple[tuple[str, int, int], MediaItems]]:
+    """((split, run, parts it is encoded in), items) for the items of a chunk, grouped by run (cut from the
+    chunk's columns: the items are not made here)."""
+    keyed = KeyedItems.of(chunk)
     for found in layouts:  # none when planning failed
-        by_run: dict[tuple[str, int], list[MediaItem]] = {}
-        for split, order, item in chunk:
-            by_run.setdefault((split, found[split].run_of(order)), []).append(item)
-        for (split, run), items in by_run.items():
-            yield (split, run, parts_per_run(found, workers, split, run)), Chunk(items)
+        by_run: dict[tuple[str, int], list[int]] = {}
+        for split, of_split in by_split(keyed.splits).items():
+            orders = keyed.orders
+            for i, run in zip(of_split, found[split].runs_of(orders[i] for i in of_split), strict=True):
+                by_run.setdefault((split, run), []).append(i)
+        for (split, run), positions in by_run.items():
+            yield (split, run, parts_per_run(found, workers, split, run)), keyed.items.select(positions)
+
+
+class _AssignRunsFn(beam.DoFn):
+    """(keyed chunk, layouts) pairs in, ((split, run, parts), items) out: `assign_runs` of each chunk, a run's
+    items from a bundle's chunks joined into one element (up to HELD_ITEMS items held at once). A chunk's items
+    spread over many runs (every run, with few of them), and each element costs Beam the same whatever its size."""
+
+    HELD_ITEMS = 65536
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def start_bundle(self):
+        self._runs: dict[tuple[str, int, int], list[MediaItems]] = {}
+        self._held = 0
+
+    def process(self, pair):
+        chunk, layouts = pair
+        for key, items in assign_runs(chunk, [layouts], self.workers):
+            self._runs.setdefault(key, []).append(items)
+            self._held += len(items)
+        if self._held >= self.HELD_ITEMS:
+            yield from self._joined()
+
+    def finish_bundle(self):
+        yield from windowed(self._joined())
+
+    def _joined(self) -> Iterable[tuple[tuple[str, int, int], MediaItems]]:
+        runs, self._runs, self._held = self._runs, {}, 0
+        for key, parts in runs.items():
+            yield key, MediaItems.joined(parts)
+
+
+def by_split(splits: Sequence[str]) -> dict[str, range | list[int]]:
+    """{split: the positions of its items}, in order: a chunk's items are usually all of one split."""
+    if len(set(splits)) == 1:
+        return {splits[0]: range(len(splits))}
+    out: dict[str, range | list[int]] = {}
+    for i, split in enumerate(splits):
+        out.setdefault(split, []).append(i)
+    return out
 
 
 def probe_item(item: MediaItem, settings: EncodeSettings) -> bool:

@@ -10,13 +10,12 @@ one request per sub-folder. A listing file (CSV, JSONL, Avro) is read by Beam's 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
 
 from beam_jobs import progress
-from beam_jobs.pipeline.chunks import Chunk
 from beam_jobs.pipeline.common import count, rejected
 from beam_jobs.pipeline.listing_sources import DropDuplicateRows, ListingItems
 from beam_jobs.run.config import BuildConfig
@@ -25,6 +24,7 @@ from shard_utils import storage
 from shard_utils.errors import InternalError
 from shard_utils.inputs import MediaItem
 from shard_utils.inputs import walk as media_listing
+from shard_utils.inputs.items import Entries, MediaItems
 from shard_utils.storage import ranges
 
 __all__ = ["ListMedia", "ListListedMedia", "DistinctLabels"]
@@ -48,7 +48,7 @@ class ListTask:
 class ListMedia(beam.PTransform):
     """The input walked in parallel (see the module's docstring) and sorted into media and the rest.
 
-    Outputs: `media` (list[MediaItem] chunks), `rejected` (dict), `skipped_files` (dict naming a non-media
+    Outputs: `media` (MediaItems chunks), `rejected` (dict), `skipped_files` (dict naming a non-media
     file), `tally` (Tally per chunk), `labels` (each label name once)."""
 
     def __init__(self, config: BuildConfig):
@@ -122,11 +122,11 @@ def split(task: ListTask, after: tuple[str, bool] | None, cuts: list[str], flat:
     return [ListTask(task.folder, start, stop, flat) for start, stop in ranges.ranges_between(after, cuts, task.end)]
 
 
-def listed(chunks: Iterable[list]) -> Iterator[Chunk]:
+def listed(chunks: Iterable[list]) -> Iterator[Entries]:
     """The chunks, each counted on the progress bar as it is listed (not when the listing is over)."""
     for chunk in chunks:
         progress.advance("list", len(chunk))
-        yield Chunk(chunk)
+        yield Entries(chunk)
 
 
 def input_folder(config: BuildConfig) -> str:
@@ -142,7 +142,7 @@ def chunked(entries: Iterable, size: int = LIST_CHUNK) -> Iterator[list]:
         yield chunk
 
 
-def classify_chunk(entries: list[storage.Entry], config: BuildConfig):
+def classify_chunk(entries: Sequence[storage.Entry], config: BuildConfig):
     """A chunk of walked entries as ListMedia's outputs: tagged rejects, skipped names and tally, then its media."""
     found = media_listing.sort_chunk(entries, config.split_dirs, input_folder(config), config.listing,
                                      config.video is not None)
@@ -158,7 +158,7 @@ def classify_chunk(entries: list[storage.Entry], config: BuildConfig):
     yield beam.pvalue.TaggedOutput("tally", tally)
     if found.media:
         progress.expect("encode", len(found.media))
-        yield Chunk(found.media)
+        yield found.media
 
 
 class ListListedMedia(beam.PTransform):
@@ -185,10 +185,10 @@ class ListListedMedia(beam.PTransform):
         return {"media": media, "rejected": rejects, "skipped_files": nothing, "tally": seen, "labels": labels}
 
 
-def _listed_chunk(chunk: list[MediaItem]) -> Chunk:
+def _listed_chunk(chunk: list[MediaItem]) -> MediaItems:
     count("files_matched", len(chunk))
     progress.expect("encode", len(chunk))
-    return Chunk(chunk)
+    return MediaItems(chunk)
 
 
 class DistinctLabels(beam.PTransform):
@@ -196,5 +196,10 @@ class DistinctLabels(beam.PTransform):
 
     def expand(self, media):
         return (media
-                | "LabelsOf" >> beam.FlatMap(lambda chunk: {name for item in chunk for name in item.labels})
+                | "LabelsOf" >> beam.FlatMap(label_names)
                 | "Distinct" >> beam.Distinct())
+
+
+def label_names(chunk: Iterable[MediaItem]) -> set[str]:
+    """The label names of a chunk's items, read from its labels column (the items are not made)."""
+    return {name for labels in set(MediaItems.of(chunk).labels) for name in labels}

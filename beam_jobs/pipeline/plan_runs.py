@@ -9,22 +9,23 @@ sorted, to find the exact key where each run starts.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import apache_beam as beam
 
 from beam_jobs.local.pool import Done, LocalPool, Raised
-from beam_jobs.pipeline.chunks import Chunk
+from beam_jobs.pipeline.chunks import KeyedItems
 from beam_jobs.pipeline.common import Joined, Keyed, WithSingleton, collected, count
 from beam_jobs.run.config import BuildConfig
 from shard_utils.errors import PlanError
-from shard_utils.format.order import choose_split
+from shard_utils.format.order import choose_split, sort_keys
 from shard_utils.inputs import MediaItem
+from shard_utils.inputs.items import MediaItems
 from shard_utils.media.encode import EncodeSettings
 from shard_utils.sharding import plan, run_plan
-from shard_utils.sharding.encode_run import item_order, weigh_sample
+from shard_utils.sharding.encode_run import weigh_sample
 from shard_utils.sharding.run_plan import BoundaryFinder, ListingTotals, SizeSample, SplitLayout
 
 __all__ = ["FindBoundaries", "ListingTotalsFn", "PlanLayout", "SplitTotalsFn", "key_chunk"]
@@ -34,7 +35,7 @@ SAMPLE_SIZE = 32  # items encoded to estimate the records' bytes
 
 
 class PlanLayout(beam.PTransform):
-    """Input: chunks of MediaItems. Outputs: `keyed` (the chunks as lists of (split, order key, item)),
+    """Input: chunks of MediaItems. Outputs: `keyed` (the chunks as KeyedItems: (split, order key, item) each),
     `layouts` ({split: SplitLayout} with run boundaries, once; nothing when planning failed) and `failure`
     (why no layout could be made)."""
 
@@ -77,11 +78,17 @@ class FindBoundaries(beam.PTransform):
                                                               for d in found["drafts"])))
 
 
-def key_chunk(chunk: list[MediaItem], splits, seed: int) -> Chunk:
-    """Each item with its split and its place in the split's order: (split, order key, item)."""
+def key_chunk(chunk: Sequence[MediaItem], splits, seed: int) -> KeyedItems:
+    """Each item with its split and its place in the split's order (`item_order`): (split, order key, item),
+    read from the chunk's columns (its items are not made)."""
     fractions = list(splits)
-    return Chunk((item.split or choose_split(fractions, seed, item.source_id), item_order(item, seed), item)
-                 for item in chunk)
+    items = MediaItems.of(chunk)
+    ids = items.source_ids
+    if len(fractions) == 1:  # every item without a split of its own goes to the one split
+        split_of = [own or fractions[0][0] for own in items.splits]
+    else:
+        split_of = [own or choose_split(fractions, seed, i) for own, i in zip(items.splits, ids, strict=True)]
+    return KeyedItems(split_of, list(zip(sort_keys(seed, ids), ids, strict=True)), items)
 
 
 class SplitTotalsFn(beam.CombineFn):
@@ -115,11 +122,16 @@ class ListingTotalsFn(SplitTotalsFn):
     """{split: ListingTotals} of every keyed item."""
 
     def add_input(self, acc, chunk: list[Keyed]):
+        keyed = KeyedItems.of(chunk)
+        names = set(keyed.splits)
+        if len(names) == 1:  # the usual chunk: all of one split
+            self.add(acc, names.pop(), [key for key, _ in keyed.orders], keyed.items.sizes)
+            return acc
         by_split: dict[str, tuple[list, list]] = {}
-        for split, (key, _), item in chunk:
+        for split, (key, _), size in zip(keyed.splits, keyed.orders, keyed.items.sizes, strict=True):
             keys, sizes = by_split.setdefault(split, ([], []))
             keys.append(key)
-            sizes.append(item.size)
+            sizes.append(size)
         for split, (keys, sizes) in by_split.items():
             self.add(acc, split, keys, sizes)
         return acc
@@ -136,7 +148,12 @@ class SmallestFn(beam.CombineFn):
         return []
 
     def add_input(self, acc, chunk: list[Keyed]):
-        return heapq.nsmallest(self.n, acc + [(order, item) for _, order, item in chunk], key=lambda p: p[0])
+        keyed = KeyedItems.of(chunk)
+        orders, items = keyed.orders, keyed.items  # only the items that may be among the n first are made
+        candidates = range(len(orders)) if len(acc) < self.n else [
+            i for i, order in enumerate(orders) if order < acc[-1][0]]  # acc is sorted: nsmallest's list
+        first = heapq.nsmallest(self.n, candidates, key=orders.__getitem__)
+        return heapq.nsmallest(self.n, acc + [(orders[i], items[i]) for i in first], key=lambda p: p[0])
 
     def merge_accumulators(self, accs):
         return heapq.nsmallest(self.n, [p for acc in accs for p in acc], key=lambda p: p[0])
@@ -203,8 +220,9 @@ def layouts_or_failure(totals: dict, sample: SizeSample, config: BuildConfig):
 
 def boundary_keys(chunk: list[Keyed], drafts: list[dict]) -> Iterable:
     """((split, bucket), order key) of the items in a bucket where some run starts."""
+    keyed = KeyedItems.of(chunk)
     for layouts in drafts:  # none when planning failed
-        for split, order, _ in chunk:
+        for split, order in zip(keyed.splits, keyed.orders, strict=True):
             found = layouts.get(split)
             if found is not None and BoundaryFinder.wanted(found, order[0]):
                 yield (split, run_plan.bucket_of(order[0], found.bucket_bits)), order

@@ -15,10 +15,10 @@ from dataclasses import replace
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs.pipeline.chunks import Chunk
 from beam_jobs.pipeline.common import WithSingleton
 from shard_utils.format.order import split_hash
 from shard_utils.inputs import MediaItem
+from shard_utils.inputs.items import MediaItems
 from shard_utils.sharding import stratify
 
 __all__ = ["Stratify"]
@@ -67,7 +67,7 @@ class HashesFn(beam.CombineFn):
         return acc.tobytes()
 
 
-def assign_chunk(chunk: list[MediaItem], cuts: dict, names: tuple[str, ...], seed: int) -> Chunk:
+def assign_chunk(chunk: list[MediaItem], cuts: dict, names: tuple[str, ...], seed: int) -> MediaItems:
     """The chunk's items with the split their class's cuts give them."""
-    return Chunk(replace(item, split=stratify.split_of(names, cuts[item.labels], split_hash(seed, item.source_id)))
+    return MediaItems(replace(item, split=stratify.split_of(names, cuts[item.labels], split_hash(seed, item.source_id)))
                  for item in chunk)

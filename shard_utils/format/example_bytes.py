@@ -114,9 +114,10 @@ def example_pieces(features: Sequence[Feature], large: int = LARGE) -> list[byte
 @dataclass(frozen=True)
 class SingleValues:
     """Keys known in advance whose lists each hold one value (an image record's usual nine): the order in which the
-    runtime writes them and each map entry's head (its key and its Feature's tag), worked out once."""
+    runtime writes them and each map entry's head (its key and its Feature's tag), worked out once; for an int64 key,
+    the bytes before its packed value, whatever that value's length (1 to 10 bytes)."""
 
-    order: tuple[tuple[int, bytes, bool], ...]  # (the value's place among the values, entry head, int64?)
+    order: tuple[tuple[int, bytes, tuple[bytes, ...] | None], ...]  # (the value's place, entry head, int64 heads)
 
 
 def single_values(keys: Sequence[tuple[str, str]]) -> SingleValues | None:
@@ -125,8 +126,30 @@ def single_values(keys: Sequence[tuple[str, str]]) -> SingleValues | None:
     names = [key.encode("utf-8") for key, _ in keys]
     if any(kind not in (BYTES, INT64) for _, kind in keys) or not _ordered(names):
         return None
-    return SingleValues(tuple((i, b"\x0a" + _varint(len(names[i])) + names[i] + b"\x12", keys[i][1] == INT64)
-                              for i in sorted(range(len(names)), key=names.__getitem__)))
+    order = []
+    for i in sorted(range(len(names)), key=names.__getitem__):
+        head = b"\x0a" + _varint(len(names[i])) + names[i] + b"\x12"
+        order.append((i, head, tuple(_int64_head(head, n) for n in range(11)) if keys[i][1] == INT64 else None))
+    return SingleValues(tuple(order))
+
+
+def _int64_head(head: bytes, packed: int) -> bytes:
+    """A map entry's bytes before its one int64, whose varint is `packed` bytes long."""
+    feature = b"\x1a" + _varint(packed + 2) + b"\x0a" + _varint(packed)  # Int64List's packed field in a Feature
+    entry = head + _varint(len(feature) + packed) + feature
+    return b"\x0a" + _varint(len(entry) + packed) + entry
+
+
+_BYTES_HEADS: dict[tuple[bytes, int], bytes] = {}  # (entry head, length) -> _bytes_head's bytes, for small values
+_BYTES_HEADS_HELD = 4096
+
+
+def _bytes_head(head: bytes, length: int) -> bytes:
+    """A map entry's bytes before its one bytes value of `length` bytes (its BytesList in a Feature)."""
+    listed = b"\x0a" + _varint(length)
+    feature = b"\x0a" + _varint(len(listed) + length) + listed
+    entry = head + _varint(len(feature) + length) + feature
+    return b"\x0a" + _varint(len(entry) + length) + entry
 
 
 def single_value_pieces(layout: SingleValues, values: Sequence) -> list[bytes] | None:
@@ -134,28 +157,28 @@ def single_value_pieces(layout: SingleValues, values: Sequence) -> list[bytes] |
     with no list built per feature: about half the time of the runtime's serialization of an image record's. None
     when a value is not a plain int in int64's range or bytes (then the features are example_pieces' to write)."""
     body: list[bytes] = []
-    small = b""  # the entries since the last large value
-    for place, head, int64 in layout.order:
+    small: list[bytes] = []  # the entries since the last large value
+    heads = _BYTES_HEADS
+    for place, head, int64_heads in layout.order:
         value = values[place]
-        if int64:
+        if int64_heads is not None:
             if value.__class__ is not int or not _INT64_MIN <= value < -_INT64_MIN:
                 return None
-            packed = _varint(value & _UINT64)  # at most 10 bytes
-            feature = b"\x1a" + _ONE_BYTE[len(packed) + 2] + b"\x0a" + _ONE_BYTE[len(packed)] + packed
+            packed = _ONE_BYTE[value] if 0 <= value < 0x80 else _varint(value & _UINT64)  # at most 10 bytes
+            small += (int64_heads[len(packed)], packed)
         elif value.__class__ is not bytes:
             return None
-        elif len(value) >= SMALL:  # its own piece, after the heads of its list, feature and entry
-            listed = b"\x0a" + _varint(len(value))
-            feature = b"\x0a" + _varint(len(listed) + len(value)) + listed
-            entry = head + _varint(len(feature) + len(value)) + feature
-            body += (small + b"\x0a" + _varint(len(entry) + len(value)) + entry, value)
-            small = b""
-            continue
+        elif len(value) >= SMALL:  # its own piece, after the heads of its entry, feature and list
+            small.append(_bytes_head(head, len(value)))
+            body += (b"".join(small), value)
+            small = []
         else:
-            listed = b"\x0a" + _varint(len(value)) + value
-            feature = b"\x0a" + _varint(len(listed)) + listed
-        entry = head + _varint(len(feature)) + feature
-        small += b"\x0a" + _varint(len(entry)) + entry
+            entry = heads.get((head, len(value)))
+            if entry is None:
+                entry = _bytes_head(head, len(value))
+                if len(heads) < _BYTES_HEADS_HELD:
+                    heads[head, len(value)] = entry
+            small += (entry, value)
     if small or not body:
-        body.append(small)
+        body.append(b"".join(small))
     return _wrapped(b"\x0a", body)

@@ -8,20 +8,23 @@ from dataclasses import dataclass
 
 from shard_utils.errors import TpuShardsError
 
-__all__ = ["MAX_SCANS", "TooManyScans", "jpeg_primary_end", "PlainHeader", "PlainJpeg", "plain_header",
+__all__ = ["MAX_SCANS", "TooManyScans", "ScanEnds", "jpeg_primary_end", "PlainHeader", "PlainJpeg", "plain_header",
            "plain_jpeg"]
 
 MAX_SCANS = 100  # progressive JPEGs have about 10; each scan is another pass over the whole picture when decoding
 
 # Inside entropy-coded data 0xFF is followed by 0x00 (stuffing) or a restart marker (0xD0-0xD7); any other
 # pair starts the next marker, possibly with fill bytes (0xFF 0xFF ...). A marker is 0xFF then neither 0x00
-# nor 0xFF. (A single leading byte lets `re` find candidates at memchr speed.)
+# nor 0xFF. (`re` looks for the leading byte first, one byte at a time; see ScanEnds for long scan data.)
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
+VECTOR_FROM = 16 * 1024  # scan data at least this long is searched with numpy's vector compare (re below)
+VECTOR_BLOCK = 2**20  # ... a block of it at a time
+RESTARTS_SKIPPED = 32  # restart markers skipped in a vector search before re searches the rest
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xff]")
 _SOI, _EOI, _SOS, _TEM = 0xD8, 0xD9, 0xDA, 0x01
-_APP0, _APP2, _APP14, _DQT = 0xE0, 0xE2, 0xEE, 0xDB
+_APP0, _APP2, _APP14, _DQT, _DRI = 0xE0, 0xE2, 0xEE, 0xDB, 0xDD
 _SOF = (0xC0, 0xC1, 0xC2)  # SOF0-2: baseline, extended, progressive (Huffman)
-_PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, 0xDD, 0xFE, *_SOF}  # and DHT, DRI, COM
+_PLAIN = {_APP0, _APP2, _APP14, _DQT, 0xC4, _DRI, 0xFE, *_SOF}  # and DHT, DRI, COM
 _SEGMENT = struct.Struct(">BBH")  # a marker segment's start: 0xFF, its marker, its length
 
 
@@ -44,7 +47,7 @@ def jpeg_primary_end(data: bytes, max_scans: int = MAX_SCANS) -> int:
 
 def _end_from(data: bytes, pos: int, max_scans: int) -> int:
     """jpeg_primary_end's walk from `pos`, a place before the first scan."""
-    scans, size = 0, len(data)
+    scans, size, ends = 0, len(data), ScanEnds(data)
     while True:
         if pos + 1 < size and data[pos] == 0xFF and data[pos + 1] not in (0x00, 0xFF):
             marker, pos = data[pos + 1], pos + 2  # where a well-formed file has its next marker
@@ -62,15 +65,69 @@ def _end_from(data: bytes, pos: int, max_scans: int) -> int:
             raise ValueError(f"has a second start-of-image marker at offset {pos - 2} inside the image")
         if 0xD0 <= marker <= 0xD7 or marker == _TEM:  # standalone markers, no length
             continue
-        pos = _segment_end(data, pos, marker)
+        start, pos = pos, _segment_end(data, pos, marker)
+        if marker == _DRI and data[start + 2:pos].strip(b"\x00"):  # a restart interval: restart markers ahead
+            ends.expect_restarts()
         if marker == _SOS:
             scans += 1
             if scans > max_scans:
                 raise TooManyScans(f"has more than {max_scans} scans (progressive images have about 10)")
-            found = _SCAN_END.search(data, pos)
-            if found is None:
+            pos = ends.first(pos)
+            if pos < 0:
                 raise ValueError("is truncated: no end-of-image marker after the scan data")
-            pos = found.start()
+
+
+class ScanEnds:
+    """Where entropy-coded data ends, from a place on: the first 0xFF followed by neither 0x00 nor a restart marker
+    (what _SCAN_END finds). Long data is searched with numpy's vector compare, a block at a time: a vector of the
+    places where 0xFF is followed by a byte other than 0x00, kept for the next scan's search, and searched at
+    memchr's speed; re's search goes byte by byte and stops at each of the many stuffed 0xFF 0x00. Data with restart
+    markers (many: one per restart interval) is re's to search, at no cost per marker."""
+
+    def __init__(self, data: bytes, vector_from: int = VECTOR_FROM, block: int = VECTOR_BLOCK):
+        self._data, self._vector_from, self._block = data, vector_from, block
+        self._marks, self._start, self._stop = bytearray(), 0, 0  # the vector of data[start:stop]
+
+    def first(self, pos: int) -> int:
+        """The first place at or after `pos` where the scan data ends; -1 when there is none."""
+        data = self._data
+        last = len(data) - 1  # the last place a marker can start
+        if last - pos < self._vector_from and not self._start <= pos < self._stop:
+            found = _SCAN_END.search(data, pos)
+            return -1 if found is None else found.start()
+        restarts = 0
+        while pos < last:
+            if not self._start <= pos < self._stop:
+                self._mark(pos, min(pos + self._block, last))
+            start = self._start
+            at = self._marks.find(1, pos - start)
+            while at >= 0:
+                if not 0xD0 <= data[start + at + 1] <= 0xD7:
+                    return start + at
+                restarts += 1
+                if restarts > RESTARTS_SKIPPED:  # restart markers with no interval said: re's from here on
+                    self.expect_restarts()
+                    found = _SCAN_END.search(data, start + at + 2)
+                    return -1 if found is None else found.start()
+                at = self._marks.find(1, at + 2)
+            pos = self._stop
+        return -1
+
+    def expect_restarts(self) -> None:
+        """Search the rest with re: restart markers are ahead."""
+        self._vector_from = len(self._data)
+        self._marks, self._start, self._stop = bytearray(), 0, 0
+
+    def _mark(self, start: int, stop: int) -> None:
+        """The vector of data[start:stop]: 1 where 0xFF is followed by a byte other than 0x00, else 0."""
+        import numpy as np
+
+        array = np.frombuffer(self._data, np.uint8)
+        marks = bytearray(stop - start)
+        vector = np.frombuffer(marks, np.bool_)
+        np.equal(array[start:stop], 0xFF, out=vector)
+        np.logical_and(vector, array[start + 1:stop + 1], out=vector)
+        self._marks, self._start, self._stop = marks, start, stop
 
 
 def _segment_end(data: bytes, pos: int, marker: int) -> int:

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
-__all__ = ["sort_key", "split_hash", "unit_hash", "choose_split"]
+__all__ = ["sort_key", "sort_keys", "split_hash", "unit_hash", "choose_split"]
 
 
 def sort_key(seed: int, key: str) -> int:
     """A 64-bit seeded hash of a record key: the global shuffle order."""
     return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode()).digest()[:8], "big")
+
+
+def sort_keys(seed: int, keys: Iterable[str]) -> list[int]:
+    """`sort_key` of each key: the seed's part of the hash taken once, each key's hashed on from a copy of it."""
+    start = hashlib.sha256(f"order:{seed}:".encode())
+    out = []
+    for key in keys:
+        h = start.copy()
+        h.update(key.encode())
+        out.append(int.from_bytes(h.digest()[:8], "big"))
+    return out
 
 
 def split_hash(seed: int, key: str) -> int:

@@ -1,11 +1,13 @@
 """What the listing step finds in a chunk of walked files, without Beam: media, rejects and skips."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shard_utils import inputs, storage
 from shard_utils.format import names
 from shard_utils.inputs import MediaItem, listings
+from shard_utils.inputs.items import Entries, MediaItems, row_of
 from shard_utils.inputs.listings import ListingOptions
 
 __all__ = ["SortedChunk", "sort_chunk", "name_taken"]
@@ -16,49 +18,55 @@ class SortedChunk:
     """One chunk of walked files: the media, the rejects (rejected.jsonl lines), the skipped files as
     (path, reason, extension), and how many files it held."""
 
-    media: list[MediaItem]
+    media: MediaItems
     rejected: list[dict]
     skipped: list[tuple[str, str, str]]
     seen: int
 
 
-def sort_chunk(entries: list[storage.Entry], split_dirs: bool, root: str, options: ListingOptions,
+def sort_chunk(entries: Sequence[storage.Entry], split_dirs: bool, root: str, options: ListingOptions,
                video: bool = False) -> SortedChunk:
-    """Each walked entry classified as a media item, a reject or a skipped file."""
-    found = SortedChunk([], [], [], len(entries))
+    """Each walked entry classified as a media item, a reject or a skipped file. The entries' paths, sizes and
+    reasons are read as columns (`items.Entries`); an entry is made only to be classified in full."""
+    listed = Entries.of(entries)
+    media: list[tuple] = []  # each item's fields (`items.row_of`): the chunk's items are made only where read
+    found = SortedChunk(MediaItems(), [], [], len(listed))
     folders: dict[str, _Folder] = {}
     extensions = inputs.VIDEO_EXTENSIONS if video else inputs.MEDIA_EXTENSIONS
-    for entry in entries:
-        plain = _plain_name(entry, split_dirs, options, extensions)
+    plain_only = options.label_from_name is None  # a label from the name is found in full, name by name
+    for i, (rel, size, reason) in enumerate(zip(listed.paths, listed.sizes, listed.reasons, strict=True)):
+        plain = _plain_name(rel, split_dirs, extensions) if plain_only and reason is None else None
         if plain is not None and plain[0] in folders:
-            found.media.append(folders[plain[0]].item(entry, plain[1]))
+            media.append(folders[plain[0]].row(rel, size, plain[1]))
             continue
+        entry = listed[i]
         out = listings.classify_entry(entry, split_dirs, root, options, video)
         if plain and isinstance(out, MediaItem) and _Folder.fits(out, entry, plain[1]):
             folders[plain[0]] = _Folder.of(out, plain[1])
         if isinstance(out, listings.Rejection):
             found.rejected.append(out.as_dict())
         elif isinstance(out, inputs.Skip):
-            found.skipped.append((names.escaped_name(entry.rel_path), out.reason, out.extension))
-        elif out.source_id != entry.rel_path and storage.exists(storage.join(root, out.source_id)):
+            found.skipped.append((names.escaped_name(rel), out.reason, out.extension))
+        elif out.source_id != rel and storage.exists(storage.join(root, out.source_id)):
             found.rejected.append(name_taken(out).as_dict())
         else:
-            found.media.append(out)
+            media.append(row_of(out))
+    found.media = MediaItems.from_rows(media)
     return found
 
 
-def _plain_name(entry: storage.Entry, split_dirs: bool, options: ListingOptions,
-                extensions: frozenset[str]) -> tuple[str, str] | None:
-    """(folder, name) of a readable entry whose name alone makes it media, whatever its folder (ASCII, not hidden,
-    not a system file, a media extension; no label from the name, no split from it: not at the top of split
-    folders; not under a leading "/", which an object's name may have: "/a.jpg" is no file of folder "" as "b.jpg"
-    is); None for any other, classified in full."""
-    rel = entry.rel_path
-    if entry.reason is not None or options.label_from_name is not None or not rel.isascii() or rel[:1] == "/":
+def _plain_name(rel: str, split_dirs: bool, extensions: frozenset[str]) -> tuple[str, str] | None:
+    """(folder, name) of a readable entry's path whose name alone makes it media, whatever its folder (ASCII, not
+    hidden, not a system file, a media extension; no split from it: not at the top of split folders; not under a
+    leading "/", which an object's name may have: "/a.jpg" is no file of folder "" as "b.jpg" is); None for any
+    other, classified in full. (Asked only where no label comes from the name.)"""
+    if not rel.isascii() or rel[:1] == "/":
         return None
     folder, _, name = rel.rpartition("/")
-    if (split_dirs and not folder) or name[:1] == "." or name.lower() in inputs.SYSTEM_NAMES \
-            or inputs.extension_of(name) not in extensions:
+    lower = name.lower()
+    dot = lower.rfind(".")  # where inputs.extension_of finds the extension, on the name lowered once
+    if (split_dirs and not folder) or name[:1] == "." or dot <= 0 or lower[dot:] not in extensions \
+            or lower in inputs.SYSTEM_NAMES:
         return None
     return folder, name
 
@@ -75,7 +83,7 @@ class _Folder:
 
     @staticmethod
     def fits(item: MediaItem, entry: storage.Entry, name: str) -> bool:
-        """Whether `_Folder.item` would make the same item of the entry (its id its path, read where it lies)."""
+        """Whether `_Folder.row` would make the same item of the entry (its id its path, read where it lies)."""
         return (item.source_id == entry.rel_path and item.uri.endswith(name) and item.size == entry.size
                 and not item.extras and not item.origin)
 
@@ -83,9 +91,9 @@ class _Folder:
     def of(item: MediaItem, name: str) -> _Folder:
         return _Folder(item.uri[:len(item.uri) - len(name)], item.labels, item.split, item.no_label)
 
-    def item(self, entry: storage.Entry, name: str) -> MediaItem:
-        return MediaItem(entry.rel_path, self.uri_prefix + name, entry.size, self.labels, self.split,
-                         no_label=self.no_label)
+    def row(self, rel: str, size: int, name: str) -> tuple:
+        """The fields (`items.row_of`) of the item of the entry at `rel` (its name `name`)."""
+        return rel, self.uri_prefix + name, size, self.labels, self.split, (), "", self.no_label
 
 
 def name_taken(item: MediaItem) -> listings.Rejection:

@@ -90,8 +90,9 @@ def _read_local(path: str, max_bytes: int) -> bytes | Unusable:
 
 def _read_up_to(fd: int, limit: int, expected: int) -> bytes:
     """At most `limit` bytes of fd. The first read asks for one byte more than the file's size, so that its
-    buffer is no larger than the file (allocating a large block per file costs more than reading it); a short
-    read is followed by a one-byte probe for the end, and a file still growing is read in doubling blocks."""
+    buffer is no larger than the file (allocating a large block per file costs more than reading it): when it
+    gives that size, the end is reached (one read per file). Any other short read is followed by a one-byte probe
+    for the end, and a file still growing is read in doubling blocks."""
     parts, left, want = [], limit, expected + 1
     while left > 0:
         asked = min(left, want)
@@ -100,6 +101,8 @@ def _read_up_to(fd: int, limit: int, expected: int) -> bytes:
             break
         parts.append(block)
         left -= len(block)
+        if len(block) == expected < asked and len(parts) == 1:
+            break
         want = 1 if len(block) < asked else min(READ_BLOCK, 2 * asked)
     return parts[0] if len(parts) == 1 else b"".join(parts)
 

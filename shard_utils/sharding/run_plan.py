@@ -209,9 +209,14 @@ class SplitLayout:
 
     def run_of(self, key: OrderKey) -> int:
         """The run an item of this key belongs to."""
+        return self.runs_of([tuple(key)])[0]
+
+    def runs_of(self, keys: Iterable[OrderKey]) -> list[int]:
+        """The run of each of these keys (tuples, as `OrderKey`s are made): `run_of` for many at once."""
         if self.boundaries is None:
             raise InternalError(f"split {self.split!r}: run boundaries are not known yet")
-        return bisect.bisect_right(self.boundaries, tuple(key))
+        after, boundaries = bisect.bisect_right, self.boundaries
+        return [after(boundaries, key) for key in keys]
 
 
 _DERIVED = frozenset(("boundary_buckets", "slots_by_bucket"))

@@ -102,9 +102,11 @@ def run_names(folder: str, split: str, run: int) -> tuple[str, str]:
 class RunWriter:
     """Writes one run: `add` each framed record in key order, then `close` (or `abort` on failure).
 
-    Locally the records are written in blocks of about LOCAL_BLOCK_BYTES (one write of a block costs less
-    than a write of each record). On gs:// a full part is uploaded in the background while the next one
-    fills (at most one upload in flight, so at most two parts are held)."""
+    Locally the records are copied into a block of up to LOCAL_BLOCK_BYTES, written when the next record does not
+    fit (one write of a block costs less than a write of each record, and one block kept for the whole run needs no
+    fresh memory per block: each new 4 KiB page is a page fault); a larger record is written as it is. On gs:// a
+    full part is uploaded in the background while the next one fills (at most one upload in flight, so at most two
+    parts are held)."""
 
     def __init__(self, folder: str, split: str, run: int, chunk_bytes: int = CHUNK_BYTES):
         self.split, self.run = split, run
@@ -113,6 +115,8 @@ class RunWriter:
         self._chunk_bytes = chunk_bytes
         self._stack = ExitStack()
         self._file = None if self._gcs else self._stack.enter_context(storage.open_write(self.path, durable=False))
+        self._block = bytearray()
+        self._filled = 0  # bytes of the block holding records not yet written
         self._buffer: list[bytes] = []
         self._buffered = 0
         self._parts: list[tuple[str, int]] = []
@@ -127,19 +131,37 @@ class RunWriter:
         self._crc = google_crc32c.extend(self._crc, framed)
         self._sha.update(framed)
         self._entries.append(RunEntry(meta, self._size, self._crc, self._sha.copy().digest()))
+        if self._file is not None:
+            self._to_block(framed)
+            return
         self._buffer.append(framed)
         self._buffered += len(framed)
-        if self._file is not None:
-            if self._buffered >= LOCAL_BLOCK_BYTES:
-                self._write_block()
-        elif self._buffered >= self._chunk_bytes:
+        if self._buffered >= self._chunk_bytes:
             self._flush_part()
 
+    def _to_block(self, framed: bytes) -> None:
+        """A local record copied into the block (written first when the record does not fit), or written as it is
+        when it is larger than a block."""
+        end = self._filled + len(framed)
+        if end > LOCAL_BLOCK_BYTES and self._filled:
+            self._write_block()
+            end = len(framed)
+        if end > LOCAL_BLOCK_BYTES:
+            self._write(framed)
+            return
+        self._block[self._filled:end] = framed  # grows the block while the first one fills, copies after
+        self._filled = end
+
     def _write_block(self) -> None:
-        """The local records held so far, written at once."""
+        """The local records held in the block, written at once."""
+        if self._filled:
+            with memoryview(self._block)[:self._filled] as held:
+                self._write(held)
+            self._filled = 0
+
+    def _write(self, data: bytes | memoryview) -> None:
         assert self._file is not None  # only a local run holds a file
-        self._file.write(b"".join(self._buffer))
-        self._buffer, self._buffered = [], 0
+        self._file.write(data)
 
     def _flush_part(self) -> None:
         if not self._buffered:

@@ -322,7 +322,7 @@ class _Writer:
     def __init__(self, upload, uri: str):
         self._upload, self._uri = upload, uri
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         with _failing("write", self._uri):
             return self._upload.write(data)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import operator
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from shard_utils.errors import TpuShardsError
 from shard_utils.storage import base as storage
 
 _BLOCK = 4 * 1024 * 1024
+_NAME = operator.attrgetter("name")  # what a folder's scanned entries are sorted by
 
 
 def exists(path: str) -> bool:
@@ -61,7 +63,7 @@ def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None =
         pending: list[tuple[str, list[os.DirEntry] | None]] = [(start.rstrip("/"), None)]
     else:
         with os.scandir(root) as it:  # an unlistable root is an error, as a missing bucket is
-            pending = [("", sorted(it, key=lambda e: e.name))]
+            pending = [("", sorted(it, key=_NAME))]
     while pending:
         rel_dir, entries = pending.pop()
         if prune is not None and rel_dir and prune(rel_dir):
@@ -69,7 +71,7 @@ def walk(root: str, follow_symlinks: bool, prune: Callable[[str], bool] | None =
         if entries is None:
             try:
                 with os.scandir(os.path.join(root, rel_dir)) as it:
-                    entries = sorted(it, key=lambda e: e.name)
+                    entries = sorted(it, key=_NAME)
             except OSError as exc:
                 yield storage.Entry(rel_dir + "/", 0, "unreadable",
                                     f"folder cannot be listed: {exc.strerror or exc}")
@@ -91,17 +93,17 @@ def list_dir(root: str, rel_dir: str, follow_symlinks: bool) -> tuple[list[stora
     rel_dir = rel_dir.rstrip("/")
     try:
         with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = sorted(it, key=_NAME)
     except OSError as exc:
         if not rel_dir:
             raise  # an unlistable root is an error, as a missing bucket is
         return [storage.Entry(rel_dir + "/", 0, "unreadable", f"folder cannot be listed: {exc.strerror or exc}")], []
     files, folders = [], []
+    prefix = f"{rel_dir}/" if rel_dir else ""
     for entry in entries:
-        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-        found = _entry(entry, rel, real_root, follow_symlinks)
+        found = _entry(entry, prefix + entry.name, real_root, follow_symlinks)
         if found is None:
-            folders.append(rel)
+            folders.append(prefix + entry.name)
         else:
             files.append(found)
     return files, folders
@@ -110,12 +112,12 @@ def list_dir(root: str, rel_dir: str, follow_symlinks: bool) -> tuple[list[stora
 def _entry(entry: os.DirEntry, rel: str, real_root: str, follow_symlinks: bool) -> storage.Entry | None:
     """A scanned name as an entry; None for a folder (to be listed in turn)."""
     try:
+        if entry.is_file(follow_symlinks=False):  # the usual entry, asked first: a regular file, not a link to one
+            return storage.Entry(rel, entry.stat(follow_symlinks=False).st_size)
         if entry.is_symlink():
             return _symlink_entry(rel, entry.path, real_root, follow_symlinks)
         if entry.is_dir(follow_symlinks=False):
             return None
-        if entry.is_file(follow_symlinks=False):
-            return storage.Entry(rel, entry.stat(follow_symlinks=False).st_size)
         return storage.Entry(rel, 0, "not_regular_file", "not a regular file (device, pipe or socket)")
     except OSError as exc:
         return storage.Entry(rel, 0, "unreadable", f"cannot stat: {exc.strerror or exc}")
@@ -214,7 +216,7 @@ class _TempFile:
         fd, self.temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
         self.file = os.fdopen(fd, "wb")
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         return self.file.write(data)
 
     def tell(self) -> int:

@@ -49,7 +49,7 @@ class Seekable(Readable, Protocol):
 class Writable(Protocol):
     """What a writer of a byte stream needs: write(data), which takes it all (a file, an open_write stream)."""
 
-    def write(self, data: bytes, /) -> int: ...
+    def write(self, data: bytes | memoryview, /) -> int: ...
 
 
 class StorageError(TpuShardsError):
