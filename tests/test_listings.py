@@ -116,7 +116,7 @@ def test_named_columns_must_be_in_the_header():
 ])
 def test_the_path_column_is_never_also_the_label_or_split_column(options, option):
     """Once built silently: a label per file (its id), or every row refused as a duplicate of its label's path."""
-    with pytest.raises(ValueError, match=rf"t.csv: column '(id|label)' holds the paths and cannot also be the {option}"):
+    with pytest.raises(ValueError, match=rf"column '(id|label)' holds the paths and cannot also be the {option}"):
         (choose_path_column if options.path_column is None else check_columns)(["id", "label"], options, "t.csv")
 
 
