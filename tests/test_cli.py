@@ -176,6 +176,9 @@ def test_every_command_names_the_closest_option_to_an_unknown_one(in_process, tm
     (["reshard", "a", "b", "c"], "unrecognized argument 'c': no option takes it"),  # Beam would drop it
     (["reshard", "a", "b", "--seed", str(-2**70)], f"--seed {-2**70} must be an integer of at most 64 bits"),
     (["build", "--input", "a", "--output", "b", "--listing", "x.csv", "--input", "c"], "--input is given twice"),
+    (["build", "--input", "a", "--output", ""], "--output is empty"),
+    (["build", "--input=", "--output", "b", "--listing", "x.csv"], "--input is empty"),  # not "is required"
+    (["reshard", "a", ""], "DST is empty"),
 ])
 def test_a_repeated_contradictory_or_ignored_option_is_one_line_before_any_work(in_process, tmp_path, argv,
                                                                                 fragment):

@@ -78,6 +78,7 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--workers", "2", "--direct_num_workers=2"], "--workers 2 needs Beam's bundles run by one thread"),
     (["--embed-batch-size", "0"], "--embed-batch-size needs --embed-model"),  # once ignored without a word
     (["--embed-key", "x"], "--embed-key needs --embed-model"),
+    (["--listing", ""], "--listing is empty"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)

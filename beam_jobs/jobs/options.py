@@ -240,6 +240,8 @@ def check_job_path(path: str | None, option: str) -> None:
     """Refuse a path a job cannot carry (UsageError): a gs:// name with an empty, '.' or '..' part (`gs://b//x`,
     `gs://b/a/../x`), or a local path that is not UTF-8 (the job's steps pass paths as UTF-8 text and the manifest
     records them; file names inside the input may be any bytes, see names.escaped_name)."""
+    if path == "":
+        raise UsageError(f"{option} is empty; give a local path or a gs:// one")
     problem = names.gcs_name_problem(path) if path and storage.is_gcs(path) else None
     if problem:
         raise UsageError(f"{option} {path} {problem}")
