@@ -11,9 +11,9 @@ from beam_jobs.errors import OneLineParser, UsageError, exit_now, guarded
 from shard_utils.text import printable
 
 __all__ = [
-    "verify_command", "intact_line", "inspect_command", "describe", "extract_command", "build_command",
-    "reshard_command", "Command", "COMMANDS", "USAGE_LINE", "overview", "version_line", "unknown_command", "console",
-    "main"
+    "verify_command", "intact_line", "inspect_command", "check_inspect_options", "describe", "extract_command",
+    "build_command", "reshard_command", "Command", "COMMANDS", "USAGE_LINE", "overview", "version_line",
+    "unknown_command", "console", "main"
 ]
 
 
@@ -58,15 +58,16 @@ def inspect_command(argv: Sequence[str] | None) -> None:
                                    "contact sheets, charts and an index.html to look at it.")
     ap.add_argument("dataset", help="dataset folder (local or gs://) or its manifest.json")
     ap.add_argument("--report", metavar="DIR", help="write the report into this local folder")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the records shown on the contact sheets")
-    ap.add_argument("--max-records", type=int, default=5000,
-                    help="records read per split for the contact sheets and size chart (default 5000)")
+    ap.add_argument("--seed", type=int, help="with --report: seed of the records shown on the contact sheets")
+    ap.add_argument("--max-records", type=int,
+                    help="with --report: records read per split for the contact sheets and size chart (default 5000)")
     ap.add_argument("--croissant", action="store_true",
                     help="print the dataset's Croissant description (croissant.json), made from its manifest")
     ap.add_argument("--write-croissant", action="store_true",
                     help="write croissant.json and the README.md card beside the manifest (e.g. for a dataset built "
                          "before they existed)")
     args = ap.parse_args(argv)
+    check_inspect_options(args)
     m = load(args.dataset)
     if args.croissant or args.write_croissant:
         return describe(m, args.croissant, args.write_croissant)
@@ -83,10 +84,24 @@ def inspect_command(argv: Sequence[str] | None) -> None:
         return
     from shard_utils.read import report
 
-    if args.max_records < 1:
-        raise UsageError("--max-records must be at least 1")
-    page = report.write_report(m, args.report, seed=args.seed, max_records=args.max_records)
+    page = report.write_report(m, args.report, seed=args.seed or 0,
+                               max_records=5000 if args.max_records is None else args.max_records)
     print(f"tpu-shards: report written to {printable(page)}")
+
+
+def check_inspect_options(args) -> None:
+    """Refuse inspect's options that would be ignored: the report's own without --report, --report beside the
+    Croissant ones (which print or write instead of the summary)."""
+    if args.report is None:
+        for flag in ("seed", "max_records"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag.replace('_', '-')} is for the report; add --report DIR or drop it")
+    elif args.croissant or args.write_croissant:
+        given = "--croissant" if args.croissant else "--write-croissant"
+        raise UsageError(f"{given} prints or writes the Croissant description instead of the summary and its report; "
+                         "run --report on its own")
+    if args.max_records is not None and args.max_records < 1:
+        raise UsageError("--max-records must be at least 1")
 
 
 def describe(m, show: bool, write: bool) -> None:

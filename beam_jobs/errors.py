@@ -40,6 +40,28 @@ class OneLineParser(argparse.ArgumentParser):
         """Every long option this parser defines."""
         return [s for action in self._actions for s in action.option_strings if s.startswith("--")]
 
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D401 - argparse's entry point
+        args = list(sys.argv[1:] if args is None else args)
+        self.refuse_repeats(args)
+        return super().parse_known_args(args, namespace)
+
+    def refuse_repeats(self, args: Sequence[str]) -> None:
+        """Refuse an option given twice (or with its negation), which argparse would settle silently by the last
+        one; options meant to repeat (append actions such as --listing) may."""
+        seen: dict[str, str] = {}
+        for arg in args:
+            if arg == "--":
+                return
+            name = arg.split("=", 1)[0]
+            action = self._option_string_actions.get(name) if arg.startswith("--") else None
+            if action is None or isinstance(action, (argparse._AppendAction, argparse._HelpAction)):
+                continue
+            if action.dest in seen:
+                first = seen[action.dest]
+                raise UsageError(f"{name} is given twice; give it once" if first == name else
+                                 f"{first} and {name} are both given; give one of them")
+            seen[action.dest] = name
+
     def parse_args(self, args=None, namespace=None):  # noqa: D401 - argparse's entry point
         parsed, rest = self.parse_known_args(args, namespace)
         for arg in rest:

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import run_cli, write_images
+from conftest import run_cli, run_job, write_images
 
 from beam_jobs.cli import main
 
@@ -95,6 +95,15 @@ def test_too_few_records_for_the_cores_fails_cleanly_and_writes_nothing(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["in_memory", "multi_threading"])
+def test_a_build_on_several_of_beams_threads_in_this_process_writes_every_record(images, tmp_path, mode):
+    """Beam's bundles on two threads of this process (once an internal error or a hang: the encode pool was
+    driven from both): the encode step runs inline in each."""
+    m = run_job(images, tmp_path / "out", "--direct_num_workers=2", f"--direct_running_mode={mode}")
+    assert m.splits["train"].num_records == 36 and len(m.splits["train"].shards) == 8
+
+
+@pytest.mark.slow
 def test_all_files_rejected_fails_cleanly(tmp_path):
     (tmp_path / "in" / "a").mkdir(parents=True)
     (tmp_path / "in" / "a" / "x.jpg").write_text("not an image")
@@ -151,6 +160,33 @@ def test_every_command_names_the_closest_option_to_an_unknown_one(in_process, tm
     done = in_process(*argv)
     assert done.returncode == 2
     assert done.stderr == f"tpu-shards: error: unknown option {typo}; did you mean {hint}?\n"
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["verify", "ds", "--deep", "--deep"], "--deep is given twice; give it once"),
+    (["inspect", "ds", "--seed", "1", "--seed", "2", "--report", "r"], "--seed is given twice"),
+    (["inspect", "ds", "--max-records", "10"], "--max-records is for the report; add --report DIR or drop it"),
+    (["inspect", "ds", "--seed", "3"], "--seed is for the report"),
+    (["inspect", "ds", "--report", "r", "--max-records", "0"], "--max-records must be at least 1"),
+    (["inspect", "ds", "--report", "r", "--croissant"], "--croissant prints or writes the Croissant description"),
+    (["inspect", "ds", "--write-croissant", "--report", "r"], "--write-croissant prints or writes"),
+    (["extract", "ds", "dir", "--split", "train", "--split", "validation"], "--split is given twice"),
+    (["extract", "ds", "dir", "--limit=1", "--limit", "2"], "--limit is given twice"),
+    (["reshard", "a", "b", "--num-cores", "4", "--num-cores", "2"], "--num-cores is given twice"),
+    (["reshard", "a", "b", "c"], "unrecognized argument 'c': no option takes it"),  # Beam would drop it
+    (["reshard", "a", "b", "--seed", str(-2**70)], f"--seed {-2**70} must be an integer of at most 64 bits"),
+    (["build", "--input", "a", "--output", "b", "--listing", "x.csv", "--input", "c"], "--input is given twice"),
+    (["build", "--input", "a", "--output", ""], "--output is empty"),
+    (["build", "--input=", "--output", "b", "--listing", "x.csv"], "--input is empty"),  # not "is required"
+    (["reshard", "a", ""], "DST is empty"),
+])
+def test_a_repeated_contradictory_or_ignored_option_is_one_line_before_any_work(in_process, tmp_path, argv,
+                                                                                fragment):
+    """argparse keeps the last of a repeated option and Beam drops a stray word: each would run silently with
+    something the user did not mean."""
+    done = in_process(*[str(tmp_path / a) if a in ("ds", "dir", "r", "a", "b") else a for a in argv])
+    assert_one_line_error(done, fragment)
+    assert done.returncode == 2 and not done.stdout and list(tmp_path.iterdir()) == []
 
 
 def test_build_help_says_workers_are_refused_on_dataflow(in_process):

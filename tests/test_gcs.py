@@ -353,7 +353,7 @@ def test_cli_builds_and_verifies_a_bucket_without_printing_credentials(gcs, sour
 def test_a_killed_build_on_a_bucket_leaves_no_partial_dataset_and_a_rerun_completes(gcs, source, stage):
     out = f"gs://{gcs.new_bucket('killed')}/ds"
     with contextlib.redirect_stdout(io.StringIO()):  # the dataset the killed build overwrites: built in-process
-        run_job(source.uri, out, *OPTS, "--num-cores", "1")
+        run_job(source.uri, out, *OPTS[2:], "--num-cores", "1")
     old = dataset_files(gcs, out)
     killed = run_cli("build", "--input", source.uri, "--output", out, *OPTS, "--overwrite",
                      env=faults(kill=stage))

@@ -109,6 +109,17 @@ def test_named_columns_must_be_in_the_header():
         check_columns(["id", "label", "fold"], o, "t.csv")
 
 
+@pytest.mark.parametrize("options, option", [
+    (ListingOptions(listings=("t.csv",), label_column="id"), "--label-column"),  # the path column chosen: id
+    (ListingOptions(path_column="label"), "--label-column"),  # the label column by default: label
+    (ListingOptions(path_column="id", split_column="id"), "--split-column"),
+])
+def test_the_path_column_is_never_also_the_label_or_split_column(options, option):
+    """Once built silently: a label per file (its id), or every row refused as a duplicate of its label's path."""
+    with pytest.raises(ValueError, match=rf"column '(id|label)' holds the paths and cannot also be the {option}"):
+        (choose_path_column if options.path_column is None else check_columns)(["id", "label"], options, "t.csv")
+
+
 @pytest.mark.parametrize("value, root, expected", [
     ("cat/1.jpg", "/in", ("cat/1.jpg", "/in/cat/1.jpg")),
     ("./cat//1.jpg", "/in", ("cat/1.jpg", "/in/cat/1.jpg")),

@@ -67,6 +67,18 @@ def test_an_unknown_option_far_from_any_is_still_refused(capsys, images, tmp_pat
     (["--image-size", "20000,20000"], "--image-size 20000x20000 is more than 268435456 pixels per image"),
     (["--near-dups", "group", "--quality-checks", "off"], "--near-dups group needs every image's signature"),
     (["--near-dups", "drop", "--validate", "structure"], "--near-dups drop needs every image's signature"),
+    (["--splits", ""], "--splits is empty"),  # an empty value is never taken for the default
+    (["--image-size", ""], "--image-size '' must be 1 or 2 integers"),
+    (["--seed", str(2**64)], f"--seed {2**64} must be an integer of at most 64 bits"),
+    (["--seed", "1", "--seed", "2"], "--seed is given twice"),  # argparse would keep the last without a word
+    (["--image_size", "8", "--image-size", "16"], "--image-size is given twice"),
+    (["--output=elsewhere"], "--output is given twice"),
+    (["--progress", "--no-progress"], "--progress and --no-progress are both given"),
+    (["--image-size", "224", "224"], "unrecognized argument '224': no option takes it"),  # Beam would drop it
+    (["--workers", "2", "--direct_num_workers=2"], "--workers 2 needs Beam's bundles run by one thread"),
+    (["--embed-batch-size", "0"], "--embed-batch-size needs --embed-model"),  # once ignored without a word
+    (["--embed-key", "x"], "--embed-key needs --embed-model"),
+    (["--listing", ""], "--listing is empty"),
 ])
 def test_bad_values_are_one_line(capsys, images, tmp_path, argv, fragment):
     one_line_error(capsys, ["build", "--input", str(images), "--output", str(tmp_path / "out"), *argv], fragment)
@@ -134,7 +146,10 @@ def test_reject_limits():
     (None, "FnApiRunner", 1, "", 8, 8),  # locally: every core
     (3, "FnApiRunner", 1, "", 8, 3),
     (None, "FnApiRunner", 4, "multi_processing", 8, 2),  # Beam's own processes share the cores
-    (None, "FnApiRunner", 4, "multi_threading", 8, 2),
+    (None, "FnApiRunner", 4, "multi_threading", 8, 1),  # Beam's threads in this process: the encode step inline
+    (None, "FnApiRunner", 2, "in_memory", 8, 1),
+    (None, "FnApiRunner", 0, "in_memory", 8, 1),  # 0: Beam takes a thread per core
+    (1, "FnApiRunner", 2, "multi_threading", 8, 1),
     (None, "DataflowRunner", 1, "", 96, 1),  # one SDK process per vCPU already: never a pool
     (1, "DataflowRunner", 1, "", 96, 1),
 ])

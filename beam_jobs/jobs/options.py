@@ -18,6 +18,7 @@ from beam_jobs.run.config import BuildConfig, RejectLimit
 from shard_utils import inputs, storage
 from shard_utils.format import names, schema, topology
 from shard_utils.format.image_size import parse_image_size
+from shard_utils.format.json_values import MAX_INT
 from shard_utils.format.shard_formats import OPTIONS, TFRECORD, formats_of, get
 from shard_utils.inputs import listings
 from shard_utils.media.budget import DEFAULT_WORKER_MEMORY, largest_image, mib
@@ -30,9 +31,10 @@ from shard_utils.sharding.runs import CHUNK_BYTES
 
 __all__ = [
     "LOCAL_RUNNERS", "DEFAULT_MAX_REJECTED", "parser", "described_options", "MAX_DESCRIBED", "described", "normalise",
-    "given", "beam_option_strings", "check_beam_args", "parse", "check_job_path", "reject_limit", "available_cores",
-    "available_memory", "worker_memory", "build_workers", "local_workers", "listing_options", "video_options",
-    "embed_spec", "check_format", "tpu_layout", "check_stratify", "make_config"
+    "given", "beam_option_strings", "beam_option_values", "check_beam_args", "parse", "check_job_path", "reject_limit",
+    "available_cores", "available_memory", "worker_memory", "build_workers", "local_workers", "listing_options",
+    "video_options", "embed_key", "embed_spec", "check_seed", "check_format", "tpu_layout", "check_stratify",
+    "make_config"
 ]
 
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
@@ -127,9 +129,9 @@ def parser() -> OneLineParser:
                        help="how pixels 0..255 are scaled for the model: scale01, minus1to1, imagenet (torchvision "
                             "mean/std) or none; required with --embed-model")
     model.add_argument("--embed-input-size", help="H,W the model takes (default: from its input signature)")
-    model.add_argument("--embed-batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+    model.add_argument("--embed-batch-size", type=int,
                        help=f"images per model call (default {DEFAULT_BATCH_SIZE})")
-    model.add_argument("--embed-key", default=schema.EMBEDDING,
+    model.add_argument("--embed-key",
                        help=f"the feature holding the embedding (default {schema.EMBEDDING})")
     model.add_argument("--embed-output", help="the model output to use, for a model with several")
     ap.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / 2**20,
@@ -191,23 +193,34 @@ def given(argv: Sequence[str]) -> set[str]:
 
 def beam_option_strings() -> set[str]:
     """Every option string Beam's PipelineOptions classes define (what Beam would not drop as unparseable)."""
+    return set(beam_option_values())
+
+
+def beam_option_values() -> dict[str, bool]:
+    """Every option string Beam's PipelineOptions classes define -> whether it takes a value."""
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     beam_parser = _BeamArgumentParser(allow_abbrev=False)
     for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
         cls._add_argparse_args(beam_parser)  # pylint: disable=protected-access
-    return {s for action in beam_parser._actions for s in action.option_strings}
+    return {s: action.nargs != 0 for action in beam_parser._actions for s in action.option_strings}
 
 
 def check_beam_args(beam_args: Sequence[str], ours: Sequence[str], prog: str = "tpu-shards build") -> None:
-    """Refuse an option neither the job nor Beam defines, naming the closest one."""
-    known = beam_option_strings()
+    """Refuse an option neither the job nor Beam defines, naming the closest one, and a word that is no option's
+    value (a stray `--image-size 224 224`), which Beam would drop without a word."""
+    known = beam_option_values()
+    takes_value = False
     for arg in beam_args:
         if not arg.startswith("-") or arg in ("-", "--"):
+            if not takes_value:
+                raise UsageError(f"unrecognized argument {names.shown(arg)}: no option takes it (see {prog} --help)")
+            takes_value = False
             continue
-        name = arg.split("=", 1)[0]
+        name, eq, _ = arg.partition("=")
         if name not in known:
             raise unknown_option(name, list(ours) + sorted(known), prog)
+        takes_value = known[name] and not eq
 
 
 def parse(argv: Sequence[str], ap: OneLineParser | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -227,6 +240,8 @@ def check_job_path(path: str | None, option: str) -> None:
     """Refuse a path a job cannot carry (UsageError): a gs:// name with an empty, '.' or '..' part (`gs://b//x`,
     `gs://b/a/../x`), or a local path that is not UTF-8 (the job's steps pass paths as UTF-8 text and the manifest
     records them; file names inside the input may be any bytes, see names.escaped_name)."""
+    if path == "":
+        raise UsageError(f"{option} is empty; give a local path or a gs:// one")
     problem = names.gcs_name_problem(path) if path and storage.is_gcs(path) else None
     if problem:
         raise UsageError(f"{option} {path} {problem}")
@@ -301,7 +316,7 @@ def worker_memory(args: argparse.Namespace) -> int:
 
 def build_workers(args: argparse.Namespace, runner: str, direct) -> int:
     """local_workers for a build's or an append's options, on this machine."""
-    return local_workers(args.workers, runner, direct.direct_num_workers or 1, direct.direct_running_mode or "",
+    return local_workers(args.workers, runner, direct.direct_num_workers, direct.direct_running_mode or "",
                          available_cores(), available_memory(), worker_memory(args))
 
 
@@ -316,6 +331,12 @@ def local_workers(requested: int | None, runner: str, direct_num_workers: int, r
     """
     if requested is not None and requested < 1:
         raise UsageError("--workers must be at least 1")
+    if runner in LOCAL_RUNNERS and running_mode != "multi_processing" and direct_num_workers != 1:
+        # Beam runs this process's bundles on several threads; the encode pool is driven by one thread only.
+        if requested not in (None, 1):
+            raise UsageError(f"--workers {requested} needs Beam's bundles run by one thread of this process: drop "
+                             "--direct_num_workers, or add --direct_running_mode=multi_processing")
+        return 1
     if runner not in LOCAL_RUNNERS:
         if requested not in (None, 1):
             raise UsageError(f"--workers is for local builds; on {runner or 'this runner'} each vCPU runs its own "
@@ -357,11 +378,17 @@ def video_options(args: argparse.Namespace, image: ImageOptions):
         raise UsageError(str(exc)) from None
 
 
+def embed_key(args: argparse.Namespace) -> str:
+    """--embed-key as given, else the default feature (left unset so that one given without --embed-model shows)."""
+    return schema.EMBEDDING if args.embed_key is None else args.embed_key
+
+
 def embed_spec(args: argparse.Namespace):
     """--embed-* as an EmbedSpec (None without --embed-model); UsageError naming the option."""
     from shard_utils.media.embed import EmbedError, EmbedSpec, parse_input_size
 
-    named = [o for o in ("embed_preprocess", "embed_input_size", "embed_output") if getattr(args, o) is not None]
+    named = [o for o in ("embed_preprocess", "embed_input_size", "embed_batch_size", "embed_key", "embed_output")
+             if getattr(args, o) is not None]
     if args.embed_model is None:
         if named:
             raise UsageError(f"--{named[0].replace('_', '-')} needs --embed-model")
@@ -369,13 +396,21 @@ def embed_spec(args: argparse.Namespace):
     if args.embed_preprocess is None:
         raise UsageError("--embed-model needs --embed-preprocess (scale01, minus1to1, imagenet or none): how the "
                          "model expects its pixels")
-    if not args.embed_key or args.embed_key in schema.FEATURES or args.embed_key.startswith(schema.EXTRA_PREFIX):
-        raise UsageError(f"--embed-key {args.embed_key!r} must be a new feature name, not one the records already use")
+    key = embed_key(args)
+    if not key or key in schema.FEATURES or key.startswith(schema.EXTRA_PREFIX):
+        raise UsageError(f"--embed-key {key!r} must be a new feature name, not one the records already use")
     try:
         size = parse_input_size(args.embed_input_size) if args.embed_input_size else None
-        return EmbedSpec(args.embed_model, args.embed_preprocess, size, args.embed_batch_size, args.embed_output)
+        batch = DEFAULT_BATCH_SIZE if args.embed_batch_size is None else args.embed_batch_size
+        return EmbedSpec(args.embed_model, args.embed_preprocess, size, batch, args.embed_output)
     except (EmbedError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def check_seed(seed: int | None) -> None:
+    """Refuse a --seed the manifest cannot record (an int64), before any work."""
+    if seed is not None and abs(seed) > MAX_INT:
+        raise UsageError(f"--seed {seed} must be an integer of at most 64 bits (-{MAX_INT}..{MAX_INT})")
 
 
 def check_format(value: str, shard_extension: str, needed_for: str | None = None) -> str:
@@ -429,20 +464,21 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     ids = listing_io.ids_without_template(listing, args.input)
     if ids:
         raise UsageError(ids)
-    if args.splits and split_dirs:
+    if args.splits is not None and split_dirs:
         raise UsageError("the input already has train/validation/test folders; drop --splits")
     try:
-        splits = inputs.parse_splits(args.splits) if args.splits else [("train", 1.0)]
+        splits = inputs.parse_splits(args.splits) if args.splits is not None else [("train", 1.0)]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.stratify:
         check_stratify(splits, split_dirs, listing)
     try:
-        size = parse_image_size(args.image_size) if args.image_size else None
+        size = parse_image_size(args.image_size) if args.image_size is not None else None
     except ValueError as exc:
         raise UsageError(f"--image-size {exc}") from None
     if not 1 <= args.jpeg_quality <= 100:
         raise UsageError(f"--jpeg-quality {args.jpeg_quality} must be in 1..100")
+    check_seed(args.seed)
     tpu, cores, hosts = tpu_layout(args.tpu, args.num_cores, args.num_hosts)
     unit = cores * hosts
     if args.num_shards is not None and (args.num_shards < 1 or args.num_shards % unit):
@@ -478,7 +514,7 @@ def make_config(args: argparse.Namespace, split_dirs: bool, *, workers: int, tem
     return BuildConfig(
         input=args.input, output=args.output, temp_root=temp_root, run_id=run_id, created=created,
         splits=tuple(splits), split_dirs=split_dirs, stratify=args.stratify,
-        image=image, video=video, embed=embed, embed_key=args.embed_key,
+        image=image, video=video, embed=embed, embed_key=embed_key(args),
         num_cores=cores, num_hosts=hosts, tpu=tpu, target_shard_mb=args.target_shard_mb,
         num_shards=args.num_shards, seed=args.seed, tool_version=shard_utils.__version__,
         workers=workers, label_offset=args.label_offset, shard_extension=args.shard_extension, format=shard_format,

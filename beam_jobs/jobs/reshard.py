@@ -327,6 +327,7 @@ def parse(argv: Sequence[str]):
     args, beam_args = options.parse(argv, parser())
     options.check_job_path(args.src, "SRC")
     options.check_job_path(args.dst, "DST")
+    options.check_seed(args.seed)
     return args, beam_args
 
 

@@ -247,12 +247,22 @@ def choose_path_column(columns: Sequence[str], options: ListingOptions, listing:
         if options.path_column not in columns:
             raise ValueError(f"listing {listing} has no column {options.path_column!r} (--path-column); "
                              f"its columns are {_names(columns)}")
-        return options.path_column, None
+        return _only_paths(options.path_column, options, listing), None
     for name in PATH_COLUMNS:
         if name in columns:
-            return name, f"listing {listing}: paths from column {name!r} (set --path-column to choose another)"
+            return (_only_paths(name, options, listing),
+                    f"listing {listing}: paths from column {name!r} (set --path-column to choose another)")
     raise ValueError(f"listing {listing} has none of the columns {', '.join(PATH_COLUMNS)}; name the one holding "
                      f"paths with --path-column (its columns are {_names(columns)})")
+
+
+def _only_paths(column: str, options: ListingOptions, listing: str) -> str:
+    """The path column, refused (ValueError) when the label or split is also to be read from it."""
+    for other, option in ((options.label_column, "--label-column"), (options.split_column, "--split-column")):
+        if other == column:
+            raise ValueError(f"listing {listing}: column {column!r} holds the paths and cannot also be the {option}; "
+                             "name another column")
+    return column
 
 
 def check_columns(columns: Sequence[str], options: ListingOptions, listing: str) -> None:
@@ -264,6 +274,8 @@ def check_columns(columns: Sequence[str], options: ListingOptions, listing: str)
             hint = " or take labels from file names with --label-from-name" if option == "--label-column" else ""
             raise ValueError(f"listing {listing} has no column {column!r} ({option}{hint}); "
                              f"its columns are {_names(columns)}")
+    if options.path_column is not None:
+        _only_paths(options.path_column, options, listing)
 
 
 def _names(columns: Sequence[str]) -> str:
