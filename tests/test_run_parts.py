@@ -120,6 +120,7 @@ def parts_encoded(printed: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+@pytest.mark.slow
 def test_a_build_checking_its_jpegs_by_their_markers_alone_keeps_its_runs_whole(source, tmp_path):
     """Joining parts reads, writes and hashes their bytes again: more than such a build spends on an image."""
     whole, printed = build(source.images, tmp_path / "w2" / "out", "--num-cores", "1", "--workers", "2",
