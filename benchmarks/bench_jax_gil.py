@@ -150,9 +150,9 @@ def report(results: dict[str, list[dict[str, float]]], header: str) -> list[str]
     for name, runs in results.items():
         med = {part: statistics.median(r[part] for r in runs) for part in PARTS}
         rounds = " ".join(f"{r['held']:.0f}" for r in runs)
+        ceiling = f"{1e6 / med['held']:,.0f}" if med["held"] > 0 else "-"  # a difference: noise can take it below 0
         lines.append(f"{name:24} {med['held']:9.0f} {med['read']:7.0f} {med['main']:7.0f} {med['decode']:8.0f} "
-                     f"{med['resize']:8.0f} {med['whole']:8.0f}   {1e6 / med['held']:,.0f} records/s; held per "
-                     f"round {rounds}")
+                     f"{med['resize']:8.0f} {med['whole']:8.0f}   {ceiling} records/s; held per round {rounds}")
     this, other = results.values()
     for part in ("held", "read", "main", "whole"):
         ratio = statistics.median(a[part] / b[part] for a, b in zip(this, other, strict=True))

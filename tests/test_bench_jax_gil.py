@@ -22,7 +22,9 @@ def test_bench_jax_gil_times_both_trees_at_a_tiny_size(tmp_path):
     out = proc.stdout
     assert "16 48x48 JPEGs -> 24x24, array_record shards, batch 4, 2 batches, threads=1" in out, out
     for tree in ("this tree", "HEAD"):  # held, read, main, decode, resize, whole, the ceiling, held per round
-        assert re.search(rf"^{tree} +(\d+ +){{6}} *[\d,]+ records/s; held per round \d+ \d+$", out, re.M), out
+        # held is a difference of two timings: on a loaded machine a tiny run's can come out below 0
+        assert re.search(rf"^{tree} +(-?\d+ +){{6}} *(-?[\d,]+|-) records/s; held per round -?\d+ -?\d+$", out,
+                         re.M), out
     for part in ("held", "read", "main", "whole"):
-        assert re.search(rf"^{part}: \d+\.\d\dx the other tree's", out, re.M), out
+        assert re.search(rf"^{part}: -?\d+\.\d\dx the other tree's", out, re.M), out
     assert len(re.findall(r"^round [12], (this tree|HEAD): \{", proc.stderr, re.M)) == 4, proc.stderr[-3000:]
