@@ -9,18 +9,27 @@ __all__ = ["sort_key", "sort_keys", "split_hash", "unit_hash", "choose_split"]
 
 def sort_key(seed: int, key: str) -> int:
     """A 64-bit seeded hash of a record key: the global shuffle order."""
-    return int.from_bytes(hashlib.sha256(f"order:{seed}:{key}".encode()).digest()[:8], "big")
+    return _top64(hashlib.sha256(_order_seed(seed) + key.encode()).digest())
 
 
 def sort_keys(seed: int, keys: Iterable[str]) -> list[int]:
     """`sort_key` of each key: the seed's part of the hash taken once, each key's hashed on from a copy of it."""
-    start = hashlib.sha256(f"order:{seed}:".encode())
+    start = hashlib.sha256(_order_seed(seed))
     out = []
     for key in keys:
         h = start.copy()
         h.update(key.encode())
-        out.append(int.from_bytes(h.digest()[:8], "big"))
+        out.append(_top64(h.digest()))
     return out
+
+
+def _order_seed(seed: int) -> bytes:
+    """What a sort key's hash reads before the key (sort_key and sort_keys must agree on it)."""
+    return f"order:{seed}:".encode()
+
+
+def _top64(digest: bytes) -> int:
+    return int.from_bytes(digest[:8], "big")
 
 
 def split_hash(seed: int, key: str) -> int:
